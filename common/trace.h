@@ -1,0 +1,113 @@
+/*
+ * trace.h - reading and writing trace format v1 (shared/spec/trace-format.md).
+ *
+ * The reader is strict: the first deviation from the format stops it with a
+ * message "FILE:LINE: what is wrong", and nothing in its input (NUL bytes,
+ * huge lines, truncated files, out-of-range numbers, invalid UTF-8) makes it
+ * crash or read out of bounds. It interns operator names and stack frames
+ * into a caller's symtab, so an op carries ids, never strings.
+ *
+ * The writer prints ops in the canonical form the reader accepts, defining
+ * each stack before its first use; reading its output back yields the same
+ * operations.
+ */
+#ifndef NPUSAN_TRACE_H
+#define NPUSAN_TRACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "op.h"
+#include "symtab.h"
+
+/* The longest line the reader accepts, line ending excluded. */
+#define TRACE_MAX_LINE (64u * 1024 * 1024)
+
+/* A trace's `process` line; strings are NUL-terminated, NULL when absent. */
+struct trace_process {
+	bool present;
+	bool has_rank;
+	uint64_t pid;
+	uint64_t rank;
+	const char *job;
+	const char *name;
+};
+
+struct trace_reader;
+
+/*
+ * Opens `path` for reading ("-" is standard input). `syms` receives the
+ * interned names and stacks and must outlive the reader. Caller owns *out;
+ * release with trace_reader_close(), which accepts NULL.
+ * 0; -ENOMEM; a negative errno from open(2) (the message, naming the file,
+ * is then in *errmsg when errmsg is not NULL; caller frees it).
+ */
+int trace_reader_open(const char *path, struct symtab *syms,
+		      struct trace_reader **out, char **errmsg);
+
+/*
+ * A reader over `len` bytes at `data`, which must outlive the reader; `name`
+ * is the file name used in messages. 0 or -ENOMEM.
+ */
+int trace_reader_new_mem(const void *data, size_t len, const char *name,
+			 struct symtab *syms, struct trace_reader **out);
+
+void trace_reader_close(struct trace_reader *r);
+
+/*
+ * Reads the next operation into *op; header, `process` and `stack` lines
+ * are consumed on the way. The op's ranges stay valid until the next call.
+ * 1 with an op; 0 at the end of the trace; -EINVAL on a format error
+ * (an input without the header line is one), -EIO on a read error,
+ * -ENOMEM, -E2BIG when a line exceeds TRACE_MAX_LINE or a table is full;
+ * after an error trace_reader_error() says what was wrong and every later
+ * call returns the same error.
+ */
+int trace_read(struct trace_reader *r, struct op *op);
+
+/* "FILE:LINE: what is wrong" for the last error; "" when there was none. */
+const char *trace_reader_error(const struct trace_reader *r);
+
+/* The line of the op trace_read() returned last (1-based). */
+unsigned long trace_reader_line(const struct trace_reader *r);
+
+/* The file name given at open. */
+const char *trace_reader_name(const struct trace_reader *r);
+
+/* The trace's `process` line as read so far; `present` false when none. */
+const struct trace_process *trace_reader_process(const struct trace_reader *r);
+
+/* Bytes of input consumed so far. */
+uint64_t trace_reader_offset(const struct trace_reader *r);
+
+struct trace_writer;
+
+/*
+ * A writer to `f`, which it does not close; writes the header line at once.
+ * `syms` resolves the ids in the ops and must outlive the writer. `process`
+ * is written right after the header when not NULL and present.
+ * Caller owns *out; release with trace_writer_close(). 0; -ENOMEM; -EIO;
+ * -EINVAL when the process's job or name is not a string the format can
+ * carry (invalid UTF-8, control characters).
+ */
+int trace_writer_new(FILE *f, const struct symtab *syms,
+		     const struct trace_process *process,
+		     struct trace_writer **out);
+
+/*
+ * Writes one op, preceded by the `stack` line of its stack the first time
+ * the stack appears; nothing is written for an op it refuses. 0; -EINVAL
+ * when the op is not valid (an unknown kind, an empty range, a range past
+ * 2^64, an id not in the symtab, a launch without a name, a string the
+ * format cannot carry); -E2BIG when its line would exceed TRACE_MAX_LINE;
+ * -ENOMEM; -EIO when writing failed.
+ */
+int trace_write_op(struct trace_writer *w, const struct op *op);
+
+/* Flushes and frees the writer (NULL is accepted). 0, or -EIO when any
+ * write failed. */
+int trace_writer_close(struct trace_writer *w);
+
+#endif

@@ -1,0 +1,158 @@
+/*
+ * testutil.c - helpers the Check suites share.
+ */
+#include "testutil.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+
+extern char **environ;
+
+struct sink {
+	char *buf;
+	size_t len;
+	size_t cap;
+};
+
+static void sink_add(struct sink *s, const char *p, size_t n)
+{
+	if (s->len + n + 1 > s->cap) {
+		s->cap = (s->len + n + 1) * 2;
+		s->buf = realloc(s->buf, s->cap);
+		ck_assert_ptr_nonnull(s->buf);
+	}
+	memcpy(s->buf + s->len, p, n);
+	s->len += n;
+	s->buf[s->len] = '\0';
+}
+
+static void pipe_or_die(int fds[2])
+{
+	ck_assert_int_eq(pipe2(fds, O_CLOEXEC), 0);
+}
+
+int tu_run(const char *const argv[], const char *input, char **out, char **err)
+{
+	int in[2], o[2], e[2], status;
+	posix_spawn_file_actions_t fa;
+	struct sink so = { 0 }, se = { 0 };
+	size_t in_len = input ? strlen(input) : 0, in_off = 0;
+	pid_t pid;
+
+	pipe_or_die(in);
+	pipe_or_die(o);
+	pipe_or_die(e);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+	posix_spawn_file_actions_adddup2(&fa, o[1], 1);
+	posix_spawn_file_actions_adddup2(&fa, e[1], 2);
+	ck_assert_int_eq(posix_spawn(&pid, argv[0], &fa, NULL,
+				     (char *const *)argv, environ), 0);
+	posix_spawn_file_actions_destroy(&fa);
+	close(in[0]);
+	close(o[1]);
+	close(e[1]);
+	signal(SIGPIPE, SIG_IGN);
+	if (in_len == 0) {
+		close(in[1]);
+		in[1] = -1;
+	}
+
+	for (int open_fds = 2; open_fds > 0;) {
+		struct pollfd p[3] = { { o[0], POLLIN, 0 }, { e[0], POLLIN, 0 },
+				       { in[1], POLLOUT, 0 } };
+		char buf[65536];
+
+		ck_assert_int_ge(poll(p, in[1] >= 0 ? 3 : 2, -1), 0);
+		for (int i = 0; i < 2; i++) {
+			ssize_t n;
+
+			if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP)))
+				continue;
+			n = read(p[i].fd, buf, sizeof(buf));
+			if (n <= 0) {
+				close(p[i].fd);
+				if (i == 0)
+					o[0] = -1;
+				else
+					e[0] = -1;
+				open_fds--;
+				continue;
+			}
+			sink_add(i == 0 ? &so : &se, buf, (size_t)n);
+		}
+		if (in[1] >= 0 && (p[2].revents & (POLLOUT | POLLERR | POLLHUP))) {
+			ssize_t n = write(in[1], input + in_off, in_len - in_off);
+
+			if (n > 0)
+				in_off += (size_t)n;
+			if (n <= 0 || in_off == in_len) {
+				close(in[1]);
+				in[1] = -1;
+			}
+		}
+	}
+	if (in[1] >= 0)
+		close(in[1]);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	if (out != NULL)
+		*out = so.buf ? so.buf : strdup("");
+	else
+		free(so.buf);
+	if (err != NULL)
+		*err = se.buf ? se.buf : strdup("");
+	else
+		free(se.buf);
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return WEXITSTATUS(status);
+}
+
+const char *tu_bin(const char *name)
+{
+	static char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/%s", NPUSAN_BINARY_DIR, name);
+	return path;
+}
+
+char *tu_write_file(const char *name, const char *text)
+{
+	static char dir[PATH_MAX];
+	char *path;
+	FILE *f;
+
+	if (dir[0] == '\0') {
+		snprintf(dir, sizeof(dir), "%s/npusan-test-XXXXXX",
+			 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+		ck_assert_ptr_nonnull(mkdtemp(dir));
+	}
+	ck_assert_int_gt(asprintf(&path, "%s/%s", dir, name), 0);
+	f = fopen(path, "wb");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite(text, 1, strlen(text), f), strlen(text));
+	ck_assert_int_eq(fclose(f), 0);
+	return path;
+}
+
+int tu_main(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? 0 : 1;
+}
