@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "trace.h"
 
 extern char **environ;
 
@@ -155,4 +156,73 @@ int tu_main(Suite *s)
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
 	return failed == 0 ? 0 : 1;
+}
+
+static void collect_cb(const struct finding *f, bool first, void *arg)
+{
+	struct tu_findings *out = arg;
+
+	if (!first) {
+		for (size_t i = 0; i < out->n; i++) {
+			if (out->v[i].id == f->id)
+				out->v[i].count = f->count;
+		}
+		return;
+	}
+	out->v = realloc(out->v, (out->n + 1) * sizeof(*out->v));
+	ck_assert_ptr_nonnull(out->v);
+	out->v[out->n++] = *f;
+}
+
+void tu_analyze(const char *text, bool dedup, struct tu_findings *out)
+{
+	struct engine_opts o = { .dedup = dedup, .finding_cb = collect_cb,
+				 .arg = out };
+	struct trace_reader *r;
+	struct engine *e;
+	struct op op;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	ck_assert_int_eq(symtab_new(&out->syms), 0);
+	ck_assert_int_eq(trace_reader_new_mem(text, strlen(text), "test.trace",
+					      out->syms, &r), 0);
+	ck_assert_int_eq(engine_new(&o, &e), 0);
+	while ((rc = trace_read(r, &op)) == 1) {
+		rc = engine_feed(e, &op);
+		if (rc < 0)
+			break;
+	}
+	out->err = rc;
+	if (rc < 0)
+		snprintf(out->errmsg, sizeof(out->errmsg), "%s",
+			 trace_reader_error(r));
+	engine_free(e);
+	trace_reader_close(r);
+}
+
+void tu_findings_free(struct tu_findings *f)
+{
+	free(f->v);
+	symtab_free(f->syms);
+	memset(f, 0, sizeof(*f));
+}
+
+const char *tu_op(const struct tu_findings *f, unsigned idx, bool previous)
+{
+	const char *s;
+
+	ck_assert_uint_lt(idx, f->n);
+	s = symtab_str(f->syms, previous ? f->v[idx].previous.op
+					 : f->v[idx].access.op, NULL);
+	return s ? s : "";
+}
+
+size_t tu_count(const struct tu_findings *f, enum finding_kind kind)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < f->n; i++)
+		n += f->v[i].kind == kind;
+	return n;
 }

@@ -1,0 +1,138 @@
+/*
+ * engine.h - the sync-state analysis of one accelerator process.
+ *
+ * The engine implements the semantics of shared/spec/trace-format.md: fed one
+ * operation at a time, in the order the process issued them, it keeps the
+ * streams' vector clocks, the per-byte access history and the allocation
+ * table, and hands every synchronization error it finds to a callback, as
+ * shared/spec/findings.md defines it. It does no I/O of any kind, which is
+ * what lets `npusanctl analyze` and the daemon share it.
+ *
+ * Caller owns the engine; release with engine_free(), which accepts NULL.
+ * The engine never touches a symtab: operator and stack ids in findings are
+ * the ones the ops carried.
+ */
+#ifndef NPUSAN_ENGINE_H
+#define NPUSAN_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "op.h"
+
+/* The most distinct streams one process may name. */
+#define ENGINE_MAX_STREAMS 1024
+
+/* X(enum suffix, name in findings.md) */
+#define FINDING_KINDS(X)            \
+	X(DATA_RACE, "data_race")   \
+	X(MISSING_RECORD_STREAM, "missing_record_stream")
+
+enum finding_kind {
+#define FINDING_KIND_ENUM(name, str) FINDING_##name,
+	FINDING_KINDS(FINDING_KIND_ENUM)
+#undef FINDING_KIND_ENUM
+	FINDING_KIND_COUNT
+};
+
+/* X(enum suffix, value of `detected_at`) */
+#define DETECTED_AT(X)          \
+	X(LAUNCH, "launch")     \
+	X(FREE, "free")         \
+	X(FLUSH, "flush")
+
+enum detected_at {
+#define DETECTED_AT_ENUM(name, str) DETECTED_AT_##name,
+	DETECTED_AT(DETECTED_AT_ENUM)
+#undef DETECTED_AT_ENUM
+	DETECTED_AT_COUNT
+};
+
+const char *finding_kind_name(enum finding_kind kind);
+const char *detected_at_name(enum detected_at at);
+
+/* One access of a launch, as a finding reports it. */
+struct finding_access {
+	uint64_t stream;
+	uint64_t seq;
+	bool write;
+	uint32_t op;    /* symtab string id of the operator */
+	uint32_t stack; /* symtab stack id; 0 when unknown */
+};
+
+struct finding_alloc {
+	uint64_t ptr;
+	uint64_t size; /* as the alloc gave it */
+	bool has_stream;
+	uint64_t stream;
+	uint32_t stack;
+};
+
+struct finding {
+	enum finding_kind kind;
+	enum detected_at detected_at;
+	uint64_t id;    /* 1, 2, 3... per engine, in order of first detection */
+	uint64_t count; /* occurrences this finding stands for so far */
+	uint64_t ptr;
+	bool has_alloc;
+	bool has_previous;
+	struct finding_alloc alloc;
+	struct finding_access access;
+	struct finding_access previous;
+};
+
+/*
+ * Called for every occurrence of a finding, during engine_feed(). Without
+ * deduplication every call has `first` true, its own id and count 1. With
+ * it, `first` is true for the first occurrence of a key (kind, both
+ * streams, both operators, both access types, both stacks); later
+ * occurrences come with `first` false, the first one's id and the new
+ * count, while the other fields describe the repeat. `f` is valid only
+ * during the call.
+ */
+typedef void (*engine_finding_cb)(const struct finding *f, bool first,
+				  void *arg);
+
+struct engine_opts {
+	bool dedup;
+	engine_finding_cb finding_cb;
+	void *arg;
+	/* Memory the engine may hold, in bytes; 0 for no limit. */
+	size_t max_bytes;
+};
+
+struct engine;
+
+struct engine_stats {
+	uint64_t ops;
+	uint64_t launches;
+	uint64_t findings;    /* distinct findings (rows when deduplicating) */
+	uint64_t occurrences; /* every occurrence */
+	uint64_t gaps;
+	uint64_t live_allocs;
+	uint64_t streams;
+	uint64_t segments;    /* ranges of the access history */
+	uint64_t accesses;    /* accesses the history still refers to */
+	size_t bytes;         /* memory held now */
+	size_t peak_bytes;
+};
+
+/* 0; -ENOMEM; -EINVAL when `o` has no callback. */
+int engine_new(const struct engine_opts *o, struct engine **out);
+void engine_free(struct engine *e);
+
+/*
+ * Analyses one operation, calling the finding callback for what it finds.
+ * 0 on success. -EINVAL when the op is malformed (an unknown kind, an empty
+ * range, a range past 2^64); the engine is unchanged. -E2BIG when the op
+ * names a stream beyond ENGINE_MAX_STREAMS; the engine is unchanged.
+ * -ENOMEM when memory ran out (or max_bytes was reached) part way; the
+ * engine then forgets its access history as a `gap` would, so that it
+ * never reports a false finding, and can go on being fed.
+ */
+int engine_feed(struct engine *e, const struct op *op);
+
+void engine_get_stats(const struct engine *e, struct engine_stats *out);
+
+#endif

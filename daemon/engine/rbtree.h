@@ -1,0 +1,59 @@
+/*
+ * rbtree.h - an intrusive red-black tree.
+ *
+ * The engine keeps its allocations and its access history in address order
+ * and needs "the entry at or below this address" and in-order neighbours in
+ * O(log n) without an allocation per lookup. Nodes are embedded in the
+ * caller's structs (recover them with container_of); the tree never
+ * allocates or frees, and the caller does its own key comparisons while
+ * searching, as Linux's and liburing's users of rbtree do.
+ *
+ * Insertion is two steps: walk down comparing keys to find the NULL link
+ * where the node belongs and its parent, then rb_insert(root, node, parent,
+ * link) places and rebalances it.
+ */
+#ifndef NPUSAN_RBTREE_H
+#define NPUSAN_RBTREE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct rb_node {
+	uintptr_t parent_color; /* parent pointer; low bit 1 = black */
+	struct rb_node *left;
+	struct rb_node *right;
+};
+
+struct rb_root {
+	struct rb_node *node;
+};
+
+#define rb_container_of(ptr, type, member) \
+	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+static inline struct rb_node *rb_parent(const struct rb_node *n)
+{
+	return (struct rb_node *)(n->parent_color & ~(uintptr_t)1);
+}
+
+/* Links `node` at `*link` (a NULL child pointer of `parent`, or the root's
+ * pointer when parent is NULL) and rebalances. */
+void rb_insert(struct rb_root *root, struct rb_node *node,
+	       struct rb_node *parent, struct rb_node **link);
+
+/* Unlinks `node`, which must be in the tree, and rebalances. */
+void rb_erase(struct rb_root *root, struct rb_node *node);
+
+/* In-order neighbours; NULL past either end. */
+struct rb_node *rb_first(const struct rb_root *root);
+struct rb_node *rb_last(const struct rb_root *root);
+struct rb_node *rb_next(const struct rb_node *node);
+struct rb_node *rb_prev(const struct rb_node *node);
+
+/*
+ * Checks the red-black invariants and parent links; returns the black
+ * height, or -1 when an invariant is broken. For tests.
+ */
+int rb_check(const struct rb_root *root);
+
+#endif
