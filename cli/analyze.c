@@ -1,0 +1,264 @@
+/*
+ * analyze.c - `npusanctl analyze`: the engine over recorded traces.
+ *
+ * Every trace is one process: it gets its own symtab and engine, and its
+ * findings are numbered on from the previous trace's. Without --every the
+ * engine deduplicates and the rows are printed once the trace is read, so
+ * that each carries its final count; with --every each occurrence is
+ * printed as soon as it is found.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "engine.h"
+#include "report.h"
+#include "trace.h"
+
+struct analyze_opts {
+	bool json;
+	bool every;
+	int error_exitcode;
+};
+
+struct analysis {
+	const struct analyze_opts *o;
+	struct report_ctx rc;
+	struct trace_reader *r;
+	struct finding *rows; /* deduplicated rows, by id */
+	size_t nrows;
+	size_t cap;
+	uint64_t next_id; /* the output's ids run on across traces */
+	uint64_t counts[FINDING_KIND_COUNT];
+	bool nomem;
+};
+
+static const char analyze_usage[] =
+	"Usage: npusanctl analyze [OPTIONS] TRACE...\n"
+	"\n"
+	"Analyse recorded traces (trace format v1) offline and report data\n"
+	"races and missing record_stream calls. Each TRACE is one process;\n"
+	"'-' reads standard input.\n"
+	"\n"
+	"Options:\n"
+	"  --json               print findings as JSON Lines, one object per\n"
+	"                       finding and nothing else on standard output\n"
+	"  --every              print every occurrence instead of merging\n"
+	"                       repeats of the same mistake\n"
+	"  --error-exitcode N   exit with N (0-255) when there are findings\n"
+	"                       (default 1)\n"
+	"  -h, --help           show this help\n"
+	"\n"
+	"Exit status: 0 no findings, 1 (or N) findings, 2 usage error or bad\n"
+	"input (the error names the file and line).\n";
+
+static void print_finding(struct analysis *a, struct finding *f)
+{
+	f->id = ++a->next_id;
+	a->counts[f->kind]++;
+	if (a->o->json)
+		report_json(stdout, &a->rc, f);
+	else
+		report_text(stdout, &a->rc, f);
+}
+
+static void finding_cb(const struct finding *f, bool first, void *arg)
+{
+	struct analysis *a = arg;
+	struct finding copy = *f;
+
+	if (a->o->every) {
+		print_finding(a, &copy);
+		return;
+	}
+	if (!first) {
+		/* engine ids count up from 1 in order of first detection */
+		a->rows[f->id - 1].count = f->count;
+		return;
+	}
+	if (a->nrows == a->cap) {
+		size_t cap = a->cap ? a->cap * 2 : 16;
+		struct finding *rows = realloc(a->rows, cap * sizeof(*rows));
+
+		if (rows == NULL) {
+			a->nomem = true;
+			return;
+		}
+		a->rows = rows;
+		a->cap = cap;
+	}
+	a->rows[a->nrows++] = copy;
+}
+
+/* The message for an engine error on the op at the reader's line. */
+static void engine_error(const struct trace_reader *r, int err)
+{
+	fprintf(stderr, "%s:%lu: ", trace_reader_name(r), trace_reader_line(r));
+	if (err == -E2BIG)
+		fprintf(stderr, "too many streams (npusan follows at most %d "
+				"per process)\n",
+			ENGINE_MAX_STREAMS);
+	else
+		fprintf(stderr, "%s\n", strerror(-err));
+}
+
+/* Feeds one trace to a fresh engine; 0, or CLI_USAGE after printing why. */
+static int analyze_one(struct analysis *a, const char *path)
+{
+	struct engine_opts eo = { .dedup = !a->o->every,
+				  .finding_cb = finding_cb, .arg = a };
+	struct symtab *syms = NULL;
+	struct engine *e = NULL;
+	char *msg = NULL;
+	struct op op;
+	int rc, status = CLI_USAGE;
+
+	if (symtab_new(&syms) < 0 || engine_new(&eo, &e) < 0) {
+		fprintf(stderr, "npusanctl: out of memory\n");
+		goto out;
+	}
+	rc = trace_reader_open(path, syms, &a->r, &msg);
+	if (rc < 0) {
+		fprintf(stderr, "npusanctl: %s\n", msg ? msg : strerror(-rc));
+		goto out;
+	}
+	a->rc.syms = syms;
+	a->rc.process = trace_reader_process(a->r);
+	a->nrows = 0;
+	while ((rc = trace_read(a->r, &op)) == 1) {
+		if ((rc = engine_feed(e, &op)) < 0) {
+			engine_error(a->r, rc);
+			break;
+		}
+	}
+	if (rc == 0 && a->nomem) {
+		fprintf(stderr, "npusanctl: out of memory\n");
+		rc = -ENOMEM;
+	}
+	if (rc < 0 && rc != -ENOMEM && rc != -E2BIG)
+		fprintf(stderr, "%s\n", trace_reader_error(a->r));
+	/* What was found before a bad line is real: report it all the same. */
+	for (size_t i = 0; i < a->nrows; i++)
+		print_finding(a, &a->rows[i]);
+	if (rc == 0)
+		status = CLI_OK;
+out:
+	trace_reader_close(a->r);
+	a->r = NULL;
+	engine_free(e);
+	symtab_free(syms);
+	free(msg);
+	return status;
+}
+
+static void print_summary(const struct analysis *a, int ntraces)
+{
+	uint64_t races = a->counts[FINDING_DATA_RACE];
+	uint64_t mrs = a->counts[FINDING_MISSING_RECORD_STREAM];
+
+	if (races + mrs == 0) {
+		printf("npusan: no findings in %d trace%s\n", ntraces,
+		       ntraces == 1 ? "" : "s");
+		return;
+	}
+	printf("npusan: %" PRIu64 " finding%s in %d trace%s: %" PRIu64
+	       " data race%s, %" PRIu64 " missing record_stream\n",
+	       races + mrs, races + mrs == 1 ? "" : "s", ntraces,
+	       ntraces == 1 ? "" : "s", races, races == 1 ? "" : "s", mrs);
+}
+
+static int parse_exitcode(const char *s, int *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || v < 0 || v > 255)
+		return -EINVAL;
+	*out = (int)v;
+	return 0;
+}
+
+static int parse_opts(int argc, char **argv, struct analyze_opts *o)
+{
+	static const struct option longopts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "every", no_argument, NULL, 'e' },
+		{ "error-exitcode", required_argument, NULL, 'x' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c;
+
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'j':
+			o->json = true;
+			break;
+		case 'e':
+			o->every = true;
+			break;
+		case 'x':
+			if (parse_exitcode(optarg, &o->error_exitcode) < 0) {
+				fprintf(stderr, "npusanctl analyze: "
+						"--error-exitcode needs a "
+						"number from 0 to 255, not "
+						"'%s'\n",
+					optarg);
+				return CLI_USAGE;
+			}
+			break;
+		case 'h':
+			fputs(analyze_usage, stdout);
+			return CLI_OK;
+		case ':':
+			fprintf(stderr, "npusanctl analyze: %s needs a value\n",
+				argv[optind - 1]);
+			return CLI_USAGE;
+		default:
+			fprintf(stderr, "npusanctl analyze: unknown option "
+					"'%s'\n",
+				argv[optind - 1]);
+			return CLI_USAGE;
+		}
+	}
+	if (optind == argc) {
+		fprintf(stderr, "npusanctl analyze: no trace given\n"
+				"Try 'npusanctl analyze --help'.\n");
+		return CLI_USAGE;
+	}
+	return -1;
+}
+
+int cli_analyze(int argc, char **argv)
+{
+	struct analyze_opts o = { .error_exitcode = CLI_FINDINGS };
+	struct analysis a = { .o = &o };
+	int status = parse_opts(argc, argv, &o), ntraces = 0;
+
+	if (status >= 0)
+		return status;
+	a.rc.color = !o.json && report_want_color(stdout);
+	status = CLI_OK;
+	for (int i = optind; i < argc && status == CLI_OK; i++, ntraces++)
+		status = analyze_one(&a, argv[i]);
+	free(a.rows);
+	if (status == CLI_OK && !o.json)
+		print_summary(&a, ntraces);
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "npusanctl: writing the report failed: %s\n",
+			strerror(errno));
+		return CLI_USAGE;
+	}
+	if (status != CLI_OK)
+		return status;
+	return a.next_id > 0 ? o.error_exitcode : CLI_OK;
+}

@@ -1,0 +1,317 @@
+/*
+ * test_cli.c - `npusanctl` as a user types it: real processes, real files,
+ * exit statuses and output checked against shared/spec/findings.md.
+ */
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static const char spec_example[] =
+	"npusan-trace 1\n"
+	"process pid=4242 job=demo rank=0\n"
+	"stack id=1 frame=\"train.py:14 in step\" frame=\"train.py:30 in main\"\n"
+	"alloc ptr=0x1000 size=4096 stream=0 stack=1\n"
+	"launch stream=0 op=aten::randn write=0x1000 stack=1\n"
+	"stream_create stream=7\n"
+	"launch stream=7 op=aten::add.Tensor read=0x1000 write=0x2000\n"
+	"# missing: stream_wait stream=7 on=0  -> data race on 0x1000\n"
+	"free ptr=0x1000\n"
+	"# stream 0 never waited for stream 7 -> missing_record_stream on 0x1000\n";
+
+static const char clean[] = "npusan-trace 1\n"
+			    "launch stream=1 op=a write=0x10\n"
+			    "stream_wait stream=2 on=1\n"
+			    "launch stream=2 op=b read=0x10\n";
+
+static size_t count_lines(const char *s)
+{
+	size_t n = 0;
+
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+/* Runs `npusanctl ARGS...` with `input` on stdin. */
+static int ctl(const char *input, char **out, char **err, ...)
+{
+	const char *argv[16] = { tu_bin("npusanctl") };
+	va_list ap;
+	int n = 1;
+
+	va_start(ap, err);
+	while (n < 15 && (argv[n] = va_arg(ap, const char *)) != NULL)
+		n++;
+	va_end(ap);
+	return tu_run(argv, input, out, err);
+}
+
+START_TEST(cli_analyze_json_of_spec_example_is_exact)
+{
+	char *path = tu_write_file("spec.trace", spec_example), *out, *err;
+	int rc = ctl(NULL, &out, &err, "analyze", "--json", path, NULL);
+
+	ck_assert_int_eq(rc, 1);
+	ck_assert_str_eq(
+		out,
+		"{\"id\":1,\"kind\":\"data_race\",\"process\":{\"pid\":4242,"
+		"\"job\":\"demo\",\"rank\":0},\"ptr\":\"0x1000\",\"alloc\":{"
+		"\"ptr\":\"0x1000\",\"size\":4096,\"stream\":0,\"stack\":["
+		"\"train.py:14 in step\",\"train.py:30 in main\"]},\"access\":{"
+		"\"stream\":7,\"seq\":2,\"type\":\"read\",\"op\":"
+		"\"aten::add.Tensor\",\"stack\":[]},\"previous\":{\"stream\":0,"
+		"\"seq\":1,\"type\":\"write\",\"op\":\"aten::randn\",\"stack\":["
+		"\"train.py:14 in step\",\"train.py:30 in main\"]},"
+		"\"detected_at\":\"launch\",\"count\":1}\n"
+		"{\"id\":2,\"kind\":\"missing_record_stream\",\"process\":{"
+		"\"pid\":4242,\"job\":\"demo\",\"rank\":0},\"ptr\":\"0x1000\","
+		"\"alloc\":{\"ptr\":\"0x1000\",\"size\":4096,\"stream\":0,"
+		"\"stack\":[\"train.py:14 in step\",\"train.py:30 in main\"]},"
+		"\"access\":{\"stream\":7,\"seq\":2,\"type\":\"read\",\"op\":"
+		"\"aten::add.Tensor\",\"stack\":[]},\"previous\":null,"
+		"\"detected_at\":\"free\",\"count\":1}\n");
+	ck_assert_str_eq(err, "");
+	free(out);
+	free(err);
+	free(path);
+}
+END_TEST
+
+START_TEST(cli_analyze_text_report_explains_both_kinds)
+{
+	char *out, *err;
+	int rc = ctl(NULL, &out, &err, "analyze",
+		     NPUSAN_SOURCE_DIR "/examples/demo.trace", NULL);
+
+	ck_assert_int_eq(rc, 1);
+	ck_assert_ptr_nonnull(strstr(out, "possible data race"));
+	ck_assert_ptr_nonnull(strstr(out, "Previous access by stream 0"));
+	ck_assert_ptr_nonnull(strstr(out, "dist.py:17 in all_reduce_grads"));
+	ck_assert_ptr_nonnull(strstr(out, "missing record_stream"));
+	ck_assert_ptr_nonnull(strstr(out, "record_stream(s)"));
+	ck_assert_ptr_nonnull(strstr(out, "wait_stream"));
+	ck_assert_ptr_nonnull(strstr(out, "Memory was allocated at"));
+	ck_assert_ptr_nonnull(strstr(out, "rank 0"));
+	ck_assert_ptr_nonnull(
+		strstr(out, "2 findings in 1 trace: 1 data race, 1 missing"));
+	/* not a terminal: no colour codes */
+	ck_assert_ptr_null(strchr(out, '\033'));
+	free(out);
+	free(err);
+}
+END_TEST
+
+START_TEST(cli_analyze_exit_status_follows_findings)
+{
+	char *ok = tu_write_file("clean.trace", clean);
+	char *bad = tu_write_file("bad.trace", spec_example);
+
+	ck_assert_int_eq(ctl(NULL, NULL, NULL, "analyze", ok, NULL), 0);
+	ck_assert_int_eq(ctl(NULL, NULL, NULL, "analyze", bad, NULL), 1);
+	ck_assert_int_eq(ctl(NULL, NULL, NULL, "analyze", "--error-exitcode",
+			     "7", bad, NULL),
+			 7);
+	ck_assert_int_eq(ctl(NULL, NULL, NULL, "analyze",
+			     "--error-exitcode=0", bad, NULL),
+			 0);
+	ck_assert_int_eq(ctl(NULL, NULL, NULL, "analyze", "--error-exitcode",
+			     "7", ok, NULL),
+			 0);
+	free(ok);
+	free(bad);
+}
+END_TEST
+
+START_TEST(cli_analyze_dedups_unless_every)
+{
+	static const char step[] = "alloc ptr=0x1000 size=64 stream=0\n"
+				   "launch stream=0 op=fwd write=0x1000+64\n"
+				   "launch stream=1 op=comm read=0x1000+64\n"
+				   "free ptr=0x1000\n";
+	char text[1024], *path, *out;
+
+	snprintf(text, sizeof(text), "npusan-trace 1\n%s%s%s%s", step, step,
+		 step, step);
+	path = tu_write_file("loop.trace", text);
+	ck_assert_int_eq(ctl(NULL, &out, NULL, "analyze", "--json", path, NULL),
+			 1);
+	ck_assert_uint_eq(count_lines(out), 2);
+	ck_assert_ptr_nonnull(strstr(out, "\"count\":4}"));
+	free(out);
+	ck_assert_int_eq(ctl(NULL, &out, NULL, "analyze", "--json", "--every",
+			     path, NULL),
+			 1);
+	ck_assert_uint_eq(count_lines(out), 8);
+	ck_assert_ptr_nonnull(strstr(out, "{\"id\":8,"));
+	ck_assert_ptr_null(strstr(out, "\"count\":2"));
+	free(out);
+	free(path);
+}
+END_TEST
+
+START_TEST(cli_analyze_reads_stdin_and_numbers_across_traces)
+{
+	char *path = tu_write_file("spec2.trace", spec_example), *out;
+	int rc = ctl(spec_example, &out, NULL, "analyze", "--json", "-", path,
+		     NULL);
+
+	ck_assert_int_eq(rc, 1);
+	ck_assert_uint_eq(count_lines(out), 4);
+	ck_assert_ptr_nonnull(strstr(out, "{\"id\":3,\"kind\":\"data_race\""));
+	ck_assert_ptr_nonnull(strstr(out, "{\"id\":4,"));
+	free(out);
+	free(path);
+}
+END_TEST
+
+START_TEST(cli_analyze_without_process_line_has_null_process)
+{
+	char *out;
+
+	ck_assert_int_eq(ctl("npusan-trace 1\n"
+			     "launch stream=1 op=a write=0x10\n"
+			     "launch stream=2 op=b write=0x10\n",
+			     &out, NULL, "analyze", "--json", "-", NULL),
+			 1);
+	ck_assert_ptr_nonnull(strstr(
+		out, "\"process\":{\"pid\":null,\"job\":null,\"rank\":null}"));
+	ck_assert_ptr_nonnull(strstr(out, "\"alloc\":null"));
+	free(out);
+}
+END_TEST
+
+START_TEST(cli_analyze_json_escapes_strings)
+{
+	char *out;
+
+	ck_assert_int_eq(
+		ctl("npusan-trace 1\n"
+		    "process pid=1 job=\"a \\\"quoted\\\" job\"\n"
+		    "stack id=1 frame=\"tab\\there\" frame=\"\xc3\xa9t\xc3\xa9\"\n"
+		    "launch stream=1 op=\"x\\\\y\" write=0x10 stack=1\n"
+		    "launch stream=2 op=b write=0x10\n",
+		    &out, NULL, "analyze", "--json", "-", NULL),
+		1);
+	ck_assert_ptr_nonnull(strstr(out, "\"job\":\"a \\\"quoted\\\" job\""));
+	ck_assert_ptr_nonnull(
+		strstr(out, "\"stack\":[\"tab\\there\",\"\xc3\xa9t\xc3\xa9\"]"));
+	ck_assert_ptr_nonnull(strstr(out, "\"op\":\"x\\\\y\""));
+	free(out);
+}
+END_TEST
+
+/* Bad input: exit 2, FILE:LINE on stderr, and what was found before the
+ * bad line is still reported. */
+START_TEST(cli_analyze_bad_line_names_file_and_line)
+{
+	char *path = tu_write_file("broken.trace",
+				   "npusan-trace 1\n"
+				   "launch stream=1 op=a write=0x10\n"
+				   "launch stream=2 op=b write=0x10\n"
+				   "launch stream=2 op=c write=0x10 bogus=1\n");
+	char *out, *err, *want;
+	int rc = ctl(NULL, &out, &err, "analyze", "--json", path, NULL);
+
+	ck_assert_int_eq(rc, 2);
+	ck_assert_int_gt(asprintf(&want, "%s:4: ", path), 0);
+	ck_assert_msg(strstr(err, want) != NULL, "stderr: %s", err);
+	ck_assert_ptr_nonnull(strstr(err, "bogus"));
+	ck_assert_uint_eq(count_lines(out), 1);
+	free(want);
+	free(out);
+	free(err);
+	free(path);
+}
+END_TEST
+
+START_TEST(cli_analyze_missing_file_is_named)
+{
+	char *err;
+
+	ck_assert_int_eq(ctl(NULL, NULL, &err, "analyze",
+			     "/nonexistent/x.trace", NULL),
+			 2);
+	ck_assert_ptr_nonnull(strstr(err, "/nonexistent/x.trace"));
+	free(err);
+}
+END_TEST
+
+START_TEST(cli_analyze_too_many_streams_is_an_error)
+{
+	size_t cap = 64 * 2000, off = 0;
+	char *text = malloc(cap), *err;
+
+	ck_assert_ptr_nonnull(text);
+	off += (size_t)snprintf(text, cap, "npusan-trace 1\n");
+	for (int i = 1; i <= 1100; i++)
+		off += (size_t)snprintf(text + off, cap - off,
+					"stream_create stream=%d\n", i);
+	ck_assert_int_eq(ctl(text, NULL, &err, "analyze", "-", NULL), 2);
+	ck_assert_ptr_nonnull(strstr(err, "-:1025: too many streams"));
+	free(err);
+	free(text);
+}
+END_TEST
+
+START_TEST(cli_usage_errors_exit_2_and_help_exits_0)
+{
+	char *out, *err;
+
+	ck_assert_int_eq(ctl(NULL, NULL, NULL, NULL), 2);
+	ck_assert_int_eq(ctl(NULL, NULL, &err, "frobnicate", NULL), 2);
+	ck_assert_ptr_nonnull(strstr(err, "unknown command 'frobnicate'"));
+	free(err);
+	ck_assert_int_eq(ctl(NULL, NULL, &err, "analyze", NULL), 2);
+	ck_assert_ptr_nonnull(strstr(err, "no trace given"));
+	free(err);
+	ck_assert_int_eq(ctl(NULL, NULL, NULL, "analyze", "--bogus", "x",
+			     NULL),
+			 2);
+	ck_assert_int_eq(ctl(NULL, NULL, NULL, "analyze", "--error-exitcode",
+			     "300", "x", NULL),
+			 2);
+	ck_assert_int_eq(ctl(NULL, NULL, NULL, "analyze", "--error-exitcode",
+			     NULL),
+			 2);
+	ck_assert_int_eq(ctl(NULL, &out, NULL, "--help", NULL), 0);
+	ck_assert_ptr_nonnull(strstr(out, "analyze"));
+	free(out);
+	ck_assert_int_eq(ctl(NULL, &out, NULL, "analyze", "--help", NULL), 0);
+	ck_assert_ptr_nonnull(strstr(out, "--error-exitcode"));
+	ck_assert_ptr_nonnull(strstr(out, "Exit status"));
+	free(out);
+	ck_assert_int_eq(ctl(NULL, &out, NULL, "--version", NULL), 0);
+	ck_assert_ptr_nonnull(strstr(out, "npusanctl "));
+	free(out);
+}
+END_TEST
+
+static Suite *cli_suite(void)
+{
+	Suite *s = suite_create("cli");
+	TCase *tc = tcase_create("analyze");
+
+	tcase_add_test(tc, cli_analyze_json_of_spec_example_is_exact);
+	tcase_add_test(tc, cli_analyze_text_report_explains_both_kinds);
+	tcase_add_test(tc, cli_analyze_exit_status_follows_findings);
+	tcase_add_test(tc, cli_analyze_dedups_unless_every);
+	tcase_add_test(tc, cli_analyze_reads_stdin_and_numbers_across_traces);
+	tcase_add_test(tc, cli_analyze_without_process_line_has_null_process);
+	tcase_add_test(tc, cli_analyze_json_escapes_strings);
+	tcase_add_test(tc, cli_analyze_bad_line_names_file_and_line);
+	tcase_add_test(tc, cli_analyze_missing_file_is_named);
+	tcase_add_test(tc, cli_analyze_too_many_streams_is_an_error);
+	tcase_add_test(tc, cli_usage_errors_exit_2_and_help_exits_0);
+	tcase_set_timeout(tc, 60);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_main(cli_suite());
+}
