@@ -267,6 +267,7 @@ struct engine {
 	struct u64map events; /* id -> struct event * */
 
 	struct rb_root allocs;
+	struct alloc *last_view; /* see alloc_containing() */
 	struct alloc **abuckets; /* exact-start hash (DESIGN 3) */
 	size_t amask;
 	struct rb_root outside; /* history of bytes no allocation covers */
@@ -584,19 +585,34 @@ static int stream_create(struct engine *e, uint64_t id, uint16_t *out)
 	return 0;
 }
 
+/* The number of stream `id`, or -1 when it is new. A job uses a handful
+ * of streams, and scanning those beats hashing. */
+static int stream_find(const struct engine *e, uint64_t id)
+{
+	const uint64_t *v;
+
+	if (e->nstreams <= 8) {
+		for (uint32_t i = 0; i < e->nstreams; i++) {
+			if (e->streams[i].id == id)
+				return (int)i;
+		}
+		return -1;
+	}
+	v = u64map_get(&e->stream_ids, id);
+	return v != NULL ? (int)*v : -1;
+}
+
 /* The number of stream `id`, created on the spot when new ("backfill"). */
 static int stream_get(struct engine *e, uint64_t id, uint16_t *out)
 {
-	const uint64_t *v;
-	int err;
+	int s, err;
 
 	if (id == e->last_stream_id) {
 		*out = e->last_sidx;
 		return 0;
 	}
-	v = u64map_get(&e->stream_ids, id);
-	if (v != NULL)
-		*out = (uint16_t)*v;
+	if ((s = stream_find(e, id)) >= 0)
+		*out = (uint16_t)s;
 	else if ((err = stream_create(e, id, out)) < 0)
 		return err;
 	e->last_stream_id = id;
@@ -606,7 +622,7 @@ static int stream_get(struct engine *e, uint64_t id, uint16_t *out)
 
 static bool stream_known(const struct engine *e, uint64_t id)
 {
-	return u64map_get(&e->stream_ids, id) != NULL;
+	return stream_find(e, id) >= 0;
 }
 
 /* Fails with -E2BIG before anything changes when `n` new streams would not
@@ -875,41 +891,71 @@ static int alloc_hash_grow(struct engine *e)
 	return 0;
 }
 
-/* One descent: the allocation with the greatest start <= ptr and the one
- * with the least start > ptr, either NULL when there is none. */
-static void alloc_neighbors(const struct engine *e, uint64_t ptr,
-			    struct alloc **below, struct alloc **above)
-{
-	struct rb_node *n = e->allocs.node, *lo = NULL, *hi = NULL;
+/* Where an allocation starting at some address goes in the tree. */
+struct alloc_slot {
+	struct rb_node *parent;
+	struct rb_node **link;
+};
 
-	while (n != NULL) {
+/*
+ * One descent: the allocation with the greatest start <= ptr and the one
+ * with the least start > ptr, either NULL when there is none, and in *slot
+ * (when not NULL) where an allocation starting at ptr would be linked.
+ */
+static void alloc_neighbors(const struct engine *e, uint64_t ptr,
+			    struct alloc **below, struct alloc **above,
+			    struct alloc_slot *slot)
+{
+	struct rb_node *const *link = &e->allocs.node;
+	struct rb_node *n, *parent = NULL, *lo = NULL, *hi = NULL;
+
+	while ((n = *link) != NULL) {
+		parent = n;
 		if (alloc_of(n)->start <= ptr) {
 			lo = n;
-			n = n->right;
+			link = &n->right;
 		} else {
 			hi = n;
-			n = n->left;
+			link = &n->left;
 		}
 	}
 	*below = alloc_of(lo);
 	*above = alloc_of(hi);
+	if (slot != NULL)
+		*slot = (struct alloc_slot){ parent, (struct rb_node **)link };
 }
 
-static struct alloc *alloc_containing(const struct engine *e, uint64_t ptr)
+/* The allocation containing ptr: the one starting there (a hash probe),
+ * else the last one found (views of one tensor come in runs), else the
+ * tree's. */
+static struct alloc *alloc_containing(struct engine *e, uint64_t ptr)
 {
 	struct alloc *a = alloc_at(e, ptr), *above;
 
 	if (a != NULL)
 		return a;
-	alloc_neighbors(e, ptr, &a, &above);
-	return a != NULL && ptr <= a->last ? a : NULL;
+	a = e->last_view;
+	if (a != NULL && ptr >= a->start && ptr <= a->last)
+		return a;
+	alloc_neighbors(e, ptr, &a, &above, NULL);
+	if (a == NULL || ptr > a->last)
+		return NULL;
+	e->last_view = a;
+	return a;
 }
 
-static void alloc_link(struct engine *e, struct alloc *a)
+/* Links `a` at `slot` when given (found by alloc_neighbors() with no
+ * change to the tree since), else where it belongs. */
+static void alloc_link(struct engine *e, struct alloc *a,
+		       const struct alloc_slot *slot)
 {
 	struct rb_node **link = &e->allocs.node, *parent = NULL;
 	struct alloc **bucket = alloc_bucket(e, a->start);
 
+	if (slot != NULL) {
+		parent = slot->parent;
+		link = slot->link;
+	}
 	while (*link != NULL) {
 		parent = *link;
 		link = a->start < alloc_of(parent)->start ? &parent->left
@@ -971,6 +1017,8 @@ static void alloc_unlink(struct engine *e, struct alloc *a)
 	while (*p != a)
 		p = &(*p)->hnext;
 	*p = a->hnext;
+	if (e->last_view == a)
+		e->last_view = NULL;
 	rb_erase(&e->allocs, &a->node);
 	alloc_history_clear(e, a);
 	usages_free(e, a);
@@ -1415,7 +1463,7 @@ static void walk_init(const struct engine *e, struct region_walk *w,
 	w->next = NULL;
 	w->done = false;
 	if (in == NULL)
-		alloc_neighbors(e, start, &below, &w->next);
+		alloc_neighbors(e, start, &below, &w->next, NULL);
 }
 
 static bool walk_next(struct region_walk *w, struct region *r)
@@ -1518,7 +1566,7 @@ static int region_add_read(struct engine *e, const struct region *r,
 	return history_add_read(e, region_tree(e, r), r->start, r->last, acc);
 }
 
-static struct alloc *alloc_for(const struct engine *e, const struct elem *el,
+static struct alloc *alloc_for(struct engine *e, const struct elem *el,
 			       uint64_t ptr)
 {
 	return ptr == el->start ? el->alloc : alloc_containing(e, ptr);
@@ -2013,6 +2061,8 @@ static int on_alloc(struct engine *e, const struct op *op)
 {
 	uint64_t last = op->ptr + (op->size ? op->size - 1 : 0);
 	struct alloc *a, *old, *above;
+	struct alloc_slot slot;
+	bool moved = false;
 	uint16_t s = STREAM_NONE;
 	int err;
 
@@ -2029,7 +2079,7 @@ static int on_alloc(struct engine *e, const struct op *op)
 	}
 	/* Live allocations it overlaps were freed unseen: release them
 	 * silently, dropping their history as a free would. */
-	alloc_neighbors(e, op->ptr, &old, &above);
+	alloc_neighbors(e, op->ptr, &old, &above, &slot);
 	if (old == NULL || old->last < op->ptr)
 		old = above;
 	while (old != NULL && old->start <= last) {
@@ -2037,6 +2087,7 @@ static int on_alloc(struct engine *e, const struct op *op)
 
 		alloc_unlink(e, old);
 		old = next;
+		moved = true;
 	}
 	if (history_drop(e, &e->outside, op->ptr, last) < 0) {
 		pool_put(e, &e->alloc_pool, a);
@@ -2046,7 +2097,7 @@ static int on_alloc(struct engine *e, const struct op *op)
 	*a = (struct alloc){ .start = op->ptr, .last = last,
 			     .stack = op->stack, .sidx = s,
 			     .size0 = op->size == 0 };
-	alloc_link(e, a);
+	alloc_link(e, a, moved ? NULL : &slot);
 	return 0;
 }
 
