@@ -1,0 +1,67 @@
+#!/bin/sh
+# run_bench.sh - the engine benchmark, side by side with PyTorch's CUDA
+# Sanitizer on the same operations.
+#
+# Builds engine_bench in Release (in $BUILD, default ./build-bench), runs
+# it, and when /usr/bin/python3 (or $PYTHON) can import torch, times
+# torch.cuda._sanitizer.EventHandler over the first $CSAN_OPS operations
+# (default 200000) of the same workload and prints the ratio of the two.
+# EventHandler is called from a shallow Python stack, its best case;
+# $CSAN_DEPTH adds frames (see csan_bench.py). Arguments go to
+# engine_bench (--launches, --seed, --runs). Installs nothing.
+set -eu
+
+src=$(cd "$(dirname "$0")/../.." && pwd)
+build=${BUILD:-./build-bench}
+python=${PYTHON:-/usr/bin/python3}
+csan_ops=${CSAN_OPS:-200000}
+csan_depth=${CSAN_DEPTH:-0}
+
+cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DNPUSAN_TESTS=OFF \
+	>/dev/null
+cmake --build "$build" --target engine_bench -j "$(nproc)" >/dev/null
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/npusan-bench.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+# sh has no pipefail: the status travels through a file.
+{
+	rc=0
+	"$build/engine_bench" --compare-ops "$csan_ops" \
+		--write-trace "$tmp/workload.trace" "$@" || rc=$?
+	echo "$rc" >"$tmp/engine.rc"
+} | tee "$tmp/engine.out"
+rc=$(cat "$tmp/engine.rc")
+[ "$rc" -eq 0 ] || exit "$rc"
+
+if ! "$python" -c 'import torch.cuda._sanitizer' 2>/dev/null; then
+	echo "csan: skipped, $python cannot import torch.cuda._sanitizer" \
+		"(Debian: apt install python3-torch)"
+	exit 0
+fi
+echo
+"$python" "$src/tests/bench/csan_bench.py" "$tmp/workload.trace" \
+	--max-ops "$csan_ops" --stack-depth "$csan_depth" >"$tmp/csan.out"
+cat "$tmp/csan.out"
+
+# The figure before "ops/s" on each side's line for the same prefix.
+rate() {
+	awk -v re="$1" '$0 ~ re {
+		for (i = 2; i <= NF; i++) if ($i == "ops/s") { print $(i - 1); exit }
+	}' "$2"
+}
+npusan=$(rate '^engine, first ' "$tmp/engine.out")
+csan=$(rate '^EventHandler, first ' "$tmp/csan.out")
+# Both sides stop at the end of a shorter workload: take its count.
+ops=$(awk '/^engine, first / { print $3; exit }' "$tmp/engine.out")
+if [ -z "$npusan" ] || [ -z "$csan" ]; then
+	echo "run_bench.sh: no figure to compare (--compare-ops 0?)" >&2
+	exit 1
+fi
+echo
+awk -v n="$npusan" -v c="$csan" -v ops="$ops" 'BEGIN {
+	printf "side by side, first %s ops: npusan %s ops/s, " \
+	       "EventHandler %s ops/s\n", ops, n, c
+	printf "target, against EventHandler: %.0f times its ops/s; " \
+	       "target at least 100\n", n / c
+}'
