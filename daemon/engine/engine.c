@@ -626,7 +626,8 @@ static bool stream_known(const struct engine *e, uint64_t id)
 }
 
 /* Fails with -E2BIG before anything changes when `n` new streams would not
- * fit; what is left to fail after this is -ENOMEM. */
+ * fit. stream_get() refuses one new stream by itself; an op that names two
+ * asks here first, so that it cannot create the first and then fail. */
 static int streams_fit(const struct engine *e, const uint64_t *ids, int n)
 {
 	uint32_t need = 0;
@@ -2022,8 +2023,7 @@ static int on_launch(struct engine *e, const struct op *op)
 
 	if (e->seq == SEQ_MAX)
 		return -EOVERFLOW;
-	if ((err = streams_fit(e, &op->stream, 1)) < 0 ||
-	    (err = launch_prepare(e, op)) < 0 ||
+	if ((err = launch_prepare(e, op)) < 0 ||
 	    (err = site_get(e, op->name, op->stack, &site)) < 0 ||
 	    (err = stream_get(e, op->stream, &s)) < 0)
 		return err;
@@ -2066,8 +2066,6 @@ static int on_alloc(struct engine *e, const struct op *op)
 	uint16_t s = STREAM_NONE;
 	int err;
 
-	if (op->has_stream && (err = streams_fit(e, &op->stream, 1)) < 0)
-		return err;
 	if (e->st.live_allocs >= 2 * (e->amask + 1) &&
 	    (err = alloc_hash_grow(e)) < 0)
 		return err;
