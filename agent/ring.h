@@ -1,0 +1,212 @@
+/*
+ * ring.h - the producer side of the shared-memory ring (proto/ring.h).
+ *
+ * Any thread of the process may reserve, fill and commit records at once.
+ * The fast path, ring_reserve() and ring_commit(), is inline: one
+ * compare-and-swap on the head, no lock, no allocation, no syscall. Only a
+ * ring without room leaves it (ring__full(): drop, or wait with
+ * RING_F_BLOCK).
+ *
+ * A struct ring is the process's handle on a ring it created. Caller owns it;
+ * release with ring_destroy(), which accepts NULL. After fork() a child must
+ * not produce into its parent's ring: it calls ring_forget() and creates its
+ * own.
+ */
+#ifndef NPUSAN_AGENT_RING_H
+#define NPUSAN_AGENT_RING_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../proto/ring.h"
+
+struct ring {
+	struct ring_header *hdr;
+	unsigned char *data;
+	uint64_t capacity;
+	uint64_t mask;
+	uint64_t max_record;
+	/*
+	 * The newest tail any producer thread has loaded. Stored with release
+	 * after an acquire load of hdr->tail and loaded with acquire, so a
+	 * thread using it is ordered after the consumer's zeroing as if it had
+	 * loaded hdr->tail itself; it saves a read of the consumer's cache line
+	 * on every push.
+	 */
+	_Atomic uint64_t tail_cache;
+	/* Set once a blocked producer gave up on a stalled consumer, so later
+	 * ones drop at once; cleared when the consumer's beat moves. */
+	_Atomic uint64_t stalled_beat;
+	unsigned block_timeout_ms;
+	uint32_t flags; /* RING_F_*, kept here: the shared copy is untrusted */
+	int fd;
+	size_t map_len;
+};
+
+/* A reserved record: fill `payload`, then ring_commit(). */
+struct ring_slot {
+	struct ring_rec *rec;
+	void *payload;
+	uint32_t word;
+};
+
+/*
+ * Creates a ring of `capacity` data bytes (a power of two within
+ * [RING_MIN_CAPACITY, RING_MAX_CAPACITY]) in a sealed memfd. `flags` are
+ * RING_F_*; with RING_F_BLOCK a producer waits up to `block_timeout_ms` of
+ * consumer inactivity before it drops. 0; -EINVAL on a bad capacity; a
+ * negative errno from memfd_create, ftruncate, fcntl or mmap.
+ */
+int ring_create(uint64_t capacity, uint32_t flags, unsigned block_timeout_ms,
+		struct ring **out);
+
+/* Unmaps the ring and closes its fd. Accepts NULL. */
+void ring_destroy(struct ring *r);
+
+/* The memfd, for the daemon. Owned by the ring. */
+static inline int ring_fd(const struct ring *r)
+{
+	return r->fd;
+}
+
+/*
+ * Out of line: the ring lacked room for `need` bytes. Reloads the tail,
+ * then drops (counting it) or, with RING_F_BLOCK, waits for room. 0 with the
+ * reservation in *slot; -ENOBUFS when dropped.
+ */
+int ring__full(struct ring *r, unsigned type, uint64_t need,
+	       struct ring_slot *slot);
+
+/* Out of line: reserves the gap record for pending drops before `need`. */
+int ring__reserve_gap(struct ring *r, unsigned type, uint64_t need,
+		      struct ring_slot *slot);
+
+/* Out of line: counts a record too long for this ring. -EMSGSIZE. */
+int ring__too_long(struct ring *r);
+
+/*
+ * Claims [pos, pos + span) if the ring still has room and head is still
+ * `*pos`; on a lost race *pos is the new head. True when claimed.
+ */
+static inline bool ring__claim(struct ring *r, uint64_t *pos, uint64_t span,
+			       uint64_t tail)
+{
+	if (*pos + span - tail > r->capacity)
+		return false;
+	/*
+	 * Relaxed: head only orders producers among themselves. What must be
+	 * ordered, our writes after the consumer's zeroing, is ordered by the
+	 * acquire load of the tail we checked against.
+	 */
+	return atomic_compare_exchange_weak_explicit(
+		&r->hdr->head, pos, *pos + span, memory_order_relaxed,
+		memory_order_relaxed);
+}
+
+/*
+ * The bytes a record of `need` bytes spans at `pos`: itself, plus the pad
+ * in front of it when it would cross the end of the data area.
+ */
+static inline uint64_t ring__span(const struct ring *r, uint64_t pos,
+				  uint64_t need)
+{
+	uint64_t off = pos & r->mask;
+
+	return off + need > r->capacity ? need + (r->capacity - off) : need;
+}
+
+/*
+ * Writes the headers of a claim of `span` bytes at `pos` for a record of
+ * `need` bytes: the pad first when there is one.
+ */
+static inline void ring__place(struct ring *r, uint64_t pos, uint64_t span,
+			       uint64_t need, unsigned type,
+			       struct ring_slot *slot)
+{
+	struct ring_rec *rec;
+
+	if (span != need) {
+		uint64_t pad = span - need;
+
+		rec = (struct ring_rec *)(r->data + (pos & r->mask));
+		ring_store_relaxed(&rec->tag, ring_tag(pos));
+		/* Release: pairs with the consumer's acquire load of the
+		 * word; a pad has no payload, but its tag must be seen. */
+		ring_store_release(&rec->word,
+				   ring_word(RING_COMMIT, RING_REC_PAD, pad));
+		pos += pad;
+	}
+	rec = (struct ring_rec *)(r->data + (pos & r->mask));
+	/* Release: pairs with the consumer's acquire load of the word. No
+	 * payload is read through BUSY, but the consumer checks the tag of
+	 * any non-zero word, even of a live producer's: a BUSY seen with a
+	 * stale tag would pass for a corrupt header and be skipped. */
+	ring_store_relaxed(&rec->tag, ring_tag(pos));
+	ring_store_release(&rec->word, ring_word(RING_BUSY, type, need));
+	slot->rec = rec;
+	slot->payload = rec + 1;
+	slot->word = ring_word(RING_COMMIT, type, need);
+}
+
+/*
+ * Claims room for a record of `need` bytes against `tail` and writes its
+ * header. True with *slot filled; false when the ring looks full.
+ */
+static inline bool ring__try(struct ring *r, unsigned type, uint64_t need,
+			     uint64_t tail, struct ring_slot *slot)
+{
+	uint64_t pos = ring_load_relaxed(&r->hdr->head);
+	uint64_t span;
+
+	for (;;) {
+		span = ring__span(r, pos, need);
+		if (ring__claim(r, &pos, span, tail))
+			break;
+		if (pos + span - tail > r->capacity)
+			return false;
+	}
+	ring__place(r, pos, span, need, type, slot);
+	return true;
+}
+
+/*
+ * Reserves a record of `type` with `len` payload bytes. 0 with *slot, whose
+ * payload the caller fills before ring_commit(); -ENOBUFS when the ring is
+ * full (the record is dropped and counted); -EMSGSIZE when the record
+ * exceeds r->max_record (dropped and counted).
+ */
+static inline int ring_reserve(struct ring *r, unsigned type, size_t len,
+			       struct ring_slot *slot)
+{
+	uint64_t need;
+
+	/* Checked before rounding up, which wraps near SIZE_MAX. */
+	if (len > r->max_record - sizeof(struct ring_rec))
+		return ring__too_long(r);
+	need = ring_rec_size(len);
+	/* Relaxed: a drop we do not see yet is reported by a later record. */
+	if (ring_load_relaxed(&r->hdr->pending) != 0)
+		return ring__reserve_gap(r, type, need, slot);
+	/* Acquire: pairs with the release store in ring__refresh_tail(). */
+	if (ring__try(r, type, need, ring_load_acquire(&r->tail_cache), slot))
+		return 0;
+	return ring__full(r, type, need, slot);
+}
+
+/* Publishes a filled record to the consumer. */
+static inline void ring_commit(const struct ring_slot *slot)
+{
+	/* Release: the payload is visible to the consumer's acquire load of
+	 * the word in ringread_drain() before the word says COMMIT. */
+	ring_store_release(&slot->rec->word, slot->word);
+}
+
+/* Records dropped since the ring was created. */
+static inline uint64_t ring_dropped(const struct ring *r)
+{
+	return ring_load_relaxed(&r->hdr->dropped);
+}
+
+#endif

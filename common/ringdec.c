@@ -1,0 +1,339 @@
+/*
+ * ringdec.c - checking and translating ring records (proto/ring.h).
+ */
+#include "ringdec.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../proto/ring.h"
+#include "ringread.h"
+#include "u64map.h"
+#include "utf8.h"
+
+struct ringdec {
+	struct symtab *syms;
+	struct u64map strings; /* producer string id -> symtab id */
+	struct u64map stacks;  /* producer stack id -> symtab stack id */
+	struct op_range *ranges;
+	size_t ranges_cap;
+	char *text; /* a string made printable */
+	size_t text_cap;
+	uint32_t *frames;
+	size_t frames_cap;
+	struct ringdec_counters n;
+	char error[128];
+};
+
+int ringdec_new(struct symtab *syms, struct ringdec **out)
+{
+	struct ringdec *d = calloc(1, sizeof(*d));
+
+	if (d == NULL)
+		return -ENOMEM;
+	d->syms = syms;
+	if (u64map_init(&d->strings) < 0 || u64map_init(&d->stacks) < 0) {
+		ringdec_free(d);
+		return -ENOMEM;
+	}
+	*out = d;
+	return 0;
+}
+
+void ringdec_free(struct ringdec *d)
+{
+	if (d == NULL)
+		return;
+	u64map_fini(&d->strings);
+	u64map_fini(&d->stacks);
+	free(d->ranges);
+	free(d->text);
+	free(d->frames);
+	free(d);
+}
+
+const char *ringdec_error(const struct ringdec *d)
+{
+	return d->error;
+}
+
+void ringdec_counters(const struct ringdec *d, struct ringdec_counters *c)
+{
+	*c = d->n;
+}
+
+static int ringdec_bad(struct ringdec *d, const char *what, unsigned type,
+		       size_t len)
+{
+	snprintf(d->error, sizeof(d->error), "%s (record type %u, %zu bytes)",
+		 what, type, len);
+	d->n.malformed++;
+	return -EBADMSG;
+}
+
+/* Grows *buf to hold n elements of size `size`. 0 or -ENOMEM. */
+static int ringdec_reserve(void **buf, size_t *cap, size_t n, size_t size)
+{
+	size_t want = *cap ? *cap : 16;
+	void *p;
+
+	if (n <= *cap)
+		return 0;
+	while (want < n)
+		want *= 2;
+	p = realloc(*buf, want * size);
+	if (p == NULL)
+		return -ENOMEM;
+	*buf = p;
+	*cap = want;
+	return 0;
+}
+
+/*
+ * Interns `len` bytes from a producer as a printable string: bytes that
+ * are not valid UTF-8, and control characters, become '?'.
+ */
+static int ringdec_intern(struct ringdec *d, const char *s, size_t len,
+			  uint32_t *id)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t i = 0, n;
+	int err;
+
+	if (len == 0)
+		return symtab_intern(d->syms, "?", 1, id);
+	err = ringdec_reserve((void **)&d->text, &d->text_cap, len, 1);
+	if (err < 0)
+		return err;
+	while (i < len) {
+		n = p[i] < 0x80 ? 1 : utf8_seq(p + i, len - i);
+		if (n == 0 || p[i] < 0x20 || p[i] == 0x7f) {
+			d->text[i++] = '?';
+			continue;
+		}
+		memcpy(d->text + i, p + i, n);
+		i += n;
+	}
+	return symtab_intern(d->syms, d->text, len, id);
+}
+
+/* The symtab id of producer string `id`, or of a placeholder naming it. */
+static int ringdec_string(struct ringdec *d, uint32_t id, const char *what,
+			  uint32_t *out)
+{
+	const uint64_t *v = u64map_get(&d->strings, id);
+	char buf[48];
+	int n;
+
+	if (v != NULL) {
+		*out = (uint32_t)*v;
+		return 0;
+	}
+	if (id == 0) {
+		n = snprintf(buf, sizeof(buf), "<no %s>", what);
+	} else {
+		d->n.undefined++;
+		n = snprintf(buf, sizeof(buf), "<%s %u>", what, id);
+	}
+	return symtab_intern(d->syms, buf, (size_t)n, out);
+}
+
+static int ringdec_def_string(struct ringdec *d, const void *payload,
+			      size_t len)
+{
+	const struct ring_string *s = payload;
+	uint32_t id;
+	int err;
+
+	if (len < sizeof(*s) || s->len > len - sizeof(*s) ||
+	    len - sizeof(*s) - s->len >= RING_ALIGN || s->id == 0)
+		return ringdec_bad(d, "malformed string definition",
+				   RING_REC_STRING, len);
+	err = ringdec_intern(d, s->bytes, s->len, &id);
+	if (err == 0)
+		err = u64map_put(&d->strings, s->id, id);
+	if (err == 0)
+		d->n.strings++;
+	return err;
+}
+
+static int ringdec_def_stack(struct ringdec *d, const void *payload,
+			     size_t len)
+{
+	const struct ring_stack *s = payload;
+	uint32_t id;
+	int err;
+
+	if (len < sizeof(*s) || s->nframes > (len - sizeof(*s)) / 4 ||
+	    len - sizeof(*s) - (size_t)s->nframes * 4 >= RING_ALIGN ||
+	    s->id == 0)
+		return ringdec_bad(d, "malformed stack definition",
+				   RING_REC_STACK, len);
+	err = ringdec_reserve((void **)&d->frames, &d->frames_cap, s->nframes,
+			      sizeof(*d->frames));
+	for (uint32_t i = 0; err == 0 && i < s->nframes; i++)
+		err = ringdec_string(d, s->frames[i], "frame", &d->frames[i]);
+	if (err == 0)
+		err = symtab_intern_stack(d->syms, d->frames, s->nframes, &id);
+	if (err == 0)
+		err = u64map_put(&d->stacks, s->id, id);
+	if (err == 0)
+		d->n.stacks++;
+	return err;
+}
+
+static uint32_t ringdec_stack(struct ringdec *d, uint32_t id)
+{
+	const uint64_t *v;
+
+	if (id == 0)
+		return 0;
+	v = u64map_get(&d->stacks, id);
+	if (v == NULL) {
+		d->n.undefined++;
+		return 0;
+	}
+	return (uint32_t)*v;
+}
+
+/* `len` cut so that [ptr, ptr + len) ends by 2^64. */
+static uint64_t ringdec_clamp(uint64_t ptr, uint64_t len)
+{
+	return ptr != 0 && len > 0 - ptr ? 0 - ptr : len;
+}
+
+/* Copies the ranges that hold a byte, cut at 2^64; their count. */
+static size_t ringdec_ranges(const struct ring_range *in, size_t n,
+			     struct op_range *out)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (in[i].len == 0)
+			continue;
+		out[kept].ptr = in[i].ptr;
+		out[kept].len = ringdec_clamp(in[i].ptr, in[i].len);
+		kept++;
+	}
+	return kept;
+}
+
+static int ringdec_launch(struct ringdec *d, const void *payload, size_t len,
+			  struct op *op)
+{
+	const struct ring_launch *l = payload;
+	uint64_t n;
+	int err;
+
+	if (len < sizeof(*l) || l->kind != OP_LAUNCH)
+		return ringdec_bad(d, "malformed launch", RING_REC_LAUNCH, len);
+	n = (uint64_t)l->nreads + l->nwrites;
+	if (n > (len - sizeof(*l)) / sizeof(l->ranges[0]) ||
+	    len - sizeof(*l) != n * sizeof(l->ranges[0]))
+		return ringdec_bad(d, "launch ranges do not match its length",
+				   RING_REC_LAUNCH, len);
+	err = ringdec_reserve((void **)&d->ranges, &d->ranges_cap, n,
+			      sizeof(*d->ranges));
+	if (err == 0)
+		err = ringdec_string(d, l->name, "operator", &op->name);
+	if (err < 0)
+		return err;
+	op->kind = OP_LAUNCH;
+	op->stack = ringdec_stack(d, l->stack);
+	op->stream = l->stream;
+	op->reads = d->ranges;
+	op->nreads = ringdec_ranges(l->ranges, l->nreads, d->ranges);
+	op->writes = d->ranges + op->nreads;
+	op->nwrites = ringdec_ranges(l->ranges + l->nreads, l->nwrites,
+				     d->ranges + op->nreads);
+	return 1;
+}
+
+/* Spreads a struct ring_op's a, b, c over the fields its kind uses. */
+static void ringdec_fields(const struct ring_op *r, struct op *op)
+{
+	switch (op->kind) {
+	case OP_STREAM_CREATE:
+	case OP_STREAM_SYNC:
+		op->stream = r->a;
+		break;
+	case OP_EVENT_CREATE:
+	case OP_EVENT_DESTROY:
+	case OP_EVENT_SYNC:
+		op->event = r->a;
+		break;
+	case OP_EVENT_RECORD:
+	case OP_EVENT_WAIT:
+		op->event = r->a;
+		op->stream = r->b;
+		break;
+	case OP_STREAM_WAIT:
+		op->stream = r->a;
+		op->on = r->b;
+		break;
+	case OP_ALLOC:
+		op->ptr = r->a;
+		op->size = ringdec_clamp(r->a, r->b);
+		op->has_stream = (r->flags & RING_OP_HAS_STREAM) != 0;
+		op->stream = op->has_stream ? r->c : 0;
+		break;
+	case OP_FREE:
+		op->ptr = r->a;
+		break;
+	case OP_RECORD_STREAM:
+		op->ptr = r->a;
+		op->stream = r->b;
+		break;
+	case OP_GAP:
+		op->has_lost = (r->flags & RING_OP_HAS_LOST) != 0;
+		op->lost = op->has_lost ? r->a : 0;
+		break;
+	default:
+		break;
+	}
+}
+
+static int ringdec_op(struct ringdec *d, const void *payload, size_t len,
+		      struct op *op)
+{
+	const struct ring_op *r = payload;
+
+	if (len != sizeof(*r) || r->kind >= OP_KIND_COUNT ||
+	    r->kind == OP_LAUNCH)
+		return ringdec_bad(d, "malformed operation", RING_REC_OP, len);
+	op->kind = r->kind;
+	op->stack = ringdec_stack(d, r->stack);
+	ringdec_fields(r, op);
+	return 1;
+}
+
+int ringdec_record(struct ringdec *d, unsigned type, const void *payload,
+		   size_t len, struct op *op)
+{
+	int ret;
+
+	memset(op, 0, sizeof(*op));
+	switch (type) {
+	case RINGREAD_LOST:
+		op->kind = OP_GAP;
+		ret = 1;
+		break;
+	case RING_REC_STRING:
+		return ringdec_def_string(d, payload, len);
+	case RING_REC_STACK:
+		return ringdec_def_stack(d, payload, len);
+	case RING_REC_OP:
+		ret = ringdec_op(d, payload, len, op);
+		break;
+	case RING_REC_LAUNCH:
+		ret = ringdec_launch(d, payload, len, op);
+		break;
+	default:
+		return ringdec_bad(d, "unknown record type", type, len);
+	}
+	if (ret == 1)
+		d->n.ops++;
+	return ret;
+}

@@ -1,0 +1,52 @@
+/*
+ * ringdec.h - turning the records of one ring into operations.
+ *
+ * The consumer of a ring (the daemon's ingest, the agent's recorder) hands
+ * each record from ringread_drain() to ringdec_record(). It checks the
+ * payload, keeps the producer's string and stack definitions, maps the
+ * producer's ids to ids of the caller's symtab, and yields a struct op that
+ * the engine or the trace writer accepts: strings are made valid UTF-8
+ * without control characters, empty ranges are dropped and ranges past 2^64
+ * are cut there. A record lost in the ring becomes a `gap`.
+ *
+ * Caller owns the struct ringdec; release with ringdec_free(), which accepts
+ * NULL. The symtab must outlive it.
+ */
+#ifndef NPUSAN_RINGDEC_H
+#define NPUSAN_RINGDEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "op.h"
+#include "symtab.h"
+
+struct ringdec;
+
+int ringdec_new(struct symtab *syms, struct ringdec **out);
+void ringdec_free(struct ringdec *d);
+
+/*
+ * Decodes one record (type and payload as passed to a ringread_cb). 1 with
+ * an op in *op, whose ranges stay valid until the next call; 0 when the
+ * record defined a string or a stack; -EBADMSG when the payload is malformed
+ * (ringdec_error() says how; nothing was defined); -ENOMEM; -E2BIG when the
+ * symtab is full.
+ */
+int ringdec_record(struct ringdec *d, unsigned type, const void *payload,
+		   size_t len, struct op *op);
+
+/* What was wrong with the last malformed record; "" when none was. */
+const char *ringdec_error(const struct ringdec *d);
+
+struct ringdec_counters {
+	uint64_t ops;
+	uint64_t strings;
+	uint64_t stacks;
+	uint64_t malformed;
+	uint64_t undefined; /* references to ids never defined */
+};
+
+void ringdec_counters(const struct ringdec *d, struct ringdec_counters *c);
+
+#endif

@@ -1,0 +1,79 @@
+/*
+ * ringread.h - the consumer side of the shared-memory ring (proto/ring.h).
+ *
+ * One thread drains one ring: the daemon's ingest for a registered process,
+ * or the agent's recorder. Everything in the mapping is untrusted: every
+ * length, tag and position is checked before use, a record is copied out of
+ * shared memory before the callback sees it (so the producer cannot change
+ * it under the check), and no content of the ring can make the consumer
+ * read or write outside the mapping, loop forever or take SIGBUS.
+ *
+ * Caller owns the struct ringread; release with ringread_unmap(), which
+ * accepts NULL. The fd passed to ringread_map() stays the caller's.
+ */
+#ifndef NPUSAN_RINGREAD_H
+#define NPUSAN_RINGREAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ringread;
+
+/*
+ * Maps the ring in memfd `fd` after checking its header and seals, and
+ * bumps the consumer's beat, so blocked producers know a consumer exists. 0;
+ * -EINVAL when the file is not a ring this version reads (*why then says
+ * what is wrong: a static string); -ENOMEM; a negative errno from fstat,
+ * fcntl or mmap.
+ */
+int ringread_map(int fd, struct ringread **out, const char **why);
+
+void ringread_unmap(struct ringread *r);
+
+/* The pseudo record type for lost records; `len` is the bytes skipped. */
+#define RINGREAD_LOST 0u
+
+/* ringread_drain() flags */
+#define RINGREAD_DEAD 1u /* the producer is gone: skip what it left
+			    unfinished instead of waiting for it */
+
+/*
+ * Called with each record in ring order: `type` an enum ring_rec_type (pads
+ * are never passed) or RINGREAD_LOST, `payload` a private copy valid until
+ * the callback returns. 0 to go on; a negative value stops the drain and is
+ * returned by it (the record counts as consumed).
+ */
+typedef int (*ringread_cb)(void *arg, unsigned type, const void *payload,
+			   size_t len);
+
+/*
+ * Consumes up to `max` committed records (pads not counted), stopping early
+ * at one not committed yet (unless RINGREAD_DEAD), then publishes the new
+ * tail and bumps the consumer's beat. A record whose header is corrupt (bad
+ * length or tag) makes the consumer skip to the producers' head, reporting
+ * RINGREAD_LOST. Returns the number of callbacks made, or a callback's
+ * negative return.
+ */
+int ringread_drain(struct ringread *r, unsigned max, unsigned flags,
+		   ringread_cb cb, void *arg);
+
+/*
+ * Takes the count of dropped records that no gap record reported yet; for
+ * a producer that is gone (a live one reports them itself).
+ */
+uint64_t ringread_take_pending(struct ringread *r);
+
+struct ringread_counters {
+	uint64_t capacity;  /* data bytes */
+	uint64_t head;      /* producers' reservation position (untrusted) */
+	uint64_t tail;      /* our position */
+	uint64_t dropped;   /* records the producers dropped (untrusted) */
+	uint64_t records;   /* records delivered, pads and lost excluded */
+	uint64_t bytes;     /* bytes consumed */
+	uint64_t lost_bytes; /* bytes skipped as lost */
+	uint64_t corrupt;   /* corrupt headers met */
+};
+
+void ringread_counters(const struct ringread *r, struct ringread_counters *c);
+
+#endif

@@ -1,0 +1,234 @@
+/*
+ * ring.h - the layout of the shared-memory ring between one agent and one
+ * consumer, and the encoding of the records it carries.
+ *
+ * Every accelerator process owns one ring: a memfd the agent creates, seals
+ * against resizing and hands to the daemon with SCM_RIGHTS. Any number of
+ * the process's threads produce (agent/ring.h); exactly one consumer reads
+ * (common/ringread.h): the daemon's ingest, or the agent's own recorder.
+ * This header is the whole contract between them; the consumer trusts none
+ * of it, because the producer may be buggy, dead or hostile.
+ *
+ * DESIGN
+ *
+ * 1. The mapping is RING_HEADER_SIZE bytes of header, then `capacity` bytes
+ *    of data, capacity a power of two. The header holds offsets and sizes
+ *    only, never pointers; each hot counter has a 128-byte line to itself
+ *    (two 64-byte lines, because adjacent-line prefetch pairs them).
+ * 2. `head` and `tail` are free-running byte positions; used = head - tail,
+ *    a position's offset is pos & (capacity - 1). Producers advance head by
+ *    compare-and-swap (a reservation); the consumer alone advances tail.
+ * 3. A record is an 8-byte header (struct ring_rec) and its payload, padded
+ *    to a multiple of 8. Its `word` is 0 until the producer writes it, then
+ *    RING_BUSY with the length and type, then RING_COMMIT once the payload is
+ *    complete (a release store). Its `tag` is its position / 8, truncated to
+ *    32 bits, so a header left from an earlier lap never passes for a new one.
+ * 4. A record never wraps: one that would cross the end of the data area is
+ *    preceded by a RING_REC_PAD record filling the end, reserved in the same
+ *    compare-and-swap. A record that ends exactly at the end needs no pad.
+ * 5. The consumer zeroes every byte it has consumed before it publishes the
+ *    new tail (a release store that pairs with the producers' acquire load of
+ *    tail), so a producer always reserves zeroed memory, and a zero word at
+ *    the tail means "reserved, header not written yet".
+ * 6. A record that finds too little room is dropped (or, with RING_F_BLOCK,
+ *    waits for a live consumer) and counted in `dropped` and `pending`. The
+ *    next producer to reserve moves `pending` into a gap operation placed
+ *    just before its own record, so the consumer sees where records were
+ *    lost and how many.
+ *
+ * All integers are in the host's byte order: producer and consumer share the
+ * host.
+ */
+#ifndef NPUSAN_PROTO_RING_H
+#define NPUSAN_PROTO_RING_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* "NPUSRING" read as a little-endian integer. */
+#define RING_MAGIC UINT64_C(0x474e49525355504e)
+#define RING_VERSION 1u
+#define RING_HEADER_SIZE 4096u
+
+#define RING_MIN_CAPACITY (UINT64_C(64) << 10)
+#define RING_MAX_CAPACITY (UINT64_C(1) << 30)
+#define RING_DEFAULT_CAPACITY (UINT64_C(8) << 20)
+
+/* header.flags */
+#define RING_F_BLOCK 1u /* producers wait for room instead of dropping */
+
+/*
+ * The named memory orders of the ring. Every use says what it orders and
+ * what it pairs with.
+ */
+#define ring_load_relaxed(p) atomic_load_explicit((p), memory_order_relaxed)
+#define ring_load_acquire(p) atomic_load_explicit((p), memory_order_acquire)
+#define ring_store_relaxed(p, v) \
+	atomic_store_explicit((p), (v), memory_order_relaxed)
+#define ring_store_release(p, v) \
+	atomic_store_explicit((p), (v), memory_order_release)
+
+struct ring_header {
+	/* Written once by the producer before the fd leaves the process. */
+	uint64_t magic;
+	uint32_t version;
+	uint32_t header_size;
+	uint64_t capacity;    /* data bytes, a power of two */
+	uint32_t max_record;  /* the longest record a producer writes, bytes */
+	uint32_t flags;       /* RING_F_* */
+	uint64_t producer_pid;
+	alignas(128) _Atomic uint64_t head;    /* producers: next position to reserve */
+	alignas(128) _Atomic uint64_t tail;    /* consumer: first unconsumed position */
+	alignas(128) _Atomic uint64_t dropped; /* producers: records dropped, ever */
+	_Atomic uint64_t pending; /* producers: dropped, not yet in a gap record */
+	alignas(128) _Atomic uint64_t beat; /* consumer: bumped at map and every drain */
+	uint8_t reserved[RING_HEADER_SIZE - 520];
+};
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
+	       "the ring needs address-free 64-bit atomics");
+_Static_assert(sizeof(_Atomic uint64_t) == 8, "atomic u64 is 8 bytes");
+_Static_assert(sizeof(struct ring_header) == RING_HEADER_SIZE,
+	       "the header is one page");
+_Static_assert(offsetof(struct ring_header, capacity) == 16, "layout v1");
+_Static_assert(offsetof(struct ring_header, producer_pid) == 32, "layout v1");
+_Static_assert(offsetof(struct ring_header, head) == 128, "layout v1");
+_Static_assert(offsetof(struct ring_header, tail) == 256, "layout v1");
+_Static_assert(offsetof(struct ring_header, dropped) == 384, "layout v1");
+_Static_assert(offsetof(struct ring_header, pending) == 392, "layout v1");
+_Static_assert(offsetof(struct ring_header, beat) == 512, "layout v1");
+
+/*
+ * A record header. `word` packs the length in 8-byte units (bits 0-23),
+ * the type (bits 24-29) and the state (bits 30-31).
+ */
+struct ring_rec {
+	_Atomic uint32_t word;
+	_Atomic uint32_t tag;
+};
+
+_Static_assert(sizeof(struct ring_rec) == 8, "record header is 8 bytes");
+_Static_assert(sizeof(_Atomic uint32_t) == 4, "atomic u32 is 4 bytes");
+
+#define RING_ALIGN 8u
+#define RING_LEN_MASK UINT32_C(0x00ffffff)
+#define RING_TYPE_SHIFT 24
+#define RING_TYPE_MASK UINT32_C(0x3f)
+#define RING_BUSY UINT32_C(0x40000000)
+#define RING_COMMIT UINT32_C(0x80000000)
+/* The length field's limit; a ring's max_record is far below it. */
+#define RING_REC_LIMIT ((uint64_t)RING_LEN_MASK * RING_ALIGN)
+
+/* Record types. Numbers are never reused. */
+enum ring_rec_type {
+	RING_REC_PAD = 1,    /* fills the end of the data area; no payload */
+	RING_REC_STRING = 2, /* struct ring_string: defines a string id */
+	RING_REC_STACK = 3,  /* struct ring_stack: defines a stack id */
+	RING_REC_OP = 4,     /* struct ring_op: any operation but launch */
+	RING_REC_LAUNCH = 5, /* struct ring_launch */
+};
+
+static inline uint32_t ring_word(uint32_t state, unsigned type, uint64_t len)
+{
+	return state | (uint32_t)type << RING_TYPE_SHIFT |
+	       (uint32_t)(len / RING_ALIGN);
+}
+
+static inline uint64_t ring_word_len(uint32_t word)
+{
+	return (uint64_t)(word & RING_LEN_MASK) * RING_ALIGN;
+}
+
+static inline unsigned ring_word_type(uint32_t word)
+{
+	return (word >> RING_TYPE_SHIFT) & RING_TYPE_MASK;
+}
+
+static inline uint32_t ring_tag(uint64_t pos)
+{
+	return (uint32_t)(pos / RING_ALIGN);
+}
+
+/* The bytes a record with `payload` bytes of payload takes in the ring. */
+static inline uint64_t ring_rec_size(uint64_t payload)
+{
+	return (sizeof(struct ring_rec) + payload + RING_ALIGN - 1) &
+	       ~(uint64_t)(RING_ALIGN - 1);
+}
+
+/*
+ * Strings (operator names, stack frames) and stacks are defined once per
+ * ring, before the first record that uses their id; ids are the agent's own,
+ * starting at 1 (0 is "none"). A consumer that meets an id it never saw
+ * defined (it attached late) shows the id instead of the text.
+ */
+struct ring_string {
+	uint32_t id;
+	uint32_t len; /* bytes that follow, no NUL */
+	char bytes[];
+};
+
+struct ring_stack {
+	uint32_t id;
+	uint32_t nframes; /* string ids that follow, innermost first */
+	uint32_t frames[];
+};
+
+/* ring_op.flags */
+#define RING_OP_HAS_STREAM 1u /* alloc: `c` holds the allocation stream */
+#define RING_OP_HAS_LOST 2u   /* gap: `a` holds the number lost */
+
+/*
+ * Any operation of common/op.h but launch. `kind` is an enum op_kind;
+ * the fields it uses:
+ *
+ *   stream_create, stream_sync       a = stream
+ *   event_create, event_destroy,
+ *   event_sync                       a = event
+ *   event_record, event_wait         a = event, b = stream
+ *   stream_wait                      a = stream, b = on
+ *   alloc                            a = ptr, b = size, c = stream
+ *   free                             a = ptr
+ *   record_stream                    a = ptr, b = stream
+ *   gap                              a = lost
+ *   device_sync, flush               -
+ */
+struct ring_op {
+	uint8_t kind;
+	uint8_t flags;
+	uint16_t reserved;
+	uint32_t stack;
+	uint64_t a;
+	uint64_t b;
+	uint64_t c;
+};
+
+struct ring_range {
+	uint64_t ptr;
+	uint64_t len;
+};
+
+/* A launch: `nreads` read ranges, then `nwrites` write ranges. */
+struct ring_launch {
+	uint8_t kind; /* OP_LAUNCH, so that every op record starts alike */
+	uint8_t flags;
+	uint16_t reserved;
+	uint32_t stack;
+	uint64_t stream;
+	uint32_t name;
+	uint32_t nreads;
+	uint32_t nwrites;
+	uint32_t reserved2;
+	struct ring_range ranges[];
+};
+
+_Static_assert(sizeof(struct ring_string) == 8, "layout v1");
+_Static_assert(sizeof(struct ring_stack) == 8, "layout v1");
+_Static_assert(sizeof(struct ring_op) == 32, "layout v1");
+_Static_assert(sizeof(struct ring_range) == 16, "layout v1");
+_Static_assert(sizeof(struct ring_launch) == 32, "layout v1");
+_Static_assert(offsetof(struct ring_launch, ranges) == 32, "layout v1");
+
+#endif
