@@ -1,0 +1,771 @@
+/*
+ * npusan.c - the agent: the public API (npusan.h), its start-up from the
+ * environment, and what happens to it across fork() and exit.
+ *
+ * DESIGN
+ *
+ * 1. The state (npusan_state_, exported for npusan_active()) is the only
+ *    thing a call reads when the agent is off: one load and a branch.
+ *    AGENT_ON is stored (release) only after the rings exist; calls load it
+ *    with acquire. It is a plain int used through __atomic builtins because
+ *    the public header, which C++ includes too, declares it.
+ * 2. Up to two rings take every operation: the daemon's (NPUSAN=1 or
+ *    npusan_init()), which drops when full unless NPUSAN_RING_FULL=block,
+ *    and the recorder's (NPUSAN_RECORD), which always waits for room.
+ * 3. A string or stack is defined on a ring before the first record that
+ *    uses its id: a thread that finds it undefined there pushes the
+ *    definition itself, and marks it defined only once committed, so a
+ *    record never precedes the definition of an id it carries (two racing
+ *    threads may both define it; the consumer accepts equal definitions).
+ * 4. Rings are never unmapped while the process runs: a thread may be
+ *    pushing into one at any time, also during exit. After fork() the child
+ *    abandons its parent's rings (AGENT_FORKED) and its first call makes its
+ *    own, with a new generation, so every definition is sent again.
+ */
+#include "npusan.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "identity.h"
+#include "intern.h"
+#include "op.h"
+#include "recorder.h"
+#include "register.h"
+#include "ring.h"
+#include "stack.h"
+
+#define NPUSAN_EXPORT __attribute__((visibility("default")))
+#define likely(x) __builtin_expect(!!(x), 1)
+
+#define AGENT_DAEMON 0   /* ring slot of the daemon's ring */
+#define AGENT_RECORDER 1 /* ring slot of the recorder's ring */
+#define AGENT_BLOCK_TIMEOUT_MS 5000
+
+enum agent_state {
+	AGENT_OFF,    /* disabled: every call returns at once */
+	AGENT_ON,     /* rings ready */
+	AGENT_FORKED, /* in a child of fork(): the next call restarts */
+};
+
+struct agent_ring {
+	/* Set (release) after gen, cleared only in a forked child. */
+	_Atomic(struct ring *) ring;
+	uint32_t gen; /* this ring's generation, never 0 */
+};
+
+NPUSAN_EXPORT int npusan_state_ = AGENT_OFF;
+
+#define agent_state_load(order) __atomic_load_n(&npusan_state_, (order))
+#define agent_state_store(v, order) \
+	__atomic_store_n(&npusan_state_, (v), (order))
+static struct {
+	struct agent_ring rings[INTERN_RINGS];
+	struct stack_config stacks;
+	struct recorder *recorder;
+	uint32_t next_gen;
+	bool want_daemon; /* NPUSAN=1 or npusan_init(): also after fork() */
+	bool atfork_done;
+} agent;
+static pthread_mutex_t agent_lock = PTHREAD_MUTEX_INITIALIZER;
+
+_Static_assert(sizeof(struct npusan_range) == sizeof(struct ring_range),
+	       "ranges are copied into the ring as they are");
+
+static void agent_log(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+
+/* Configuration errors always reach stderr: a user who set a variable
+ * wrong must hear of it. Never stdout. */
+static void agent_log(const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf) - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n > sizeof(buf) - 2)
+		n = sizeof(buf) - 2;
+	buf[n++] = '\n';
+	if (write(STDERR_FILENO, buf, (size_t)n) < 0)
+		return;
+}
+
+/* ---- definitions ------------------------------------------------------- */
+
+/* The ring of `slot`, or NULL. */
+static inline struct ring *agent_ring_get(int slot)
+{
+	/* Acquire: pairs with the release store in agent_ring_new(). */
+	return atomic_load_explicit(&agent.rings[slot].ring,
+				    memory_order_acquire);
+}
+
+static bool agent_defined(struct intern_head *h, int slot)
+{
+	/* Acquire: pairs with the release store in agent_mark(), after
+	 * which the definition is in the ring ahead of our record. */
+	return atomic_load_explicit(&h->sent[slot], memory_order_acquire) ==
+	       agent.rings[slot].gen;
+}
+
+static void agent_mark(struct intern_head *h, int slot)
+{
+	/* Release: pairs with the acquire load in agent_defined(). */
+	atomic_store_explicit(&h->sent[slot], agent.rings[slot].gen,
+			      memory_order_release);
+}
+
+/* Defines string `id` on ring `slot` unless it is. 0 or -errno. */
+static int agent_define_string(int slot, uint32_t id)
+{
+	struct intern_str *s = (struct intern_str *)intern_string_get(id);
+	struct ring_string *def;
+	struct ring_slot rs;
+	int err;
+
+	if (s == NULL)
+		return -ENOENT;
+	if (agent_defined(&s->h, slot))
+		return 0;
+	err = ring_reserve(agent_ring_get(slot), RING_REC_STRING,
+			   sizeof(*def) + s->h.n, &rs);
+	if (err < 0)
+		return err;
+	def = rs.payload;
+	def->id = id;
+	def->len = s->h.n;
+	memcpy(def->bytes, s->bytes, s->h.n);
+	ring_commit(&rs);
+	agent_mark(&s->h, slot);
+	return 0;
+}
+
+/* Defines stack `id`, and its frames, on ring `slot`. 0 or -errno. */
+static int agent_define_stack(int slot, uint32_t id)
+{
+	struct intern_stack *st = (struct intern_stack *)intern_stack_get(id);
+	struct ring_stack *def;
+	struct ring_slot rs;
+	int err;
+
+	if (st == NULL)
+		return -ENOENT;
+	if (agent_defined(&st->h, slot))
+		return 0;
+	for (uint32_t i = 0; i < st->h.n; i++) {
+		err = agent_define_string(slot, st->frames[i]);
+		if (err < 0)
+			return err;
+	}
+	err = ring_reserve(agent_ring_get(slot), RING_REC_STACK,
+			   sizeof(*def) + st->h.n * sizeof(def->frames[0]),
+			   &rs);
+	if (err < 0)
+		return err;
+	def = rs.payload;
+	def->id = id;
+	def->nframes = st->h.n;
+	memcpy(def->frames, st->frames, st->h.n * sizeof(def->frames[0]));
+	ring_commit(&rs);
+	agent_mark(&st->h, slot);
+	return 0;
+}
+
+/*
+ * The stack id to send: a given one, or the native stack captured now.
+ * Called only from agent_launch() and agent_alloc(), never inlined, and
+ * the agent is built without sibling calls, so the frames to skip are
+ * always these three: itself, its caller and the API function.
+ */
+__attribute__((noinline)) static uint32_t agent_stack(uint32_t stack)
+{
+	uintptr_t pcs[STACK_MAX_DEPTH];
+	int n;
+
+	if (stack != NPUSAN_STACK_NATIVE)
+		return stack;
+	if (agent.stacks.depth == 0)
+		return 0;
+	n = stack_capture(agent.stacks.method, pcs, agent.stacks.depth, 3);
+	return n > 0 ? intern_native(pcs, (size_t)n) : 0;
+}
+
+/* ---- pushing ----------------------------------------------------------- */
+
+static bool agent_wake(void) __attribute__((noinline, cold));
+
+/* Whether calls should push now; starts a forked child's agent. */
+static inline bool agent_on(void)
+{
+	/* Acquire: pairs with the release store in agent_start(); the rings
+	 * are set up before the state says so. */
+	int s = agent_state_load(__ATOMIC_ACQUIRE);
+
+	if (likely(s == AGENT_ON))
+		return true;
+	return s == AGENT_FORKED && agent_wake();
+}
+
+/* The ring `slot` when it exists and `stack` is defined on it (a stack that
+ * cannot be defined is sent as none). */
+static struct ring *agent_ring_for(int slot, uint32_t *stack)
+{
+	struct ring *r = agent_ring_get(slot);
+
+	if (r != NULL && *stack != 0 && agent_define_stack(slot, *stack) < 0)
+		*stack = 0;
+	return r;
+}
+
+static void agent_push_op(const struct ring_op *op)
+{
+	struct ring_slot rs;
+	struct ring *r;
+	uint32_t stack;
+
+	for (int slot = 0; slot < INTERN_RINGS; slot++) {
+		stack = op->stack;
+		r = agent_ring_for(slot, &stack);
+		if (r == NULL || ring_reserve(r, RING_REC_OP, sizeof(*op), &rs))
+			continue;
+		memcpy(rs.payload, op, sizeof(*op));
+		((struct ring_op *)rs.payload)->stack = stack;
+		ring_commit(&rs);
+	}
+}
+
+static void agent_op(enum op_kind kind, uint64_t a, uint64_t b)
+{
+	if (!agent_on())
+		return;
+	struct ring_op op = { .kind = (uint8_t)kind, .a = a, .b = b };
+
+	agent_push_op(&op);
+}
+
+static void agent_push_launch(int slot, uint64_t stream, uint32_t name,
+			      const struct npusan_range *reads, size_t nreads,
+			      const struct npusan_range *writes,
+			      size_t nwrites, uint32_t stack)
+{
+	struct ring_launch *l;
+	struct ring_slot rs;
+	struct ring *r = agent_ring_for(slot, &stack);
+
+	if (r == NULL)
+		return;
+	if (name != 0 && agent_define_string(slot, name) < 0)
+		name = 0;
+	if (ring_reserve(r, RING_REC_LAUNCH,
+			 sizeof(*l) + (nreads + nwrites) * sizeof(*reads), &rs))
+		return;
+	l = rs.payload;
+	l->kind = OP_LAUNCH;
+	l->flags = 0;
+	l->reserved = 0;
+	l->stack = stack;
+	l->stream = stream;
+	l->name = name;
+	l->nreads = (uint32_t)nreads;
+	l->nwrites = (uint32_t)nwrites;
+	l->reserved2 = 0;
+	/* A loop, not memcpy(): launches carry a handful of ranges, and a
+	 * call into libc costs more than copying them. */
+	for (size_t i = 0; i < nreads; i++)
+		l->ranges[i] = (struct ring_range){ reads[i].ptr, reads[i].len };
+	for (size_t i = 0; i < nwrites; i++)
+		l->ranges[nreads + i] =
+			(struct ring_range){ writes[i].ptr, writes[i].len };
+	ring_commit(&rs);
+}
+
+/* ---- the API ----------------------------------------------------------- */
+
+/* The body of npusan_launch(), out of line so that the disabled path is
+ * the state check alone. */
+static __attribute__((noinline)) void agent_launch(
+	uint64_t stream, uint32_t op, const struct npusan_range *reads,
+	size_t nreads, const struct npusan_range *writes, size_t nwrites,
+	uint32_t stack)
+{
+	/* More ranges than a record holds: ring_reserve() refuses the
+	 * record and counts it as dropped; the counts must not wrap. */
+	if (nreads > UINT32_MAX || nwrites > UINT32_MAX)
+		nreads = nwrites = UINT32_MAX;
+	stack = agent_stack(stack);
+	for (int slot = 0; slot < INTERN_RINGS; slot++)
+		agent_push_launch(slot, stream, op, reads, nreads, writes,
+				  nwrites, stack);
+}
+
+NPUSAN_EXPORT void npusan_launch(uint64_t stream, uint32_t op,
+				 const struct npusan_range *reads,
+				 size_t nreads,
+				 const struct npusan_range *writes,
+				 size_t nwrites, uint32_t stack)
+{
+	if (agent_on())
+		agent_launch(stream, op, reads, nreads, writes, nwrites, stack);
+}
+
+static __attribute__((noinline)) void agent_alloc(uint64_t ptr, uint64_t size,
+						  uint64_t stream,
+						  uint32_t stack)
+{
+	struct ring_op op = { .kind = OP_ALLOC, .a = ptr, .b = size };
+
+	if (stream != NPUSAN_NO_STREAM) {
+		op.flags = RING_OP_HAS_STREAM;
+		op.c = stream;
+	}
+	op.stack = agent_stack(stack);
+	agent_push_op(&op);
+}
+
+NPUSAN_EXPORT void npusan_alloc(uint64_t ptr, uint64_t size, uint64_t stream,
+				uint32_t stack)
+{
+	if (agent_on())
+		agent_alloc(ptr, size, stream, stack);
+}
+
+NPUSAN_EXPORT void npusan_stream_create(uint64_t stream)
+{
+	agent_op(OP_STREAM_CREATE, stream, 0);
+}
+
+NPUSAN_EXPORT void npusan_event_create(uint64_t event)
+{
+	agent_op(OP_EVENT_CREATE, event, 0);
+}
+
+NPUSAN_EXPORT void npusan_event_destroy(uint64_t event)
+{
+	agent_op(OP_EVENT_DESTROY, event, 0);
+}
+
+NPUSAN_EXPORT void npusan_event_record(uint64_t event, uint64_t stream)
+{
+	agent_op(OP_EVENT_RECORD, event, stream);
+}
+
+NPUSAN_EXPORT void npusan_event_wait(uint64_t event, uint64_t stream)
+{
+	agent_op(OP_EVENT_WAIT, event, stream);
+}
+
+NPUSAN_EXPORT void npusan_event_sync(uint64_t event)
+{
+	agent_op(OP_EVENT_SYNC, event, 0);
+}
+
+NPUSAN_EXPORT void npusan_stream_wait(uint64_t stream, uint64_t on)
+{
+	agent_op(OP_STREAM_WAIT, stream, on);
+}
+
+NPUSAN_EXPORT void npusan_stream_sync(uint64_t stream)
+{
+	agent_op(OP_STREAM_SYNC, stream, 0);
+}
+
+NPUSAN_EXPORT void npusan_device_sync(void)
+{
+	agent_op(OP_DEVICE_SYNC, 0, 0);
+}
+
+NPUSAN_EXPORT void npusan_free(uint64_t ptr)
+{
+	agent_op(OP_FREE, ptr, 0);
+}
+
+NPUSAN_EXPORT void npusan_record_stream(uint64_t ptr, uint64_t stream)
+{
+	agent_op(OP_RECORD_STREAM, ptr, stream);
+}
+
+NPUSAN_EXPORT void npusan_flush(void)
+{
+	agent_op(OP_FLUSH, 0, 0);
+}
+
+NPUSAN_EXPORT void npusan_gap(uint64_t lost)
+{
+	if (!agent_on())
+		return;
+	struct ring_op op = { .kind = OP_GAP, .a = lost };
+
+	if (lost != NPUSAN_LOST_UNKNOWN)
+		op.flags = RING_OP_HAS_LOST;
+	else
+		op.a = 0;
+	agent_push_op(&op);
+}
+
+NPUSAN_EXPORT uint32_t npusan_intern(const char *s)
+{
+	return s != NULL ? intern_string(s, strlen(s)) : 0;
+}
+
+NPUSAN_EXPORT uint32_t npusan_intern_stack(const uint32_t *frames, size_t n)
+{
+	return frames != NULL ? intern_stack(frames, n) : 0;
+}
+
+NPUSAN_EXPORT int npusan_enabled(void)
+{
+	return agent_on();
+}
+
+/* ---- start-up ---------------------------------------------------------- */
+
+/* NPUSAN_RING_SIZE: bytes with an optional K, M or G; default 8 MiB. */
+static uint64_t agent_ring_size(void)
+{
+	const char *v = getenv("NPUSAN_RING_SIZE");
+	unsigned long long n;
+	char *end;
+
+	if (v == NULL || *v == '\0')
+		return RING_DEFAULT_CAPACITY;
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (*end == 'K' || *end == 'k')
+		n <<= 10, end++;
+	else if (*end == 'M' || *end == 'm')
+		n <<= 20, end++;
+	else if (*end == 'G' || *end == 'g')
+		n <<= 30, end++;
+	if (v[0] < '0' || v[0] > '9' || *end != '\0' || errno != 0 ||
+	    n < RING_MIN_CAPACITY || n > RING_MAX_CAPACITY ||
+	    (n & (n - 1)) != 0) {
+		agent_log("npusan: NPUSAN_RING_SIZE=%s is not a power of two "
+			  "from 64K to 1G; using 8M", v);
+		return RING_DEFAULT_CAPACITY;
+	}
+	return n;
+}
+
+static uint32_t agent_ring_flags(void)
+{
+	const char *v = getenv("NPUSAN_RING_FULL");
+
+	if (v == NULL || *v == '\0' || strcmp(v, "drop") == 0)
+		return 0;
+	if (strcmp(v, "block") == 0)
+		return RING_F_BLOCK;
+	agent_log("npusan: NPUSAN_RING_FULL=%s is neither drop nor block; "
+		  "dropping", v);
+	return 0;
+}
+
+/* Creates the ring of `slot`. 0 or -errno. */
+static int agent_ring_new(int slot, uint32_t flags)
+{
+	struct ring *r;
+	int err = ring_create(agent_ring_size(), flags, AGENT_BLOCK_TIMEOUT_MS,
+			      &r);
+
+	if (err < 0)
+		return err;
+	agent.rings[slot].gen = ++agent.next_gen ? agent.next_gen
+						 : ++agent.next_gen;
+	/* Release: pairs with the acquire load in agent_ring_get(). */
+	atomic_store_explicit(&agent.rings[slot].ring, r,
+			      memory_order_release);
+	return 0;
+}
+
+static int agent_start_daemon(void)
+{
+	struct register_cfg cfg = { 0 };
+	struct ring *r;
+	int err = agent_ring_new(AGENT_DAEMON, agent_ring_flags());
+
+	if (err < 0)
+		return err;
+	r = agent_ring_get(AGENT_DAEMON);
+	cfg.memfd = ring_fd(r);
+	cfg.ring_size = r->capacity;
+	cfg.ring_header_size = RING_HEADER_SIZE;
+	cfg.ring_flags = r->flags;
+	err = register_start(&cfg);
+	if (err < 0) {
+		/* Nobody could ever drain it: no ring rather than one that
+		 * only costs time. No thread has seen it yet. */
+		atomic_store_explicit(&agent.rings[AGENT_DAEMON].ring, NULL,
+				      memory_order_relaxed);
+		ring_destroy(r);
+		agent_log("npusan: cannot register with the daemon: %s",
+			  strerror(-err));
+	}
+	return err;
+}
+
+/* NPUSAN_RECORD with %p replaced by the pid into buf; false when the
+ * result does not fit or, in a forked child, names the parent's file. */
+static bool agent_record_path(const char *tmpl, bool child, char *buf,
+			      size_t len)
+{
+	size_t o = 0;
+	bool has_pid = false;
+	int n;
+
+	for (const char *p = tmpl; *p != '\0' && o < len; p++) {
+		if (p[0] == '%' && p[1] == 'p') {
+			n = snprintf(buf + o, len - o, "%d", (int)getpid());
+			o += n > 0 ? (size_t)n : 0;
+			has_pid = true;
+			p++;
+		} else {
+			buf[o++] = *p;
+		}
+	}
+	if (o >= len)
+		return false;
+	buf[o] = '\0';
+	return has_pid || !child;
+}
+
+static int agent_start_recorder(const char *tmpl, bool child)
+{
+	struct trace_process proc = { .present = true };
+	struct identity id;
+	char path[PATH_MAX], exe[PATH_MAX];
+	ssize_t n;
+	int err;
+
+	if (!agent_record_path(tmpl, child, path, sizeof(path)))
+		return child ? 0 : -ENAMETOOLONG;
+	err = agent_ring_new(AGENT_RECORDER, RING_F_BLOCK);
+	if (err < 0)
+		return err;
+	identity_from_env(&id);
+	proc.pid = (uint64_t)getpid();
+	proc.job = id.job;
+	proc.has_rank = id.has_rank;
+	proc.rank = id.rank;
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n > 0) {
+		exe[n] = '\0';
+		proc.name = strrchr(exe, '/') ? strrchr(exe, '/') + 1 : exe;
+	}
+	err = recorder_start(path, ring_fd(agent_ring_get(AGENT_RECORDER)),
+			     &proc, &agent.recorder);
+	if (err < 0)
+		agent_log("npusan: NPUSAN_RECORD: cannot record to %s: %s",
+			  path, strerror(-err));
+	return err;
+}
+
+static void agent_atfork_prepare(void);
+static void agent_atfork_parent(void);
+static void agent_atfork_child(void);
+
+/*
+ * Under agent_lock: creates the rings the environment asks for (the
+ * daemon's when `daemon`), starts registration and recording, and turns the
+ * agent on. 0, or a negative errno with the agent left off.
+ */
+static int agent_start(bool daemon, bool child)
+{
+	const char *record = getenv("NPUSAN_RECORD");
+	int err = 0;
+
+	if (stack_config_from_env(&agent.stacks) < 0) {
+		agent_log("npusan: NPUSAN_STACKS or NPUSAN_STACK_METHOD not "
+			  "understood; native stacks are off");
+		agent.stacks.depth = 0;
+	}
+	if (agent.stacks.depth > 0)
+		stack_prepare(agent.stacks.method);
+	if (!agent.atfork_done &&
+	    pthread_atfork(agent_atfork_prepare, agent_atfork_parent,
+			   agent_atfork_child) == 0)
+		agent.atfork_done = true;
+	if (daemon)
+		err = agent_start_daemon();
+	if (record != NULL && *record != '\0') {
+		int rerr = agent_start_recorder(record, child);
+
+		err = err < 0 ? err : rerr;
+	}
+	if (agent_ring_get(AGENT_DAEMON) == NULL &&
+	    agent_ring_get(AGENT_RECORDER) == NULL)
+		return err;
+	/* Release: pairs with the acquire load in agent_on(). */
+	agent_state_store(AGENT_ON, __ATOMIC_RELEASE);
+	return err;
+}
+
+/* In a forked child, on its first call: start again with new rings. */
+static bool agent_wake(void)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&agent_lock);
+	if (agent_state_load(__ATOMIC_RELAXED) ==
+	    AGENT_FORKED) {
+		agent_state_store(AGENT_OFF, __ATOMIC_RELAXED);
+		err = agent_start(agent.want_daemon, true);
+	}
+	pthread_mutex_unlock(&agent_lock);
+	return err == 0 &&
+	       agent_state_load(__ATOMIC_ACQUIRE) ==
+		       AGENT_ON;
+}
+
+static bool agent_env_says(const char *want)
+{
+	const char *v = getenv("NPUSAN");
+
+	return v != NULL && strcmp(v, want) == 0;
+}
+
+NPUSAN_EXPORT int npusan_init(void)
+{
+	int err = 0;
+
+	if (agent_env_says("0"))
+		return 0;
+	pthread_mutex_lock(&agent_lock);
+	agent.want_daemon = true;
+	switch (agent_state_load(__ATOMIC_RELAXED)) {
+	case AGENT_OFF:
+		err = agent_start(true, false);
+		break;
+	case AGENT_ON:
+		if (agent_ring_get(AGENT_DAEMON) == NULL)
+			err = agent_start_daemon();
+		break;
+	default: /* AGENT_FORKED: the first call starts it */
+		break;
+	}
+	pthread_mutex_unlock(&agent_lock);
+	return err;
+}
+
+/* Whether a ring's consumer has taken everything pushed to it so far. */
+static bool agent_drained(const struct ring *r)
+{
+	/* Acquire: pairs with the consumer's release store of tail. */
+	return ring_load_acquire(&r->hdr->tail) ==
+	       ring_load_relaxed(&r->hdr->head);
+}
+
+NPUSAN_EXPORT int npusan_wait_drained(unsigned timeout_ms)
+{
+	struct timespec nap = { 0, 1000000 };
+	struct ring *r;
+
+	if (!agent_on())
+		return 0;
+	for (int slot = 0; slot < INTERN_RINGS; slot++) {
+		r = agent_ring_get(slot);
+		if (r == NULL)
+			continue;
+		if (ring_load_relaxed(&r->hdr->beat) == 0 && !agent_drained(r))
+			return -ENOTCONN;
+		for (unsigned ms = 0; !agent_drained(r); ms++) {
+			if (ms >= timeout_ms)
+				return -ETIMEDOUT;
+			nanosleep(&nap, NULL);
+		}
+	}
+	return 0;
+}
+
+/* ---- fork and exit ----------------------------------------------------- */
+
+static void agent_atfork_prepare(void)
+{
+	pthread_mutex_lock(&agent_lock);
+	intern_atfork_prepare();
+	recorder_atfork_prepare(agent.recorder);
+}
+
+static void agent_atfork_parent(void)
+{
+	recorder_atfork_parent(agent.recorder);
+	intern_atfork_parent();
+	pthread_mutex_unlock(&agent_lock);
+}
+
+/* The child has one thread, this one: drop the parent's rings (no other
+ * thread can be pushing into them here), its registration and its
+ * recorder. */
+static void agent_atfork_child(void)
+{
+	intern_atfork_child();
+	if (agent_state_load(__ATOMIC_RELAXED) ==
+	    AGENT_ON) {
+		register_atfork_child();
+		recorder_atfork_child(agent.recorder);
+		agent.recorder = NULL;
+		for (int slot = 0; slot < INTERN_RINGS; slot++) {
+			ring_destroy(agent_ring_get(slot));
+			atomic_store_explicit(&agent.rings[slot].ring, NULL,
+					      memory_order_relaxed);
+		}
+		agent_state_store(AGENT_FORKED, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&agent_lock);
+}
+
+__attribute__((constructor)) static void agent_ctor(void)
+{
+	const char *record = getenv("NPUSAN_RECORD");
+	const char *v = getenv("NPUSAN");
+	int err;
+
+	if (v != NULL && *v != '\0' && strcmp(v, "0") != 0 &&
+	    strcmp(v, "1") != 0)
+		agent_log("npusan: NPUSAN=%s not understood (0 or 1); the "
+			  "agent stays off", v);
+	if (!agent_env_says("1") && (record == NULL || *record == '\0'))
+		return;
+	if (agent_env_says("0"))
+		return;
+	pthread_mutex_lock(&agent_lock);
+	agent.want_daemon = agent_env_says("1");
+	err = agent_start(agent.want_daemon, false);
+	pthread_mutex_unlock(&agent_lock);
+	if (err < 0)
+		agent_log("npusan: the agent could not start: %s; the job "
+			  "runs without it", strerror(-err));
+}
+
+/*
+ * At exit the recorder writes what is left. The rings stay mapped for
+ * threads still pushing (DESIGN 4); the daemon drains its own mapping.
+ */
+__attribute__((destructor)) static void agent_dtor(void)
+{
+	struct ring *r;
+
+	pthread_mutex_lock(&agent_lock);
+	if (agent.recorder != NULL) {
+		recorder_stop(agent.recorder);
+		agent.recorder = NULL;
+		/* No consumer any more: a thread still pushing must not wait
+		 * for one. Relaxed: a hint, as in ring__consumer_alive(). */
+		r = agent_ring_get(AGENT_RECORDER);
+		ring_store_relaxed(&r->stalled_beat,
+				   ring_load_relaxed(&r->hdr->beat));
+	}
+	pthread_mutex_unlock(&agent_lock);
+}

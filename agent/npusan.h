@@ -1,0 +1,158 @@
+/*
+ * npusan.h - the agent API: tell npusan what an accelerator process does.
+ *
+ * A framework adapter (or any runtime shim) calls one function per
+ * operation of the trace format (shared/spec/trace-format.md): streams,
+ * events, synchronisations, allocations and kernel launches with the memory
+ * they read and write. The agent pushes each one into a lock-free
+ * shared-memory ring that the npusan daemon drains and analyses, and, with
+ * NPUSAN_RECORD, into a trace file.
+ *
+ * Every function is safe from any thread, never blocks the caller (unless
+ * NPUSAN_RING_FULL=block asks it to wait for room), never writes to stdout,
+ * never calls exit() and never raises a signal. When the agent is disabled
+ * each operation costs a load and a branch.
+ *
+ * Environment:
+ *   NPUSAN=1                 enable and register with the daemon (else the
+ *                            agent is off unless npusan_init() is called)
+ *   NPUSAN_SOCKET=PATH       the daemon's socket (default: the per-user or
+ *                            system socket, see the README)
+ *   NPUSAN_RECORD=PATH       also write a v1 text trace; "%p" is the pid
+ *   NPUSAN_RING_SIZE=BYTES   ring capacity, a power of two, K/M/G allowed
+ *                            (default 8M)
+ *   NPUSAN_RING_FULL=drop|block   what a full ring does (default drop:
+ *                            the record is counted and reported as a gap)
+ *   NPUSAN_STACKS=N          capture up to N native frames per launch and
+ *                            allocation (default 0: off)
+ *   NPUSAN_LOG=info|debug    diagnostics on stderr (default: only errors in
+ *                            the configuration)
+ */
+#ifndef NPUSAN_H
+#define NPUSAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NPUSAN_API_VERSION 1
+
+/* npusan_alloc(): the allocation stream is not known. */
+#define NPUSAN_NO_STREAM UINT64_MAX
+
+/* Stack arguments: no stack, or capture the native one (NPUSAN_STACKS). */
+#define NPUSAN_STACK_NONE 0u
+#define NPUSAN_STACK_NATIVE UINT32_MAX
+
+/* npusan_gap(): the number lost is not known. */
+#define NPUSAN_LOST_UNKNOWN UINT64_MAX
+
+/* The bytes [ptr, ptr + len); an empty range (len 0) is ignored. */
+struct npusan_range {
+	uint64_t ptr;
+	uint64_t len;
+};
+
+/*
+ * The agent's state, exported only for npusan_active(); never write it.
+ */
+extern int npusan_state_;
+
+/*
+ * Whether calling npusan_*() now can do anything. A call into a disabled
+ * agent costs a few nanoseconds, most of it the call itself; a hot path
+ * that guards its calls with this inline check pays one load instead:
+ *
+ *	if (npusan_active())
+ *		npusan_launch(stream, op, reads, 2, writes, 2, NPUSAN_STACK_NONE);
+ *
+ * It is also true in a child just after fork(), so that the child's first
+ * call can start the child's own agent.
+ */
+static inline int npusan_active(void)
+{
+	return __atomic_load_n(&npusan_state_, __ATOMIC_RELAXED) != 0;
+}
+
+/*
+ * Enables the agent as NPUSAN=1 does (unless NPUSAN=0): creates the ring
+ * and starts registering with the daemon in the background. Idempotent.
+ * Returns 0, or a negative errno when the ring could not be created (the
+ * agent then stays off).
+ */
+int npusan_init(void);
+
+/* 1 when operations are being recorded, else 0. */
+int npusan_enabled(void);
+
+/*
+ * The id of a string (an operator name or a stack frame), at least 1; the
+ * same string always gets the same id. 0 when s is NULL or empty, or out of
+ * memory. Ids are valid in this process and its forked children.
+ */
+uint32_t npusan_intern(const char *s);
+
+/*
+ * The id of a stack of `n` frames (ids from npusan_intern(), innermost
+ * first), at least 1; 0 when n is 0 or above 256, a frame id is unknown,
+ * or out of memory.
+ */
+uint32_t npusan_intern_stack(const uint32_t *frames, size_t n);
+
+void npusan_stream_create(uint64_t stream);
+void npusan_event_create(uint64_t event);
+void npusan_event_destroy(uint64_t event);
+/* `event` captures the work submitted to `stream` so far. */
+void npusan_event_record(uint64_t event, uint64_t stream);
+/* Later work on `stream` waits for `event` (device side). */
+void npusan_event_wait(uint64_t event, uint64_t stream);
+/* The host waits for `event`. */
+void npusan_event_sync(uint64_t event);
+/* Later work on `stream` waits for the work submitted to `on` so far. */
+void npusan_stream_wait(uint64_t stream, uint64_t on);
+/* The host waits for `stream` to drain. */
+void npusan_stream_sync(uint64_t stream);
+/* The host waits for every stream to drain. */
+void npusan_device_sync(void);
+
+/* [ptr, ptr + size) was allocated for `stream` (NPUSAN_NO_STREAM when
+ * unknown). `stack`: a stack id, NPUSAN_STACK_NONE or NPUSAN_STACK_NATIVE. */
+void npusan_alloc(uint64_t ptr, uint64_t size, uint64_t stream,
+		  uint32_t stack);
+/* The allocation starting at ptr went back to the allocator. */
+void npusan_free(uint64_t ptr);
+/* The allocator was told the allocation containing ptr is used on stream. */
+void npusan_record_stream(uint64_t ptr, uint64_t stream);
+
+/*
+ * A kernel (or an asynchronous copy) named by operator id `op` (from
+ * npusan_intern()) on `stream` that reads and writes the given ranges.
+ */
+void npusan_launch(uint64_t stream, uint32_t op,
+		   const struct npusan_range *reads, size_t nreads,
+		   const struct npusan_range *writes, size_t nwrites,
+		   uint32_t stack);
+
+/* Check every live allocation for a missing record_stream now. */
+void npusan_flush(void);
+
+/* `lost` operations (NPUSAN_LOST_UNKNOWN: an unknown number) happened that
+ * the agent was not told about. */
+void npusan_gap(uint64_t lost);
+
+/*
+ * Waits up to `timeout_ms` until every operation pushed so far has been
+ * taken by the daemon (and, with NPUSAN_RECORD, written to the trace file).
+ * 0; -ETIMEDOUT; -ENOTCONN when no daemon has the ring; 0 at once when the
+ * agent is off. For short-lived processes and replay; it may block.
+ */
+int npusan_wait_drained(unsigned timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

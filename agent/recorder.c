@@ -1,0 +1,240 @@
+/*
+ * recorder.c - the recorder thread: ring -> ringdec -> trace writer.
+ */
+#include "recorder.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdio_ext.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ringdec.h"
+#include "ringread.h"
+#include "symtab.h"
+#include "thread.h"
+
+#define RECORDER_BATCH 4096
+#define RECORDER_BUFSIZ (1u << 20)
+
+struct recorder {
+	pthread_t thread;
+	_Atomic bool stop;
+	/* Held by the thread while it drains and writes, and by fork()'s
+	 * prepare handler, so a child never inherits the file, the decoder or
+	 * an allocator in the middle of the thread's work. */
+	pthread_mutex_t busy;
+	FILE *f;
+	char *path;
+	char *job;
+	char *name;
+	struct ringread *rr;
+	struct symtab *syms;
+	struct ringdec *dec;
+	struct trace_writer *w;
+	struct trace_process proc; /* strings owned by job and name */
+	int err; /* the first write error; the thread's own until joined */
+};
+
+static void recorder_free(struct recorder *rec)
+{
+	trace_writer_close(rec->w);
+	if (rec->f != NULL)
+		fclose(rec->f);
+	ringdec_free(rec->dec);
+	symtab_free(rec->syms);
+	ringread_unmap(rec->rr);
+	pthread_mutex_destroy(&rec->busy);
+	free(rec->path);
+	free(rec->job);
+	free(rec->name);
+	free(rec);
+}
+
+static void recorder_fail(struct recorder *rec, int err)
+{
+	if (rec->err != 0)
+		return;
+	rec->err = err;
+	fprintf(stderr, "npusan: recording to %s failed (%s); "
+		"the rest of the run is not recorded\n", rec->path,
+		strerror(-err));
+}
+
+/*
+ * Creates the file at the first operation, so that a process that never
+ * does any (a launcher, a replay's parent) leaves no empty trace behind.
+ */
+static int recorder_open(struct recorder *rec)
+{
+	int err;
+
+	rec->f = fopen(rec->path, "we");
+	if (rec->f == NULL)
+		return -errno;
+	setvbuf(rec->f, NULL, _IOFBF, RECORDER_BUFSIZ);
+	err = trace_writer_new(rec->f, rec->syms, &rec->proc, &rec->w);
+	if (err < 0) {
+		fclose(rec->f);
+		rec->f = NULL;
+	}
+	return err;
+}
+
+static void recorder_write(struct recorder *rec, const struct op *op)
+{
+	int err = 0;
+
+	if (rec->err != 0)
+		return;
+	if (rec->w == NULL)
+		err = recorder_open(rec);
+	if (err == 0)
+		err = trace_write_op(rec->w, op);
+	if (err < 0)
+		recorder_fail(rec, err);
+}
+
+static int recorder_cb(void *arg, unsigned type, const void *payload,
+		       size_t len)
+{
+	struct recorder *rec = arg;
+	struct op op;
+
+	if (ringdec_record(rec->dec, type, payload, len, &op) == 1)
+		recorder_write(rec, &op);
+	return 0;
+}
+
+/* Drains until nothing is committed; the number of records taken. */
+static unsigned recorder_drain_all(struct recorder *rec)
+{
+	unsigned total = 0;
+	int n;
+
+	while ((n = ringread_drain(rec->rr, RECORDER_BATCH, 0, recorder_cb,
+				   rec)) > 0)
+		total += (unsigned)n;
+	return total;
+}
+
+static void *recorder_main(void *arg)
+{
+	struct recorder *rec = arg;
+	struct timespec nap = { 0, 0 };
+	unsigned idle = 0, n;
+
+	/* Acquire: pairs with the release store in recorder_stop(). */
+	while (!atomic_load_explicit(&rec->stop, memory_order_acquire)) {
+		pthread_mutex_lock(&rec->busy);
+		n = recorder_drain_all(rec);
+		pthread_mutex_unlock(&rec->busy);
+		if (n > 0) {
+			idle = 0;
+			continue;
+		}
+		/* Short naps while busy, longer ones when idle: latency
+		 * only matters to a producer waiting for room. */
+		nap.tv_nsec = idle++ < 100 ? 100000 : 2000000;
+		nanosleep(&nap, NULL);
+	}
+	return NULL;
+}
+
+/* The process line, its strings copied so the recorder owns them. */
+static int recorder_process(struct recorder *rec, const struct trace_process *p)
+{
+	rec->proc = *p;
+	if (p->job != NULL && (rec->job = strdup(p->job)) == NULL)
+		return -ENOMEM;
+	if (p->name != NULL && (rec->name = strdup(p->name)) == NULL)
+		return -ENOMEM;
+	rec->proc.job = rec->job;
+	rec->proc.name = rec->name;
+	return 0;
+}
+
+int recorder_start(const char *path, int ring_fd,
+		   const struct trace_process *process, struct recorder **out)
+{
+	struct recorder *rec = calloc(1, sizeof(*rec));
+	int err = -ENOMEM;
+
+	if (rec == NULL)
+		return -ENOMEM;
+	pthread_mutex_init(&rec->busy, NULL);
+	if ((rec->path = strdup(path)) == NULL ||
+	    recorder_process(rec, process) < 0 ||
+	    symtab_new(&rec->syms) < 0 ||
+	    ringdec_new(rec->syms, &rec->dec) < 0)
+		goto err;
+	err = ringread_map(ring_fd, &rec->rr, NULL);
+	if (err == 0)
+		err = thread_start(&rec->thread, recorder_main, rec);
+	if (err < 0)
+		goto err;
+	*out = rec;
+	return 0;
+err:
+	recorder_free(rec);
+	return err;
+}
+
+int recorder_stop(struct recorder *rec)
+{
+	struct op gap = { .kind = OP_GAP, .has_lost = true };
+	int err;
+
+	if (rec == NULL)
+		return 0;
+	/* Release: pairs with the acquire load in recorder_main(). */
+	atomic_store_explicit(&rec->stop, true, memory_order_release);
+	pthread_join(rec->thread, NULL);
+	recorder_drain_all(rec);
+	gap.lost = ringread_take_pending(rec->rr);
+	if (gap.lost != 0)
+		recorder_write(rec, &gap);
+	if (rec->w != NULL) {
+		err = trace_writer_close(rec->w);
+		rec->w = NULL;
+		if (err < 0)
+			recorder_fail(rec, err);
+		if (fclose(rec->f) != 0)
+			recorder_fail(rec, -errno);
+		rec->f = NULL;
+	}
+	err = rec->err;
+	recorder_free(rec);
+	return err < 0 ? -EIO : 0;
+}
+
+void recorder_atfork_prepare(struct recorder *rec)
+{
+	if (rec != NULL)
+		pthread_mutex_lock(&rec->busy);
+}
+
+void recorder_atfork_parent(struct recorder *rec)
+{
+	if (rec != NULL)
+		pthread_mutex_unlock(&rec->busy);
+}
+
+void recorder_atfork_child(struct recorder *rec)
+{
+	if (rec == NULL)
+		return;
+	pthread_mutex_unlock(&rec->busy);
+	/* The buffered bytes are the parent's to write. */
+	if (rec->f != NULL) {
+		__fpurge(rec->f);
+		trace_writer_close(rec->w);
+		rec->w = NULL;
+		__fpurge(rec->f);
+	}
+	recorder_free(rec);
+}

@@ -1,0 +1,293 @@
+/*
+ * replay.c - npusan-replay: replays traces through the real agent API.
+ *
+ * Each trace runs in a process of its own, forked from this one, which
+ * takes the trace's identity (its `process` line's job and rank), enables
+ * the agent with npusan_init(), and calls one npusan_*() function per
+ * operation, so a daemon sees a live process registering and pushing; with
+ * --rate it paces itself. All traces run at once, as the ranks of a job do.
+ * This is the demo driver and the end-to-end test driver.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "npusan.h"
+#include "symtab.h"
+#include "trace.h"
+#include "u64map.h"
+
+#define REPLAY_OK 0
+#define REPLAY_FAILED 1
+#define REPLAY_USAGE 2
+
+struct replay {
+	struct symtab *syms;
+	struct u64map names;  /* trace string id -> agent string id */
+	struct u64map stacks; /* trace stack id -> agent stack id */
+	double rate;          /* operations per second, 0: as fast as possible */
+	unsigned wait_ms;
+	const char *path;
+};
+
+static const char replay_usage[] =
+	"usage: npusan-replay [--rate OPS] [--wait MS] TRACE...\n"
+	"\n"
+	"Replays each trace through the npusan agent in a process of its own,\n"
+	"all at once, so that a running npusand analyses them as live processes.\n"
+	"\n"
+	"  --rate OPS   replay at most OPS operations per second per trace\n"
+	"  --wait MS    at the end, wait up to MS milliseconds for the daemon\n"
+	"               to take every operation (default 10000)\n"
+	"  --help       show this help\n"
+	"\n"
+	"The agent's environment applies (NPUSAN_SOCKET, NPUSAN_RECORD, ...);\n"
+	"NPUSAN_RING_FULL defaults to block, so that nothing is dropped.\n"
+	"Exit status: 0 when every trace was replayed, 1 when one could not be\n"
+	"read, 2 on a usage error.\n";
+
+/* The agent's id for trace string `id`. */
+static uint32_t replay_name(struct replay *rp, uint32_t id)
+{
+	const uint64_t *v = u64map_get(&rp->names, id);
+	uint32_t agent_id;
+
+	if (v != NULL)
+		return (uint32_t)*v;
+	agent_id = npusan_intern(symtab_str(rp->syms, id, NULL));
+	if (agent_id != 0 && u64map_put(&rp->names, id, agent_id) < 0)
+		return 0;
+	return agent_id;
+}
+
+/* The agent's id for trace stack `id`. */
+static uint32_t replay_stack(struct replay *rp, uint32_t id)
+{
+	const uint64_t *v = u64map_get(&rp->stacks, id);
+	uint32_t frames[256], agent_id;
+	const uint32_t *f;
+	size_t n;
+
+	if (id == 0)
+		return NPUSAN_STACK_NONE;
+	if (v != NULL)
+		return (uint32_t)*v;
+	n = symtab_stack(rp->syms, id, &f);
+	if (n > 256)
+		n = 256;
+	for (size_t i = 0; i < n; i++)
+		frames[i] = replay_name(rp, f[i]);
+	agent_id = npusan_intern_stack(frames, n);
+	if (agent_id != 0 && u64map_put(&rp->stacks, id, agent_id) < 0)
+		return NPUSAN_STACK_NONE;
+	return agent_id;
+}
+
+static void replay_op(struct replay *rp, const struct op *op)
+{
+	switch (op->kind) {
+	case OP_STREAM_CREATE: npusan_stream_create(op->stream); break;
+	case OP_EVENT_CREATE: npusan_event_create(op->event); break;
+	case OP_EVENT_DESTROY: npusan_event_destroy(op->event); break;
+	case OP_EVENT_RECORD: npusan_event_record(op->event, op->stream); break;
+	case OP_EVENT_WAIT: npusan_event_wait(op->event, op->stream); break;
+	case OP_EVENT_SYNC: npusan_event_sync(op->event); break;
+	case OP_STREAM_WAIT: npusan_stream_wait(op->stream, op->on); break;
+	case OP_STREAM_SYNC: npusan_stream_sync(op->stream); break;
+	case OP_DEVICE_SYNC: npusan_device_sync(); break;
+	case OP_ALLOC:
+		npusan_alloc(op->ptr, op->size,
+			     op->has_stream ? op->stream : NPUSAN_NO_STREAM,
+			     replay_stack(rp, op->stack));
+		break;
+	case OP_FREE: npusan_free(op->ptr); break;
+	case OP_RECORD_STREAM: npusan_record_stream(op->ptr, op->stream); break;
+	case OP_LAUNCH:
+		npusan_launch(op->stream, replay_name(rp, op->name),
+			      (const struct npusan_range *)op->reads,
+			      op->nreads,
+			      (const struct npusan_range *)op->writes,
+			      op->nwrites, replay_stack(rp, op->stack));
+		break;
+	case OP_FLUSH: npusan_flush(); break;
+	case OP_GAP: npusan_gap(op->has_lost ? op->lost : NPUSAN_LOST_UNKNOWN); break;
+	default: break;
+	}
+}
+
+_Static_assert(sizeof(struct npusan_range) == sizeof(struct op_range),
+	       "trace ranges are passed to the agent as they are");
+
+/* Sleeps until operation `n` is due at rp->rate. */
+static void replay_pace(const struct replay *rp, const struct timespec *start,
+			uint64_t n)
+{
+	double due = (double)n / rp->rate;
+	struct timespec now, nap;
+	double ahead;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	ahead = due - ((double)(now.tv_sec - start->tv_sec) +
+		       (double)(now.tv_nsec - start->tv_nsec) / 1e9);
+	if (ahead <= 0)
+		return;
+	nap.tv_sec = (time_t)ahead;
+	nap.tv_nsec = (long)((ahead - (double)nap.tv_sec) * 1e9);
+	nanosleep(&nap, NULL);
+}
+
+/* Takes the trace's identity before the agent reads the environment. */
+static void replay_identity(const struct trace_process *p)
+{
+	char buf[32];
+
+	if (!p->present)
+		return;
+	if (p->job != NULL)
+		setenv("NPUSAN_JOB", p->job, 1);
+	if (p->has_rank) {
+		snprintf(buf, sizeof(buf), "%" PRIu64, p->rank);
+		setenv("RANK", buf, 1);
+	}
+}
+
+/* Replays one trace in this (child) process. An exit status. */
+static int replay_trace(struct replay *rp, struct trace_reader *r)
+{
+	struct timespec start;
+	struct op op;
+	uint64_t n = 0;
+	int ret, err;
+
+	/* The header and process line come before the first op. */
+	ret = trace_read(r, &op);
+	replay_identity(trace_reader_process(r));
+	setenv("NPUSAN_RING_FULL", "block", 0);
+	err = npusan_init();
+	if (err < 0) {
+		fprintf(stderr, "npusan-replay: %s: the agent could not start: "
+			"%s\n", rp->path, strerror(-err));
+		return REPLAY_FAILED;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (; ret == 1; ret = trace_read(r, &op)) {
+		if (rp->rate > 0)
+			replay_pace(rp, &start, n++);
+		replay_op(rp, &op);
+	}
+	if (ret < 0) {
+		fprintf(stderr, "npusan-replay: %s\n", trace_reader_error(r));
+		return REPLAY_FAILED;
+	}
+	err = npusan_wait_drained(rp->wait_ms);
+	if (err == -ETIMEDOUT)
+		fprintf(stderr, "npusan-replay: %s: the daemon did not take "
+			"every operation within %u ms\n", rp->path,
+			rp->wait_ms);
+	return REPLAY_OK;
+}
+
+static int replay_child(struct replay *rp)
+{
+	struct trace_reader *r = NULL;
+	char *msg = NULL;
+	int ret = REPLAY_FAILED, err;
+
+	if (symtab_new(&rp->syms) < 0 || u64map_init(&rp->names) < 0 ||
+	    u64map_init(&rp->stacks) < 0) {
+		fprintf(stderr, "npusan-replay: out of memory\n");
+		return REPLAY_FAILED;
+	}
+	err = trace_reader_open(rp->path, rp->syms, &r, &msg);
+	if (err < 0)
+		fprintf(stderr, "npusan-replay: %s\n",
+			msg ? msg : strerror(-err));
+	else
+		ret = replay_trace(rp, r);
+	free(msg);
+	trace_reader_close(r);
+	u64map_fini(&rp->names);
+	u64map_fini(&rp->stacks);
+	symtab_free(rp->syms);
+	return ret;
+}
+
+static int replay_parse(int argc, char **argv, struct replay *rp)
+{
+	static const struct option opts[] = {
+		{ "rate", required_argument, NULL, 'r' },
+		{ "wait", required_argument, NULL, 'w' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	char *end;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'r':
+			rp->rate = strtod(optarg, &end);
+			if (*end != '\0' || !(rp->rate > 0)) {
+				fprintf(stderr, "npusan-replay: --rate needs a "
+					"positive number, not '%s'\n", optarg);
+				return -1;
+			}
+			break;
+		case 'w':
+			rp->wait_ms = (unsigned)strtoul(optarg, &end, 10);
+			if (*end != '\0' || optarg[0] < '0' || optarg[0] > '9') {
+				fprintf(stderr, "npusan-replay: --wait needs "
+					"milliseconds, not '%s'\n", optarg);
+				return -1;
+			}
+			break;
+		case 'h':
+			fputs(replay_usage, stdout);
+			exit(REPLAY_OK);
+		default:
+			fputs(replay_usage, stderr);
+			return -1;
+		}
+	}
+	if (optind == argc) {
+		fputs(replay_usage, stderr);
+		return -1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct replay rp = { .wait_ms = 10000 };
+	int status, ret = REPLAY_OK;
+	pid_t pid;
+
+	if (replay_parse(argc, argv, &rp) < 0)
+		return REPLAY_USAGE;
+	fflush(stdout);
+	for (int i = optind; i < argc; i++) {
+		rp.path = argv[i];
+		pid = fork();
+		if (pid < 0) {
+			fprintf(stderr, "npusan-replay: fork: %s\n",
+				strerror(errno));
+			ret = REPLAY_FAILED;
+			break;
+		}
+		/* exit(), not _exit(): the agent's destructor finishes the
+		 * recording; stdout was flushed before the fork. */
+		if (pid == 0)
+			exit(replay_child(&rp));
+	}
+	while ((pid = wait(&status)) > 0 || errno == EINTR) {
+		if (pid > 0 && (!WIFEXITED(status) || WEXITSTATUS(status)))
+			ret = REPLAY_FAILED;
+	}
+	return ret;
+}

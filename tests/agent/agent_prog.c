@@ -1,0 +1,138 @@
+/*
+ * agent_prog.c - an application linked with libnpusan, driven by
+ * test_agent.c: it performs a known sequence of operations through the
+ * agent API in one of several ways (argv[1]).
+ *
+ *   scenario   the operations of SCENARIO_TRACE in test_agent.c: a data
+ *              race and a missing record_stream among correct ones
+ *   noisy      prints to stdout and stderr and exits with status 3, doing
+ *              operations in between
+ *   fork       a parent and a forked child, each with its own operations
+ *   threads N  N threads, each creating its stream and launching 1000
+ *              kernels on it
+ *   native     one launch with a native stack from a named function
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "npusan.h"
+
+static void scenario(void)
+{
+	uint32_t step = npusan_intern("train.py:14 in step");
+	uint32_t main_ = npusan_intern("train.py:30 in main");
+	uint32_t frames[] = { step, main_ };
+	uint32_t stack = npusan_intern_stack(frames, 2);
+	struct npusan_range x = { 0x1000, 4096 }, y = { 0x2000, 64 };
+	struct npusan_range view = { 0x1000 + 64, 16 };
+
+	npusan_alloc(0x1000, 4096, 0, stack);
+	npusan_alloc(0x2000, 64, 7, NPUSAN_STACK_NONE);
+	npusan_launch(0, npusan_intern("aten::randn"), NULL, 0, &x, 1, stack);
+	npusan_stream_create(7);
+	npusan_event_create(1);
+	npusan_launch(7, npusan_intern("aten::add.Tensor"), &view, 1, &y, 1,
+		      NPUSAN_STACK_NONE);
+	npusan_event_record(1, 7);
+	npusan_launch(0, npusan_intern("aten::mul"), &y, 1, NULL, 0, stack);
+	npusan_stream_wait(7, 0);
+	npusan_record_stream(0x2000, 0);
+	npusan_free(0x1000);
+	npusan_free(0x2000);
+	npusan_flush();
+	npusan_event_wait(1, 0);
+	npusan_event_sync(1);
+	npusan_stream_sync(7);
+	npusan_event_destroy(1);
+	npusan_device_sync();
+	npusan_alloc(0x3000, 8, NPUSAN_NO_STREAM, NPUSAN_STACK_NONE);
+	npusan_gap(5);
+	npusan_gap(NPUSAN_LOST_UNKNOWN);
+}
+
+static void *thread_main(void *arg)
+{
+	uint64_t stream = (uint64_t)(uintptr_t)arg;
+	uint32_t op = npusan_intern("kernel");
+	struct npusan_range r = { stream << 32, 8 };
+
+	npusan_stream_create(stream);
+	for (int i = 0; i < 1000; i++) {
+		r.ptr = (stream << 32) + (uint64_t)i * 8;
+		npusan_launch(stream, op, NULL, 0, &r, 1, NPUSAN_STACK_NONE);
+	}
+	return NULL;
+}
+
+static int threads(int n)
+{
+	pthread_t t[64];
+
+	if (n < 1 || n > 64)
+		return 2;
+	for (int i = 0; i < n; i++)
+		pthread_create(&t[i], NULL, thread_main,
+			       (void *)(uintptr_t)(i + 1));
+	for (int i = 0; i < n; i++)
+		pthread_join(t[i], NULL);
+	return 0;
+}
+
+static int forked(void)
+{
+	int status;
+	pid_t pid;
+
+	npusan_stream_create(1);
+	pid = fork();
+	if (pid == 0) {
+		npusan_stream_create(2);
+		npusan_launch(2, npusan_intern("child_kernel"), NULL, 0, NULL,
+			      0, NPUSAN_STACK_NONE);
+		exit(0);
+	}
+	npusan_launch(1, npusan_intern("parent_kernel"), NULL, 0, NULL, 0,
+		      NPUSAN_STACK_NONE);
+	waitpid(pid, &status, 0);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+/* Not static: -rdynamic exports it, so its frame is named. */
+void native_caller(void);
+
+__attribute__((noinline)) void native_caller(void)
+{
+	npusan_launch(0, npusan_intern("native"), NULL, 0, NULL, 0,
+		      NPUSAN_STACK_NATIVE);
+	__asm__ volatile("" ::: "memory"); /* keep the call a call */
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return 2;
+	if (strcmp(argv[1], "scenario") == 0) {
+		scenario();
+		return 0;
+	}
+	if (strcmp(argv[1], "noisy") == 0) {
+		printf("hello from the application\n");
+		scenario();
+		fprintf(stderr, "application warning\n");
+		printf("goodbye\n");
+		return 3;
+	}
+	if (strcmp(argv[1], "fork") == 0)
+		return forked();
+	if (strcmp(argv[1], "threads") == 0 && argc == 3)
+		return threads(atoi(argv[2]));
+	if (strcmp(argv[1], "native") == 0) {
+		native_caller();
+		return 0;
+	}
+	return 2;
+}
