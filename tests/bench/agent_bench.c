@@ -1,0 +1,652 @@
+/*
+ * agent_bench.c - what npusan_launch() costs the application, with the agent
+ * on and a consumer draining its ring, and with the agent off.
+ *
+ * Not a test. Each configuration runs in a fresh process (the agent reads
+ * its environment once), and with the agent on, that process first forks a
+ * consumer: tests/fakedaemon accepts its registration and the consumer
+ * drains the ring with ringread_drain() in a tight loop, counting records
+ * without decoding them (the daemon's decoding and analysis come on top, on
+ * its own cores). Each figure is the median of BENCH_RUNS timed runs of
+ * back-to-back launches with 2 read and 2 write ranges and a pre-interned
+ * operator name, called through libnpusan.so's PLT from BENCH_CHAIN frames
+ * deep (so that NPUSAN_STACKS=16 finds 16 frames). Before each run the ring
+ * is drained empty; after it, the bench waits until the consumer has taken
+ * everything and asks it for its counts, so `delivered` and `dropped` are
+ * exact per run.
+ *
+ * The consumer is pinned to one CPU and each pushing thread to another when
+ * the machine has enough; with fewer, they share and the figures say so.
+ *
+ * Build in Release and run: see tests/bench/agent_bench.sh.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fakedaemon.h"
+#include "npusan.h"
+#include "ringread.h"
+#include "../proto/ring.h"
+
+#define BENCH_RUNS 7
+#define BENCH_CHAIN 24	    /* frames under each timed loop */
+#define BENCH_MAX_THREADS 2
+#define BENCH_DRAIN_BATCH 4096 /* records per ringread_drain() */
+#define BENCH_TIMEOUT_MS 30000
+
+#ifdef __clang__
+#define BENCH_NOIPA __attribute__((noinline))
+#else
+#define BENCH_NOIPA __attribute__((noipa))
+#endif
+
+static volatile uintptr_t bench_sink;
+static long bench_consumer_nap_us; /* --consumer-nap-us */
+
+/*
+ * Shared between a configuration's process and its consumer (a MAP_SHARED
+ * anonymous mapping made before the fork). The consumer publishes its
+ * counts only when asked (sync_req), so reading them costs the producer
+ * nothing while it is timed.
+ */
+struct bench_shm {
+	_Atomic int listening; /* consumer: the fake daemon listens */
+	_Atomic int ready;     /* consumer: the ring is mapped (-1: failed) */
+	_Atomic int stop;      /* producer: drain what is left and exit */
+	_Atomic unsigned sync_req;
+	_Atomic unsigned sync_ack; /* release: the counts below are fresh */
+	uint64_t delivered; /* launch records the consumer took */
+	uint64_t records;   /* every record, definitions and gaps included */
+	uint64_t dropped;   /* the producers' drop counter */
+	long nap_us;	    /* sleep after an empty drain; 0: sched_yield */
+	char sock[108];
+};
+
+struct bench_cfg {
+	const char *label;
+	bool agent;	       /* false: NPUSAN unset, npusan_init() never */
+	int threads;
+	const char *ring_full; /* NPUSAN_RING_FULL, NULL: default (drop) */
+	const char *stacks;    /* NPUSAN_STACKS, NULL: unset (off) */
+	uint32_t stack;	       /* the stack argument of each launch */
+	long iters;	       /* launches per thread per run */
+	double target_ns;      /* the per-call budget, 0: none */
+	bool guarded;	       /* each call behind `if (npusan_active())` */
+};
+
+/* What one thread does in one run. */
+struct bench_thread {
+	const struct bench_cfg *cfg;
+	uint32_t op;
+	int cpu; /* -1: not pinned */
+	pthread_barrier_t *start;
+	double t0, t1; /* ns, CLOCK_MONOTONIC */
+};
+
+struct bench_run {
+	double ns_per_op[BENCH_MAX_THREADS];
+	double push_ns;	 /* first start to last end */
+	double drain_ns; /* first start until the consumer had it all */
+	uint64_t delivered, dropped;
+};
+
+static double bench_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static void bench_nap_us(long us)
+{
+	struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
+
+	nanosleep(&ts, NULL);
+}
+
+static int bench_cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The median of `n` values; sorts a copy. */
+static double bench_median(const double *v, int n)
+{
+	double s[BENCH_RUNS * BENCH_MAX_THREADS];
+
+	memcpy(s, v, (size_t)n * sizeof(*v));
+	qsort(s, (size_t)n, sizeof(*s), bench_cmp);
+	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/* The `k`-th CPU this process may run on, or -1 when there are not k+1. */
+static int bench_cpu(int k)
+{
+	cpu_set_t set;
+
+	if (sched_getaffinity(0, sizeof(set), &set) < 0)
+		return -1;
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &set) && k-- == 0)
+			return c;
+	return -1;
+}
+
+static int bench_ncpus(void)
+{
+	cpu_set_t set;
+
+	if (sched_getaffinity(0, sizeof(set), &set) < 0)
+		return 1;
+	return CPU_COUNT(&set);
+}
+
+static void bench_pin(int cpu)
+{
+	cpu_set_t set;
+
+	if (cpu < 0)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
+
+/* ---- the consumer ------------------------------------------------------ */
+
+struct bench_counts {
+	uint64_t delivered, records;
+};
+
+static int bench_count_cb(void *arg, unsigned type, const void *payload,
+			  size_t len)
+{
+	struct bench_counts *c = arg;
+
+	(void)payload;
+	(void)len;
+	c->records++;
+	c->delivered += type == RING_REC_LAUNCH;
+	return 0;
+}
+
+/* The consumer process: registers the agent, then drains until told to
+ * stop. Never returns. */
+static void bench_consumer(struct bench_shm *shm)
+{
+	struct fakedaemon_agent a;
+	struct ringread_counters rc;
+	struct bench_counts c = { 0 };
+	struct fakedaemon *d;
+	struct ringread *r;
+	const char *why = NULL;
+	unsigned ack = 0;
+	int n, err;
+
+	err = fakedaemon_start(shm->sock, &d);
+	if (err < 0) {
+		fprintf(stderr, "agent_bench: fakedaemon_start %s: %s\n",
+			shm->sock, strerror(-err));
+		atomic_store(&shm->ready, -1);
+		_exit(1);
+	}
+	atomic_store(&shm->listening, 1);
+	err = fakedaemon_next(d, BENCH_TIMEOUT_MS, &a);
+	if (err == 0 && a.fd < 0)
+		err = -EBADF;
+	if (err == 0)
+		err = ringread_map(a.fd, &r, &why);
+	if (err < 0) {
+		fprintf(stderr, "agent_bench: no ring from the agent: %s%s%s\n",
+			strerror(-err), why ? ": " : "", why ? why : "");
+		atomic_store(&shm->ready, -1);
+		fakedaemon_stop(d);
+		_exit(1);
+	}
+	atomic_store(&shm->ready, 1);
+	for (;;) {
+		/* Relaxed: a request; what it asks for is ordered by the
+		 * release store of sync_ack below. */
+		unsigned req = atomic_load_explicit(&shm->sync_req,
+						    memory_order_relaxed);
+		bool stop = atomic_load_explicit(&shm->stop,
+						 memory_order_relaxed);
+
+		n = ringread_drain(r, BENCH_DRAIN_BATCH, 0, bench_count_cb, &c);
+		if (req != ack) {
+			ringread_counters(r, &rc);
+			shm->delivered = c.delivered;
+			shm->records = c.records;
+			shm->dropped = rc.dropped;
+			ack = req;
+			/* Release: pairs with the acquire load in
+			 * bench_sync(); the counts above come first. */
+			atomic_store_explicit(&shm->sync_ack, ack,
+					      memory_order_release);
+		}
+		if (stop && n == 0)
+			break;
+		if (n == 0 && shm->nap_us > 0)
+			bench_nap_us(shm->nap_us);
+		else if (n == 0)
+			sched_yield(); /* let a producer on our CPU run */
+	}
+	ringread_unmap(r);
+	close(a.fd);
+	fakedaemon_stop(d);
+	_exit(0);
+}
+
+/* Fresh counts from the consumer into shm. 0 or -ETIMEDOUT. */
+static int bench_sync(struct bench_shm *shm)
+{
+	unsigned req = atomic_fetch_add(&shm->sync_req, 1) + 1;
+	double until = bench_now_ns() + BENCH_TIMEOUT_MS * 1e6;
+
+	/* Acquire: pairs with the release store in bench_consumer(). */
+	while (atomic_load_explicit(&shm->sync_ack, memory_order_acquire) !=
+	       req) {
+		if (bench_now_ns() > until)
+			return -ETIMEDOUT;
+		bench_nap_us(20);
+	}
+	return 0;
+}
+
+/* ---- the producer ------------------------------------------------------ */
+
+/* The timed loop: cfg->iters launches, back to back. */
+static BENCH_NOIPA void bench_loop(struct bench_thread *t)
+{
+	const struct bench_cfg *cfg = t->cfg;
+	struct npusan_range reads[2] = { { 0x7f0000000000, 4096 },
+					 { 0x7f0000100000, 65536 } };
+	struct npusan_range writes[2] = { { 0x7f0000200000, 4096 },
+					  { 0x7f0000300000, 256 } };
+	long n = cfg->iters;
+	uint32_t op = t->op, stack = cfg->stack;
+
+	t->t0 = bench_now_ns();
+	if (cfg->guarded) {
+		/* The inline check is a relaxed load of a variable the
+		 * compiler cannot assume constant, so it stays in the loop. */
+		for (long i = 0; i < n; i++) {
+			if (npusan_active())
+				npusan_launch((uint64_t)i & 3, op, reads, 2,
+					      writes, 2, stack);
+			bench_sink += (uintptr_t)i;
+		}
+	} else {
+		for (long i = 0; i < n; i++) {
+			/* The call is external (PLT), so it is never
+			 * elided; the stream varies as an application's
+			 * would. */
+			npusan_launch((uint64_t)i & 3, op, reads, 2, writes, 2,
+				      stack);
+		}
+	}
+	t->t1 = bench_now_ns();
+}
+
+/* Runs bench_loop() under `depth` more frames of its own. */
+static BENCH_NOIPA int bench_recurse(int depth, struct bench_thread *t)
+{
+	if (depth == 0)
+		bench_loop(t);
+	else
+		bench_recurse(depth - 1, t);
+	bench_sink += (uintptr_t)depth; /* not a tail call */
+	return depth;
+}
+
+static void *bench_thread_main(void *arg)
+{
+	struct bench_thread *t = arg;
+
+	bench_pin(t->cpu);
+	if (t->start != NULL)
+		pthread_barrier_wait(t->start);
+	bench_recurse(BENCH_CHAIN, t);
+	return NULL;
+}
+
+/* One run of cfg->threads threads; the first is the calling thread. */
+static int bench_run_once(const struct bench_cfg *cfg, uint32_t op,
+			  int first_cpu, struct bench_run *out)
+{
+	struct bench_thread th[BENCH_MAX_THREADS];
+	pthread_t tid[BENCH_MAX_THREADS];
+	pthread_barrier_t start;
+	double t0 = 1e300, t1 = 0;
+
+	memset(th, 0, sizeof(th));
+	pthread_barrier_init(&start, NULL, (unsigned)cfg->threads);
+	for (int i = 0; i < cfg->threads; i++) {
+		th[i].cfg = cfg;
+		th[i].op = op;
+		th[i].cpu = first_cpu < 0 ? -1 : bench_cpu(first_cpu + i);
+		th[i].start = cfg->threads > 1 ? &start : NULL;
+	}
+	for (int i = 1; i < cfg->threads; i++)
+		if (pthread_create(&tid[i], NULL, bench_thread_main, &th[i]))
+			return -EAGAIN;
+	bench_thread_main(&th[0]);
+	for (int i = 1; i < cfg->threads; i++)
+		pthread_join(tid[i], NULL);
+	pthread_barrier_destroy(&start);
+	for (int i = 0; i < cfg->threads; i++) {
+		out->ns_per_op[i] = (th[i].t1 - th[i].t0) / (double)cfg->iters;
+		t0 = th[i].t0 < t0 ? th[i].t0 : t0;
+		t1 = th[i].t1 > t1 ? th[i].t1 : t1;
+	}
+	out->push_ns = t1 - t0;
+	out->drain_ns = t1 - t0;
+	if (cfg->agent) {
+		int err = npusan_wait_drained(BENCH_TIMEOUT_MS);
+
+		out->drain_ns = bench_now_ns() - t0;
+		if (err < 0)
+			return err;
+	}
+	return 0;
+}
+
+static void bench_report(const struct bench_cfg *cfg, bool shared,
+			 const struct bench_run *runs)
+{
+	double per[BENCH_RUNS * BENCH_MAX_THREADS], thr[BENCH_RUNS];
+	double rate[BENCH_RUNS], drain[BENCH_RUNS], drop[BENCH_RUNS];
+	uint64_t total = (uint64_t)cfg->iters * (uint64_t)cfg->threads;
+	double median;
+	int np = 0;
+
+	for (int r = 0; r < BENCH_RUNS; r++) {
+		for (int i = 0; i < cfg->threads; i++)
+			per[np++] = runs[r].ns_per_op[i];
+		rate[r] = (double)total / runs[r].push_ns * 1e9;
+		drain[r] = (double)runs[r].delivered / runs[r].drain_ns * 1e9;
+		drop[r] = 100.0 * (double)runs[r].dropped / (double)total;
+	}
+	median = bench_median(per, np);
+	printf("%s: %.1f ns/op (median of %d", cfg->label, median,
+	       BENCH_RUNS);
+	if (cfg->threads > 1)
+		printf(" runs x %d threads", cfg->threads);
+	printf(", %ld launches per thread per run)%s\n", cfg->iters,
+	       shared ? " [threads share CPUs]" : "");
+	if (cfg->threads > 1) {
+		for (int i = 0; i < cfg->threads; i++) {
+			for (int r = 0; r < BENCH_RUNS; r++)
+				thr[r] = runs[r].ns_per_op[i];
+			printf("  thread %d: %.1f ns/op (median of %d)\n", i,
+			       bench_median(thr, BENCH_RUNS), BENCH_RUNS);
+		}
+	}
+	if (cfg->agent) {
+		printf("  pushed: %.2f M launches/s aggregate (median of %d)\n",
+		       bench_median(rate, BENCH_RUNS) / 1e6, BENCH_RUNS);
+		printf("  drained by the consumer: %.2f M records/s, dropped "
+		       "%.1f%% of launches (medians of %d; last run: "
+		       "%llu delivered, %llu dropped)\n",
+		       bench_median(drain, BENCH_RUNS) / 1e6,
+		       bench_median(drop, BENCH_RUNS), BENCH_RUNS,
+		       (unsigned long long)runs[BENCH_RUNS - 1].delivered,
+		       (unsigned long long)runs[BENCH_RUNS - 1].dropped);
+	}
+	if (cfg->target_ns > 0)
+		printf("  target <= %.0f ns/op: %s\n", cfg->target_ns,
+		       median <= cfg->target_ns ? "met" : "MISSED");
+	fflush(stdout);
+}
+
+/* Starts the consumer and the agent. 0, or a negative errno. */
+static int bench_agent_up(const struct bench_cfg *cfg, struct bench_shm *shm,
+			  int consumer_cpu, pid_t *consumer)
+{
+	double until = bench_now_ns() + BENCH_TIMEOUT_MS * 1e6;
+	char dir[] = "/tmp/npusan-agent-bench.XXXXXX";
+	pid_t pid;
+	int err;
+
+	if (mkdtemp(dir) == NULL)
+		return -errno;
+	snprintf(shm->sock, sizeof(shm->sock), "%s/sock", dir);
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		bench_pin(consumer_cpu);
+		bench_consumer(shm);
+	}
+	*consumer = pid;
+	while (atomic_load(&shm->listening) == 0 &&
+	       atomic_load(&shm->ready) == 0 && bench_now_ns() < until)
+		bench_nap_us(100);
+	setenv("NPUSAN_SOCKET", shm->sock, 1);
+	if (cfg->ring_full != NULL)
+		setenv("NPUSAN_RING_FULL", cfg->ring_full, 1);
+	if (cfg->stacks != NULL)
+		setenv("NPUSAN_STACKS", cfg->stacks, 1);
+	err = npusan_init();
+	if (err < 0)
+		return err;
+	while (atomic_load(&shm->ready) == 0 && bench_now_ns() < until)
+		bench_nap_us(100);
+	if (atomic_load(&shm->ready) != 1)
+		return -ENOTCONN;
+	/* The fake daemon has removed its socket by the time we are done;
+	 * the directory is ours to remove. */
+	return 0;
+}
+
+static void bench_agent_down(struct bench_shm *shm, pid_t consumer)
+{
+	char dir[sizeof(shm->sock)];
+	char *slash;
+	int status;
+
+	atomic_store(&shm->stop, 1);
+	waitpid(consumer, &status, 0);
+	snprintf(dir, sizeof(dir), "%s", shm->sock);
+	slash = strrchr(dir, '/');
+	if (slash != NULL) {
+		*slash = '\0';
+		unlink(shm->sock);
+		rmdir(dir);
+	}
+}
+
+/* One configuration, in the current (fresh) process. The exit status. */
+static int bench_config(const struct bench_cfg *cfg)
+{
+	struct bench_run runs[BENCH_RUNS], warm;
+	struct bench_cfg warm_cfg = *cfg;
+	struct bench_shm *shm;
+	pid_t consumer = -1;
+	uint64_t d0 = 0, x0 = 0;
+	int ncpus = bench_ncpus(), err;
+	/* CPU 0 for the consumer, the next ones for the producers, when
+	 * there are enough of them. */
+	bool enough = ncpus >= cfg->threads + (cfg->agent ? 1 : 0);
+	int first_cpu = enough ? (cfg->agent ? 1 : 0) : -1;
+	uint32_t op;
+
+	shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE,
+		   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (shm == MAP_FAILED)
+		return 1;
+	memset(shm, 0, sizeof(*shm));
+	shm->nap_us = bench_consumer_nap_us;
+	if (cfg->agent) {
+		err = bench_agent_up(cfg, shm, enough ? bench_cpu(0) : -1,
+				     &consumer);
+		if (err < 0) {
+			fprintf(stderr, "agent_bench: %s: agent not up: %s\n",
+				cfg->label, strerror(-err));
+			if (consumer > 0)
+				bench_agent_down(shm, consumer);
+			return 1;
+		}
+	}
+	if (npusan_enabled() != (cfg->agent ? 1 : 0)) {
+		fprintf(stderr, "agent_bench: %s: agent %s, expected %s\n",
+			cfg->label, npusan_enabled() ? "on" : "off",
+			cfg->agent ? "on" : "off");
+		return 1;
+	}
+	op = npusan_intern("aten::addmm");
+	/* Warm-up: resolves the PLT entry, defines the name (and the stack)
+	 * on the ring, faults the ring's pages in. */
+	warm_cfg.iters = cfg->iters / 4 > 0 ? cfg->iters / 4 : 1;
+	err = bench_run_once(&warm_cfg, op, first_cpu, &warm);
+	if (cfg->agent && err == 0 && (err = bench_sync(shm)) == 0) {
+		d0 = shm->delivered;
+		x0 = shm->dropped;
+	}
+	for (int r = 0; r < BENCH_RUNS && err == 0; r++) {
+		err = bench_run_once(cfg, op, first_cpu, &runs[r]);
+		if (err == 0 && cfg->agent)
+			err = bench_sync(shm);
+		if (err == 0 && cfg->agent) {
+			runs[r].delivered = shm->delivered - d0;
+			runs[r].dropped = shm->dropped - x0;
+			d0 = shm->delivered;
+			x0 = shm->dropped;
+		}
+	}
+	if (err < 0)
+		fprintf(stderr, "agent_bench: %s: %s\n", cfg->label,
+			strerror(-err));
+	else
+		bench_report(cfg, !enough, runs);
+	if (cfg->agent)
+		bench_agent_down(shm, consumer);
+	munmap(shm, sizeof(*shm));
+	return err < 0;
+}
+
+/* Runs bench_config() in a child process; its exit status. */
+static int bench_fork(const struct bench_cfg *cfg)
+{
+	int status;
+	pid_t pid;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		return 1;
+	if (pid == 0)
+		_exit(bench_config(cfg));
+	if (waitpid(pid, &status, 0) < 0)
+		return 1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+static void bench_usage(void)
+{
+	fprintf(stderr,
+		"usage: agent_bench [--quick] [--only N] [--consumer-nap-us US]\n"
+		"  --quick    a tenth of the launches per run\n"
+		"  --only N   only the Nth configuration (from 1), e.g. under "
+		"perf\n"
+		"  --consumer-nap-us US\n"
+		"             the consumer sleeps US microseconds after an "
+		"empty drain\n"
+		"             instead of spinning (sched_yield), as a daemon "
+		"draining\n"
+		"             on a timer would\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const char *const agent_env[] = {
+		"NPUSAN", "NPUSAN_RECORD", "NPUSAN_RING_FULL", "NPUSAN_STACKS",
+		"NPUSAN_STACK_METHOD", "NPUSAN_SOCKET", NULL
+	};
+	long scale = 1, only = 0;
+	int failed = 0;
+	char *end;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--quick") == 0) {
+			scale = 10;
+		} else if (strcmp(argv[i], "--consumer-nap-us") == 0 &&
+			   i + 1 < argc) {
+			bench_consumer_nap_us = strtol(argv[++i], &end, 10);
+			if (*end != '\0' || bench_consumer_nap_us < 0)
+				only = -1;
+		} else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+			only = strtol(argv[++i], &end, 10);
+			if (*end != '\0' || only < 1)
+				only = -1;
+		} else {
+			only = -1;
+		}
+		if (only < 0) {
+			bench_usage();
+			return 2;
+		}
+	}
+	/* The agent must start off here (its constructor already ran):
+	 * when the environment turned it on, start again without it. */
+	if (npusan_enabled()) {
+		for (int i = 0; agent_env[i] != NULL; i++)
+			unsetenv(agent_env[i]);
+		execv("/proc/self/exe", argv);
+		fprintf(stderr, "agent_bench: re-exec: %s\n", strerror(errno));
+		return 1;
+	}
+	for (int i = 0; agent_env[i] != NULL; i++)
+		unsetenv(agent_env[i]);
+	/* RING_SIZE stays whatever the caller set (8M by default). */
+
+	const struct bench_cfg cfgs[] = {
+		{ "launch 4 ranges, 1 thread", true, 1, NULL, NULL,
+		  NPUSAN_STACK_NONE, 2000000 / scale, 50, false },
+		{ "launch 4 ranges, 2 threads", true, 2, NULL, NULL,
+		  NPUSAN_STACK_NONE, 2000000 / scale, 150, false },
+		{ "launch 4 ranges, agent disabled", false, 1, NULL, NULL,
+		  NPUSAN_STACK_NONE, 100000000 / scale, 2, false },
+		{ "launch 4 ranges, agent disabled, guarded by npusan_active()",
+		  false, 1, NULL, NULL, NPUSAN_STACK_NONE, 100000000 / scale, 2,
+		  true },
+		{ "launch 4 ranges, 1 thread, NPUSAN_RING_FULL=block", true, 1,
+		  "block", NULL, NPUSAN_STACK_NONE, 2000000 / scale, 0, false },
+		{ "launch 4 ranges, 2 threads, NPUSAN_RING_FULL=block", true,
+		  2, "block", NULL, NPUSAN_STACK_NONE, 2000000 / scale, 0,
+		  false },
+		{ "launch 4 ranges, 1 thread, NPUSAN_STACKS=16 native", true, 1,
+		  NULL, "16", NPUSAN_STACK_NATIVE, 1000000 / scale, 0, false },
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	printf("agent_bench: %d CPUs; ring %s; the consumer counts records "
+	       "without decoding and, when the ring is empty, %s\n",
+	       bench_ncpus(),
+	       getenv("NPUSAN_RING_SIZE") ? getenv("NPUSAN_RING_SIZE")
+					  : "8M (default)",
+	       bench_consumer_nap_us > 0 ? "naps" : "spins");
+	if (bench_consumer_nap_us > 0)
+		printf("agent_bench: consumer nap %ld us\n",
+		       bench_consumer_nap_us);
+	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++)
+		if (only == 0 || (size_t)only == i + 1)
+			failed |= bench_fork(&cfgs[i]);
+	return failed;
+}
