@@ -45,14 +45,6 @@ static const char scenario_trace[] =
 	"gap lost=5\n"
 	"gap\n";
 
-static char *tmpdir(void)
-{
-	char *dir = strdup("/tmp/npusan-agent-XXXXXX");
-
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	return dir;
-}
-
 /* Runs agent_prog with `arg` (and `arg2` when not NULL). */
 static int run_prog(const char *arg, const char *arg2, char **out, char **err)
 {
@@ -175,7 +167,7 @@ static char *analyze_json(const char *path)
 
 START_TEST(agent_recording_equals_the_operations)
 {
-	char *dir = tmpdir(), *want_path, *got_path, *want, *got;
+	char *dir = tu_tmpdir(), *want_path, *got_path, *want, *got;
 	struct trace_process proc;
 	int n;
 
@@ -206,7 +198,7 @@ END_TEST
 
 START_TEST(agent_recording_names_job_and_rank)
 {
-	char *dir = tmpdir(), *path, *text;
+	char *dir = tu_tmpdir(), *path, *text;
 	int n;
 
 	setenv("SLURM_JOB_ID", "slurm-17", 1);
@@ -266,7 +258,7 @@ END_TEST
 /* Each process of a fork records its own operations, under its own pid. */
 START_TEST(agent_fork_child_gets_its_own_ring)
 {
-	char *dir = tmpdir(), path[PATH_MAX], *ops;
+	char *dir = tu_tmpdir(), path[PATH_MAX], *ops;
 	struct trace_process proc;
 	struct dirent *e;
 	int files = 0, parent = 0, child = 0;
@@ -305,7 +297,7 @@ END_TEST
  * still holds every operation, in each thread's order. */
 START_TEST(agent_threads_record_everything_in_order)
 {
-	char *dir = tmpdir(), *path, *ops, *p, want[64];
+	char *dir = tu_tmpdir(), *path, *ops, *p, want[64];
 	unsigned long next[9] = { 0 };
 	unsigned long stream, ptr;
 	int n;
@@ -334,7 +326,7 @@ END_TEST
 
 START_TEST(agent_native_stack_names_the_caller)
 {
-	char *dir = tmpdir(), *path, *ops;
+	char *dir = tu_tmpdir(), *path, *ops;
 	int n;
 
 	setenv("NPUSAN_STACKS", "4", 1);
@@ -353,7 +345,7 @@ END_TEST
 
 START_TEST(agent_disabled_records_nothing)
 {
-	char *dir = tmpdir(), *path;
+	char *dir = tu_tmpdir(), *path;
 	int n;
 
 	ck_assert_int_eq(run_prog("scenario", NULL, NULL, NULL), 0);
@@ -402,7 +394,7 @@ static int replay(const char *const *traces, size_t n, char **err)
  * trace's job and rank included, from one process per trace. */
 START_TEST(agent_replay_reproduces_each_trace)
 {
-	char *dir = tmpdir(), *scenario = tu_write_file("s.trace",
+	char *dir = tu_tmpdir(), *scenario = tu_write_file("s.trace",
 							scenario_trace);
 	char demo[PATH_MAX], tmpl[PATH_MAX], path[PATH_MAX];
 	const char *traces[] = { demo, scenario };
@@ -489,7 +481,7 @@ static int render_cb(void *arg, const struct op *op)
  * operation, exactly as the process did them. */
 START_TEST(agent_daemon_receives_every_operation)
 {
-	char *dir = tmpdir(), sock[PATH_MAX], *want_path, *want;
+	char *dir = tu_tmpdir(), sock[PATH_MAX], *want_path, *want;
 	struct rendered got = { 0 };
 	struct fakedaemon_collected stats;
 	struct fakedaemon_agent agent;

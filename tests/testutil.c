@@ -6,6 +6,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -128,16 +130,63 @@ const char *tu_bin(const char *name)
 	return path;
 }
 
+/* Directories tu_tmpdir() made in this process, removed at its exit. */
+static char *tu_dirs[64];
+static size_t tu_ndirs;
+static pid_t tu_dirs_pid;
+
+static int tu_remove_cb(const char *path, const struct stat *st, int flag,
+			struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+static void tu_remove_dirs(void)
+{
+	/* Only the process that made them: a forked child exits too. */
+	if (getpid() != tu_dirs_pid)
+		return;
+	for (size_t i = 0; i < tu_ndirs; i++) {
+		nftw(tu_dirs[i], tu_remove_cb, 16, FTW_DEPTH | FTW_PHYS);
+		free(tu_dirs[i]);
+	}
+	tu_ndirs = 0;
+}
+
+char *tu_tmpdir(void)
+{
+	char *dir;
+
+	ck_assert_int_gt(asprintf(&dir, "%s/npusan-test-XXXXXX",
+				  getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"),
+			 0);
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	if (tu_dirs_pid != getpid()) {
+		/* A fresh test process (Check forks one per test). */
+		tu_ndirs = 0;
+		tu_dirs_pid = getpid();
+		atexit(tu_remove_dirs);
+	}
+	ck_assert_uint_lt(tu_ndirs, sizeof(tu_dirs) / sizeof(tu_dirs[0]));
+	tu_dirs[tu_ndirs++] = strdup(dir);
+	return dir;
+}
+
 char *tu_write_file(const char *name, const char *text)
 {
-	static char dir[PATH_MAX];
+	static char *dir;
+	static pid_t dir_pid;
 	char *path;
 	FILE *f;
 
-	if (dir[0] == '\0') {
-		snprintf(dir, sizeof(dir), "%s/npusan-test-XXXXXX",
-			 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-		ck_assert_ptr_nonnull(mkdtemp(dir));
+	if (dir == NULL || dir_pid != getpid()) {
+		free(dir);
+		dir = tu_tmpdir();
+		dir_pid = getpid();
 	}
 	ck_assert_int_gt(asprintf(&path, "%s/%s", dir, name), 0);
 	f = fopen(path, "wb");

@@ -31,6 +31,12 @@ int tu_run(const char *const argv[], const char *input, char **out,
 /* The path of a built program, e.g. tu_bin("npusanctl"). Static storage. */
 const char *tu_bin(const char *name);
 
+/*
+ * A fresh directory under $TMPDIR (else /tmp), removed with everything in
+ * it when the test process exits. Returns its path (caller frees).
+ */
+char *tu_tmpdir(void);
+
 /* A fresh file under a private temporary directory holding `text`;
  * returns its path (caller frees). */
 char *tu_write_file(const char *name, const char *text);
