@@ -69,7 +69,7 @@ enum reg_log_level { REG_LOG_OFF, REG_LOG_INFO, REG_LOG_DEBUG };
 static struct {
 	/* Set by register_start(), read-only while the thread runs. */
 	int memfd;
-	uint8_t *msg; /* the packed AgentToDaemon{register} */
+	uint8_t *msg; /* the packed ToDaemon{register} */
 	size_t msg_len;
 	char *socket_path;  /* cfg->socket_path, or NULL: resolve */
 	char *env_socket;   /* $NPUSAN_SOCKET at start, or NULL */
@@ -172,18 +172,18 @@ static unsigned reg_rand(void)
 /* Packs `r` in its envelope into reg.msg. 0, -ENOMEM or -EMSGSIZE. */
 static int reg_pack(Npusan__Register *r)
 {
-	Npusan__AgentToDaemon env = NPUSAN__AGENT_TO_DAEMON__INIT;
+	Npusan__ToDaemon env = NPUSAN__TO_DAEMON__INIT;
 	size_t len;
 
-	env.msg_case = NPUSAN__AGENT_TO_DAEMON__MSG_REGISTER;
+	env.msg_case = NPUSAN__TO_DAEMON__MSG_REGISTER;
 	env.register_ = r;
-	len = npusan__agent_to_daemon__get_packed_size(&env);
+	len = npusan__to_daemon__get_packed_size(&env);
 	if (len > FRAME_MAX)
 		return -EMSGSIZE;
 	reg.msg = malloc(len > 0 ? len : 1);
 	if (reg.msg == NULL)
 		return -ENOMEM;
-	reg.msg_len = npusan__agent_to_daemon__pack(&env, reg.msg);
+	reg.msg_len = npusan__to_daemon__pack(&env, reg.msg);
 	return 0;
 }
 
@@ -397,7 +397,7 @@ static void reg_on_reply(const Npusan__RegisterReply *rr)
  */
 static void reg_receive(int timeout_ms)
 {
-	Npusan__DaemonToAgent *m;
+	Npusan__FromDaemon *m;
 	size_t len;
 	int err = frame_recv(atomic_load(&reg.sock), reg_rx, sizeof(reg_rx),
 			     &len, NULL, timeout_ms);
@@ -408,15 +408,15 @@ static void reg_receive(int timeout_ms)
 		reg_drop(err);
 		return;
 	}
-	m = npusan__daemon_to_agent__unpack(NULL, len, reg_rx);
+	m = npusan__from_daemon__unpack(NULL, len, reg_rx);
 	if (m == NULL) {
 		reg_drop(-EBADMSG);
 		return;
 	}
 	if (reg.state == REG_PENDING &&
-	    m->msg_case == NPUSAN__DAEMON_TO_AGENT__MSG_REGISTER_REPLY)
+	    m->msg_case == NPUSAN__FROM_DAEMON__MSG_REGISTER_REPLY)
 		reg_on_reply(m->register_reply);
-	npusan__daemon_to_agent__free_unpacked(m, NULL);
+	npusan__from_daemon__free_unpacked(m, NULL);
 }
 
 /* ---- the thread -------------------------------------------------------- */

@@ -113,16 +113,16 @@ static void fd_enqueue(struct fakedaemon *d, const struct fakedaemon_agent *a)
 static int fd_reply(int conn)
 {
 	Npusan__RegisterReply rr = NPUSAN__REGISTER_REPLY__INIT;
-	Npusan__DaemonToAgent m = NPUSAN__DAEMON_TO_AGENT__INIT;
+	Npusan__FromDaemon m = NPUSAN__FROM_DAEMON__INIT;
 	uint8_t buf[256];
 	size_t len;
 
 	rr.has_accepted = 1;
 	rr.accepted = 1;
 	rr.daemon_version = (char *)"fakedaemon";
-	m.msg_case = NPUSAN__DAEMON_TO_AGENT__MSG_REGISTER_REPLY;
+	m.msg_case = NPUSAN__FROM_DAEMON__MSG_REGISTER_REPLY;
 	m.register_reply = &rr;
-	len = npusan__daemon_to_agent__pack(&m, buf);
+	len = npusan__from_daemon__pack(&m, buf);
 	return frame_send(conn, buf, len, -1, FD_SEND_TIMEOUT_MS);
 }
 
@@ -151,7 +151,7 @@ static void fd_fill(struct fakedaemon_agent *a, const Npusan__Register *r,
  */
 static bool fd_serve(struct fakedaemon *d, unsigned i)
 {
-	Npusan__AgentToDaemon *m;
+	Npusan__ToDaemon *m;
 	struct fakedaemon_agent a;
 	size_t len;
 	int fd = -1;
@@ -162,20 +162,20 @@ static bool fd_serve(struct fakedaemon *d, unsigned i)
 		return true;
 	if (err < 0)
 		return false;
-	m = npusan__agent_to_daemon__unpack(NULL, len, d->rx);
+	m = npusan__to_daemon__unpack(NULL, len, d->rx);
 	if (m == NULL) {
 		if (fd >= 0)
 			close(fd);
 		return false;
 	}
-	if (m->msg_case != NPUSAN__AGENT_TO_DAEMON__MSG_REGISTER) {
-		npusan__agent_to_daemon__free_unpacked(m, NULL);
+	if (m->msg_case != NPUSAN__TO_DAEMON__MSG_REGISTER) {
+		npusan__to_daemon__free_unpacked(m, NULL);
 		if (fd >= 0)
 			close(fd);
 		return true;
 	}
 	fd_fill(&a, m->register_, fd);
-	npusan__agent_to_daemon__free_unpacked(m, NULL);
+	npusan__to_daemon__free_unpacked(m, NULL);
 	/* Queued before the reply goes out: once the agent says it is
 	 * registered, fakedaemon_next() already has it. */
 	fd_enqueue(d, &a);

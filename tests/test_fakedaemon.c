@@ -46,7 +46,7 @@ static void fdt_stop(struct fdt *t)
 static int fdt_register(const struct fdt *t, int memfd)
 {
 	Npusan__Register r = NPUSAN__REGISTER__INIT;
-	Npusan__AgentToDaemon env = NPUSAN__AGENT_TO_DAEMON__INIT;
+	Npusan__ToDaemon env = NPUSAN__TO_DAEMON__INIT;
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	uint8_t buf[512];
 	size_t len;
@@ -62,27 +62,27 @@ static int fdt_register(const struct fdt *t, int memfd)
 	r.rank = 3;
 	r.has_ring_size = 1;
 	r.ring_size = RING_MIN_CAPACITY;
-	env.msg_case = NPUSAN__AGENT_TO_DAEMON__MSG_REGISTER;
+	env.msg_case = NPUSAN__TO_DAEMON__MSG_REGISTER;
 	env.register_ = &r;
-	len = npusan__agent_to_daemon__pack(&env, buf);
+	len = npusan__to_daemon__pack(&env, buf);
 	ck_assert_int_eq(frame_send(s, buf, len, memfd, 1000), 0);
 	return s;
 }
 
 static void fdt_expect_accepted(int s)
 {
-	Npusan__DaemonToAgent *m;
+	Npusan__FromDaemon *m;
 	uint8_t buf[512];
 	size_t len;
 
 	ck_assert_int_eq(frame_recv(s, buf, sizeof(buf), &len, NULL, 2000), 0);
-	m = npusan__daemon_to_agent__unpack(NULL, len, buf);
+	m = npusan__from_daemon__unpack(NULL, len, buf);
 	ck_assert_ptr_nonnull(m);
 	ck_assert_int_eq(m->msg_case,
-			 NPUSAN__DAEMON_TO_AGENT__MSG_REGISTER_REPLY);
+			 NPUSAN__FROM_DAEMON__MSG_REGISTER_REPLY);
 	ck_assert(m->register_reply->has_accepted);
 	ck_assert(m->register_reply->accepted);
-	npusan__daemon_to_agent__free_unpacked(m, NULL);
+	npusan__from_daemon__free_unpacked(m, NULL);
 }
 
 START_TEST(fakedaemon_register_is_accepted_and_queued)

@@ -135,25 +135,25 @@ static int fake_accept(struct fake *f, int ms)
 }
 
 /* The next Register on `conn`; caller frees with
- * npusan__agent_to_daemon__free_unpacked() and closes *fd. */
-static Npusan__AgentToDaemon *fake_recv(int conn, int *fd)
+ * npusan__to_daemon__free_unpacked() and closes *fd. */
+static Npusan__ToDaemon *fake_recv(int conn, int *fd)
 {
 	static uint8_t buf[FRAME_MAX];
-	Npusan__AgentToDaemon *m;
+	Npusan__ToDaemon *m;
 	size_t len;
 
 	ck_assert_int_eq(frame_recv(conn, buf, sizeof(buf), &len, fd, 5000),
 			 0);
-	m = npusan__agent_to_daemon__unpack(NULL, len, buf);
+	m = npusan__to_daemon__unpack(NULL, len, buf);
 	ck_assert_ptr_nonnull(m);
-	ck_assert_int_eq(m->msg_case, NPUSAN__AGENT_TO_DAEMON__MSG_REGISTER);
+	ck_assert_int_eq(m->msg_case, NPUSAN__TO_DAEMON__MSG_REGISTER);
 	return m;
 }
 
 static void fake_reply(int conn, bool accepted, const char *error)
 {
 	Npusan__RegisterReply rr = NPUSAN__REGISTER_REPLY__INIT;
-	Npusan__DaemonToAgent m = NPUSAN__DAEMON_TO_AGENT__INIT;
+	Npusan__FromDaemon m = NPUSAN__FROM_DAEMON__INIT;
 	uint8_t buf[1024];
 	size_t len;
 
@@ -161,14 +161,14 @@ static void fake_reply(int conn, bool accepted, const char *error)
 	rr.accepted = accepted;
 	rr.error = (char *)error;
 	rr.daemon_version = (char *)"test";
-	m.msg_case = NPUSAN__DAEMON_TO_AGENT__MSG_REGISTER_REPLY;
+	m.msg_case = NPUSAN__FROM_DAEMON__MSG_REGISTER_REPLY;
 	m.register_reply = &rr;
-	len = npusan__daemon_to_agent__pack(&m, buf);
+	len = npusan__from_daemon__pack(&m, buf);
 	ck_assert_int_eq(frame_send(conn, buf, len, -1, 1000), 0);
 }
 
 /* Accepts an agent, takes its Register and accepts it; the connection. */
-static int fake_register(struct fake *f, Npusan__AgentToDaemon **out,
+static int fake_register(struct fake *f, Npusan__ToDaemon **out,
 			 int *fd)
 {
 	int conn = fake_accept(f, 10000);
@@ -250,10 +250,10 @@ static unsigned long long proc_start_time(void)
 }
 
 /* Starts the agent, takes its Register, accepts it and stops the agent. */
-static Npusan__AgentToDaemon *register_once(void)
+static Npusan__ToDaemon *register_once(void)
 {
 	struct fake f;
-	Npusan__AgentToDaemon *m;
+	Npusan__ToDaemon *m;
 	int memfd = make_memfd(RING_SIZE), fd, conn;
 
 	fake_start(&f);
@@ -270,7 +270,7 @@ static Npusan__AgentToDaemon *register_once(void)
 
 START_TEST(register_delivers_identity)
 {
-	Npusan__AgentToDaemon *m;
+	Npusan__ToDaemon *m;
 	Npusan__Register *r;
 	struct fake f;
 	char host[256], exe[PATH_MAX];
@@ -320,7 +320,7 @@ START_TEST(register_delivers_identity)
 	ck_assert_uint_eq(r->ring_flags, RING_FLAGS);
 	check_same_memfd(fd, memfd, RING_SIZE);
 
-	npusan__agent_to_daemon__free_unpacked(m, NULL);
+	npusan__to_daemon__free_unpacked(m, NULL);
 	register_stop();
 	close(fd);
 	close(conn);
@@ -331,7 +331,7 @@ END_TEST
 
 START_TEST(register_identity_falls_back)
 {
-	Npusan__AgentToDaemon *m;
+	Npusan__ToDaemon *m;
 	Npusan__Register *r;
 
 	/* Torch elastic's job id, then Slurm's. */
@@ -349,7 +349,7 @@ START_TEST(register_identity_falls_back)
 	ck_assert_uint_eq(r->rank, 5);
 	ck_assert_uint_eq(r->local_rank, 2);
 	ck_assert_uint_eq(r->world_size, 16);
-	npusan__agent_to_daemon__free_unpacked(m, NULL);
+	npusan__to_daemon__free_unpacked(m, NULL);
 
 	/* Slurm's job id; Open MPI's ranks. */
 	setup();
@@ -363,7 +363,7 @@ START_TEST(register_identity_falls_back)
 	ck_assert_uint_eq(r->rank, 9);
 	ck_assert_uint_eq(r->local_rank, 4);
 	ck_assert_uint_eq(r->world_size, 12);
-	npusan__agent_to_daemon__free_unpacked(m, NULL);
+	npusan__to_daemon__free_unpacked(m, NULL);
 
 	/* Nothing known, or nothing numeric: absent, not zero. */
 	setup();
@@ -376,7 +376,7 @@ START_TEST(register_identity_falls_back)
 	ck_assert(!r->has_rank);
 	ck_assert(!r->has_local_rank);
 	ck_assert(!r->has_world_size);
-	npusan__agent_to_daemon__free_unpacked(m, NULL);
+	npusan__to_daemon__free_unpacked(m, NULL);
 }
 END_TEST
 
@@ -385,7 +385,7 @@ struct quick_daemon {
 	struct fake *f;
 	int conn;
 	int fd;
-	Npusan__AgentToDaemon *m;
+	Npusan__ToDaemon *m;
 };
 
 static void *quick_daemon_run(void *arg)
@@ -420,7 +420,7 @@ START_TEST(register_start_registers_synchronously)
 	ck_assert_int_eq(pthread_join(t, NULL), 0);
 	check_same_memfd(q.fd, cfg.memfd, RING_SIZE);
 
-	npusan__agent_to_daemon__free_unpacked(q.m, NULL);
+	npusan__to_daemon__free_unpacked(q.m, NULL);
 	register_stop();
 	close(q.fd);
 	close(q.conn);
@@ -431,7 +431,7 @@ END_TEST
 
 START_TEST(register_start_bounded_without_daemon)
 {
-	Npusan__AgentToDaemon *m;
+	Npusan__ToDaemon *m;
 	struct fake f;
 	int memfd = make_memfd(RING_SIZE), fd, conn;
 	int64_t t0;
@@ -450,7 +450,7 @@ START_TEST(register_start_bounded_without_daemon)
 	check_same_memfd(fd, memfd, RING_SIZE);
 	ck_assert(wait_connected(true, 5000));
 
-	npusan__agent_to_daemon__free_unpacked(m, NULL);
+	npusan__to_daemon__free_unpacked(m, NULL);
 	register_stop();
 	close(fd);
 	close(conn);
@@ -461,7 +461,7 @@ END_TEST
 
 START_TEST(register_start_bounded_when_daemon_silent)
 {
-	Npusan__AgentToDaemon *m;
+	Npusan__ToDaemon *m;
 	struct fake f;
 	int memfd = make_memfd(RING_SIZE), fd, conn;
 	int64_t t0;
@@ -479,7 +479,7 @@ START_TEST(register_start_bounded_when_daemon_silent)
 	ck_assert(wait_connected(true, 5000));
 	ck_assert(!fake_pending(&f, 0));
 
-	npusan__agent_to_daemon__free_unpacked(m, NULL);
+	npusan__to_daemon__free_unpacked(m, NULL);
 	t0 = now_ms();
 	register_stop();
 	ck_assert_int_lt(now_ms() - t0, 1000);
@@ -492,7 +492,7 @@ END_TEST
 
 START_TEST(register_reregisters_after_daemon_restart)
 {
-	Npusan__AgentToDaemon *m;
+	Npusan__ToDaemon *m;
 	struct fake f;
 	int memfd = make_memfd(RING_SIZE), fd, conn;
 
@@ -500,7 +500,7 @@ START_TEST(register_reregisters_after_daemon_restart)
 	ck_assert_int_eq(agent_start(memfd), 0);
 	conn = fake_register(&f, &m, &fd);
 	ck_assert(wait_connected(true, 5000));
-	npusan__agent_to_daemon__free_unpacked(m, NULL);
+	npusan__to_daemon__free_unpacked(m, NULL);
 	close(fd);
 
 	/* The daemon dies, and comes back a little later. */
@@ -514,7 +514,7 @@ START_TEST(register_reregisters_after_daemon_restart)
 	check_same_memfd(fd, memfd, RING_SIZE);
 	ck_assert(wait_connected(true, 5000));
 
-	npusan__agent_to_daemon__free_unpacked(m, NULL);
+	npusan__to_daemon__free_unpacked(m, NULL);
 	register_stop();
 	close(fd);
 	close(conn);
@@ -525,7 +525,7 @@ END_TEST
 
 START_TEST(register_refused_stops_retrying)
 {
-	Npusan__AgentToDaemon *m;
+	Npusan__ToDaemon *m;
 	struct fake f;
 	int memfd = make_memfd(RING_SIZE), fd, conn;
 	struct pollfd p;
@@ -544,7 +544,7 @@ START_TEST(register_refused_stops_retrying)
 	ck_assert(!fake_pending(&f, 700));
 	ck_assert(!register_connected());
 
-	npusan__agent_to_daemon__free_unpacked(m, NULL);
+	npusan__to_daemon__free_unpacked(m, NULL);
 	register_stop();
 	close(fd);
 	close(conn);
@@ -573,7 +573,7 @@ static void __attribute__((noreturn)) forked_child(const int go[2])
 
 START_TEST(register_forked_child_registers_itself)
 {
-	Npusan__AgentToDaemon *m;
+	Npusan__ToDaemon *m;
 	struct fake f;
 	int memfd = make_memfd(RING_SIZE), fd, cfd, conn, cconn, go[2];
 	struct pollfd p;
@@ -588,7 +588,7 @@ START_TEST(register_forked_child_registers_itself)
 	ck_assert(wait_connected(true, 5000));
 	/* Freed before fork(), so that the child leaks nothing of ours. */
 	ck_assert_uint_eq(m->register_->pid, (uint32_t)getpid());
-	npusan__agent_to_daemon__free_unpacked(m, NULL);
+	npusan__to_daemon__free_unpacked(m, NULL);
 	ck_assert_int_eq(pipe2(go, O_CLOEXEC), 0);
 
 	pid = fork();
@@ -597,7 +597,7 @@ START_TEST(register_forked_child_registers_itself)
 		forked_child(go);
 	cconn = fake_register(&f, &m, &cfd);
 	ck_assert_uint_eq(m->register_->pid, (uint32_t)pid);
-	npusan__agent_to_daemon__free_unpacked(m, NULL);
+	npusan__to_daemon__free_unpacked(m, NULL);
 	/* The child's own ring, not the one it inherited. */
 	ck_assert_int_eq(fstat(cfd, &st), 0);
 	ck_assert_int_eq(st.st_size, 8192);
@@ -670,7 +670,7 @@ static void check_threads_block_signals(void)
 
 START_TEST(register_thread_blocks_signals)
 {
-	Npusan__AgentToDaemon *m;
+	Npusan__ToDaemon *m;
 	struct fake f;
 	int memfd = make_memfd(RING_SIZE), fd, conn;
 
@@ -682,7 +682,7 @@ START_TEST(register_thread_blocks_signals)
 	conn = fake_register(&f, &m, &fd);
 	ck_assert(wait_connected(true, 5000));
 	check_threads_block_signals();
-	npusan__agent_to_daemon__free_unpacked(m, NULL);
+	npusan__to_daemon__free_unpacked(m, NULL);
 	register_stop();
 	close(fd);
 	close(conn);
@@ -707,7 +707,7 @@ static char *slurp(int fd)
 static void register_logged(const char *level, char **out, char **err,
 			    char path[128])
 {
-	Npusan__AgentToDaemon *m;
+	Npusan__ToDaemon *m;
 	int o = memfd_create("out", 0), e = memfd_create("err", 0);
 	int saved_o = dup(1), saved_e = dup(2);
 	int memfd = make_memfd(RING_SIZE), fd, conn;
@@ -728,7 +728,7 @@ static void register_logged(const char *level, char **out, char **err,
 	*err = slurp(e);
 	strcpy(path, f.path);
 
-	npusan__agent_to_daemon__free_unpacked(m, NULL);
+	npusan__to_daemon__free_unpacked(m, NULL);
 	close(saved_o);
 	close(saved_e);
 	close(o);
