@@ -29,6 +29,8 @@ struct analyze_opts {
 struct analysis {
 	const struct analyze_opts *o;
 	struct report_ctx rc;
+	struct report_frames frames; /* for report_from_engine() */
+	bool color;
 	struct trace_reader *r;
 	struct finding *rows; /* deduplicated rows, by id */
 	size_t nrows;
@@ -59,12 +61,18 @@ static const char analyze_usage[] =
 
 static void print_finding(struct analysis *a, struct finding *f)
 {
+	struct report_finding rf;
+
 	f->id = ++a->next_id;
 	a->counts[f->kind]++;
+	if (report_from_engine(&a->rc, f, &a->frames, &rf) < 0) {
+		a->nomem = true;
+		return;
+	}
 	if (a->o->json)
-		report_json(stdout, &a->rc, f);
+		report_json(stdout, &rf);
 	else
-		report_text(stdout, &a->rc, f);
+		report_text(stdout, a->color, &rf);
 }
 
 static void finding_cb(const struct finding *f, bool first, void *arg)
@@ -145,7 +153,9 @@ static int analyze_one(struct analysis *a, const char *path)
 	/* What was found before a bad line is real: report it all the same. */
 	for (size_t i = 0; i < a->nrows; i++)
 		print_finding(a, &a->rows[i]);
-	if (rc == 0)
+	if (rc == 0 && a->nomem)
+		fprintf(stderr, "npusanctl: out of memory\n");
+	else if (rc == 0)
 		status = CLI_OK;
 out:
 	trace_reader_close(a->r);
@@ -246,11 +256,12 @@ int cli_analyze(int argc, char **argv)
 
 	if (status >= 0)
 		return status;
-	a.rc.color = !o.json && report_want_color(stdout);
+	a.color = !o.json && report_want_color(stdout);
 	status = CLI_OK;
 	for (int i = optind; i < argc && status == CLI_OK; i++, ntraces++)
 		status = analyze_one(&a, argv[i]);
 	free(a.rows);
+	report_frames_free(&a.frames);
 	if (status == CLI_OK && !o.json)
 		print_summary(&a, ntraces);
 	if (fflush(stdout) != 0 || ferror(stdout)) {

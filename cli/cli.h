@@ -7,13 +7,23 @@
 #ifndef NPUSAN_CLI_H
 #define NPUSAN_CLI_H
 
-/* Exit statuses shared by every command (shared/spec/findings.md). */
+/*
+ * Exit statuses shared by every command: 0-2 as shared/spec/findings.md
+ * gives them to the tools that report findings.
+ */
 enum {
 	CLI_OK = 0,
 	CLI_FINDINGS = 1,
-	CLI_USAGE = 2, /* a usage error or bad input */
+	CLI_USAGE = 2,  /* a usage error or bad input */
+	CLI_DAEMON = 3, /* no daemon answered, or it refused the request */
 };
 
 int cli_analyze(int argc, char **argv);
+
+/* The queries to npusand (cli/list.c, findings.c, show.c, stats.c). */
+int cli_list(int argc, char **argv);
+int cli_findings(int argc, char **argv);
+int cli_show(int argc, char **argv);
+int cli_stats(int argc, char **argv);
 
 #endif

@@ -16,6 +16,11 @@ struct command {
 static const struct command commands[] = {
 	{ "analyze", cli_analyze,
 	  "analyse recorded traces offline and report findings" },
+	{ "list", cli_list, "the jobs and processes the daemon watches" },
+	{ "findings", cli_findings,
+	  "the daemon's findings, filtered, as a table or JSON; --follow" },
+	{ "show", cli_show, "one finding in full, with its stacks" },
+	{ "stats", cli_stats, "the daemon's uptime, throughput and database" },
 };
 
 static void usage(FILE *out)
@@ -32,8 +37,11 @@ static void usage(FILE *out)
 			commands[i].summary);
 	fputs("\n"
 	      "Run 'npusanctl COMMAND --help' for a command's options.\n"
-	      "Exit status: 0 no findings, 1 findings, 2 usage error or bad "
-	      "input.\n",
+	      "\n"
+	      "Exit status: 0 ok and no findings; 1 findings (analyze and\n"
+	      "findings only); 2 usage error or bad input; 3 no daemon\n"
+	      "answered or it refused the request (list, findings, show,\n"
+	      "stats).\n",
 	      out);
 }
 

@@ -1,15 +1,21 @@
 /*
  * report.c - rendering findings as text and as JSON.
  *
- * Only the cli formats for humans; the engine hands over ids, which are
- * resolved here through the process's symtab.
+ * Only the cli formats for humans. Both formatters read a struct
+ * report_finding; the engine's findings (ids into the process's symtab) are
+ * resolved into one by report_from_engine(), the daemon's (strings already)
+ * by cli/client.c.
  */
 #include "report.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "utf8.h"
 
 #define BOLD "\033[1m"
 #define RED "\033[1;31m"
@@ -22,56 +28,48 @@ bool report_want_color(FILE *f)
 	return (no == NULL || no[0] == '\0') && isatty(fileno(f));
 }
 
-static const char *paint(const struct report_ctx *c, const char *code)
+static const char *paint(bool color, const char *code)
 {
-	return c->color ? code : "";
+	return color ? code : "";
 }
 
-static const char *op_name(const struct report_ctx *c, uint32_t id)
+static void print_stack(FILE *out, const struct report_stack *s)
 {
-	const char *s = symtab_str(c->syms, id, NULL);
-
-	return s != NULL ? s : "(unknown operator)";
-}
-
-static void print_stack(FILE *out, const struct report_ctx *c, uint32_t id)
-{
-	const uint32_t *frames;
-	size_t n = symtab_stack(c->syms, id, &frames);
-
-	if (n == 0)
+	if (s->n == 0)
 		fputs("  (no stack recorded)\n", out);
-	for (size_t i = 0; i < n; i++)
-		fprintf(out, "  %s\n", symtab_str(c->syms, frames[i], NULL));
+	for (size_t i = 0; i < s->n; i++)
+		fprintf(out, "  %s\n", s->frames[i]);
 }
 
-static void print_process(FILE *out, const struct report_ctx *c)
+static void print_process(FILE *out, const struct report_finding *f)
 {
-	const struct trace_process *p = c->process;
+	const char *sep = " in";
 
-	if (p == NULL || !p->present)
-		return;
-	fprintf(out, " in process %" PRIu64, p->pid);
-	if (p->job != NULL)
-		fprintf(out, ", job %s", p->job);
-	if (p->has_rank)
-		fprintf(out, ", rank %" PRIu64, p->rank);
+	if (f->has_pid) {
+		fprintf(out, " in process %" PRIu64, f->pid);
+		sep = ",";
+	}
+	if (f->job != NULL) {
+		fprintf(out, "%s job %s", sep, f->job);
+		sep = ",";
+	}
+	if (f->has_rank)
+		fprintf(out, "%s rank %" PRIu64, sep, f->rank);
 }
 
-static void print_access(FILE *out, const struct report_ctx *c,
-			 const char *who, const struct finding_access *a,
-			 const char *what)
+static void print_access(FILE *out, bool color, const char *who,
+			 const struct report_access *a, const char *what)
 {
 	fprintf(out, "%s by stream %" PRIu64 " (seq %" PRIu64
 		     ") during kernel:\n%s%s%s\n%s %s\nWith stack trace:\n",
-		who, a->stream, a->seq, paint(c, BOLD), op_name(c, a->op),
-		paint(c, RESET), a->write ? "writing to" : "reading from",
+		who, a->stream, a->seq, paint(color, BOLD),
+		a->op != NULL ? a->op : "(unknown operator)",
+		paint(color, RESET), a->write ? "writing to" : "reading from",
 		what);
-	print_stack(out, c, a->stack);
+	print_stack(out, &a->stack);
 }
 
-static void print_alloc(FILE *out, const struct report_ctx *c,
-			const struct finding *f)
+static void print_alloc(FILE *out, const struct report_finding *f)
 {
 	if (!f->has_alloc) {
 		fputs("The memory belongs to no allocation the trace saw.\n",
@@ -84,33 +82,51 @@ static void print_alloc(FILE *out, const struct report_ctx *c,
 	if (f->alloc.has_stream)
 		fprintf(out, " on stream %" PRIu64, f->alloc.stream);
 	fputs(") with stack trace:\n", out);
-	print_stack(out, c, f->alloc.stack);
+	print_stack(out, &f->alloc.stack);
 }
 
-static void print_header(FILE *out, const struct report_ctx *c,
-			 const struct finding *f, const char *what)
+/* When the daemon saw `f`: first and last occurrence. */
+static void print_seen(FILE *out, const struct report_finding *f)
+{
+	char first[REPORT_TIME_MAX] = "?", last[REPORT_TIME_MAX] = "?";
+
+	if (f->has_first)
+		report_time(f->first_ms, first);
+	if (f->has_last)
+		report_time(f->last_ms, last);
+	if (f->count <= 1)
+		fprintf(out, "Seen once, at %s.\n", f->has_first ? first : last);
+	else
+		fprintf(out, "Seen %" PRIu64 " times from %s to %s; the first "
+			     "occurrence is shown.\n",
+			f->count, first, last);
+}
+
+static void print_header(FILE *out, bool color, const struct report_finding *f,
+			 const char *what)
 {
 	fprintf(out, "============================\n%snpusan detected %s on "
 		     "memory at 0x%" PRIx64,
-		paint(c, RED), what, f->ptr);
-	print_process(out, c);
-	fprintf(out, "%s\n", paint(c, RESET));
-	if (f->count > 1)
+		paint(color, RED), what, f->ptr);
+	print_process(out, f);
+	fprintf(out, "%s\n", paint(color, RESET));
+	if (f->has_first || f->has_last)
+		print_seen(out, f);
+	else if (f->count > 1)
 		fprintf(out, "Seen %" PRIu64 " times; the first occurrence "
 			     "is shown.\n",
 			f->count);
 }
 
-static void race_text(FILE *out, const struct report_ctx *c,
-		      const struct finding *f)
+static void race_text(FILE *out, bool color, const struct report_finding *f)
 {
 	char here[40];
 
-	print_header(out, c, f, "a possible data race");
+	print_header(out, color, f, "a possible data race");
 	snprintf(here, sizeof(here), "0x%" PRIx64, f->ptr);
-	print_access(out, c, "Access", &f->access, here);
-	print_access(out, c, "Previous access", &f->previous, "it");
-	print_alloc(out, c, f);
+	print_access(out, color, "Access", &f->access, here);
+	print_access(out, color, "Previous access", &f->previous, "it");
+	print_alloc(out, f);
 	fprintf(out, "Nothing orders the access after the previous one. Fix it "
 		     "by making stream %" PRIu64 " wait\nfor stream %" PRIu64
 		     " after the previous access and before this one: "
@@ -120,23 +136,23 @@ static void race_text(FILE *out, const struct report_ctx *c,
 		f->access.stream);
 }
 
-static void missing_record_stream_text(FILE *out, const struct report_ctx *c,
-				       const struct finding *f)
+static void missing_record_stream_text(FILE *out, bool color,
+				       const struct report_finding *f)
 {
 	uint64_t use = f->access.stream, alloc = f->alloc.stream;
+	bool flush = f->detected_at != NULL &&
+		     strcmp(f->detected_at, "flush") == 0;
 
-	print_header(out, c, f, "a missing record_stream");
+	print_header(out, color, f, "a missing record_stream");
 	fprintf(out, "Allocated on stream %" PRIu64 ", used on stream %" PRIu64
 		     ", then %s while stream %" PRIu64 " was not ordered after "
 		     "that use\nand record_stream was never called for stream %"
 		     PRIu64 ": the caching allocator may hand the memory out "
 		     "again\nwhile the use is still running.\n",
-		alloc, use,
-		f->detected_at == DETECTED_AT_FLUSH ? "still live at a flush"
-						    : "freed",
-		alloc, use);
-	print_access(out, c, "Last use", &f->access, "it");
-	print_alloc(out, c, f);
+		alloc, use, flush ? "still live at a flush" : "freed", alloc,
+		use);
+	print_access(out, color, "Last use", &f->access, "it");
+	print_alloc(out, f);
 	fprintf(out, "Fix it in either of two ways:\n"
 		     "  - call tensor.record_stream(s) for the usage stream s "
 		     "(stream %" PRIu64 ") after the use, or\n"
@@ -147,22 +163,55 @@ static void missing_record_stream_text(FILE *out, const struct report_ctx *c,
 		use, alloc, use);
 }
 
-void report_text(FILE *out, const struct report_ctx *c,
-		 const struct finding *f)
+/* A kind this build does not know (a newer daemon's): the facts only. */
+static void other_text(FILE *out, bool color, const struct report_finding *f)
 {
-	if (f->kind == FINDING_DATA_RACE)
-		race_text(out, c, f);
+	char what[128], here[40];
+
+	snprintf(what, sizeof(what), "a finding of kind '%s'",
+		 f->kind != NULL ? f->kind : "?");
+	print_header(out, color, f, what);
+	snprintf(here, sizeof(here), "0x%" PRIx64, f->ptr);
+	print_access(out, color, "Access", &f->access, here);
+	if (f->has_previous)
+		print_access(out, color, "Previous access", &f->previous, "it");
+	print_alloc(out, f);
+}
+
+void report_text(FILE *out, bool color, const struct report_finding *f)
+{
+	const char *kind = f->kind != NULL ? f->kind : "";
+
+	if (strcmp(kind, finding_kind_name(FINDING_DATA_RACE)) == 0)
+		race_text(out, color, f);
+	else if (strcmp(kind, finding_kind_name(
+				      FINDING_MISSING_RECORD_STREAM)) == 0)
+		missing_record_stream_text(out, color, f);
 	else
-		missing_record_stream_text(out, c, f);
+		other_text(out, color, f);
 	fputc('\n', out);
 }
 
 void report_json_string(FILE *out, const char *s, size_t len)
 {
-	fputc('"', out);
-	for (size_t i = 0; i < len; i++) {
-		unsigned char ch = (unsigned char)s[i];
+	const unsigned char *p = (const unsigned char *)s;
 
+	fputc('"', out);
+	for (size_t i = 0; i < len;) {
+		unsigned char ch = p[i];
+		size_t n;
+
+		if (ch >= 0x80) {
+			n = utf8_seq(p + i, len - i);
+			if (n == 0) {
+				fputs("\\ufffd", out);
+				i++;
+			} else {
+				fwrite(p + i, 1, n, out);
+				i += n;
+			}
+			continue;
+		}
 		if (ch == '"' || ch == '\\')
 			fprintf(out, "\\%c", ch);
 		else if (ch == '\n')
@@ -173,67 +222,73 @@ void report_json_string(FILE *out, const char *s, size_t len)
 			fprintf(out, "\\u%04x", ch);
 		else
 			fputc(ch, out);
+		i++;
 	}
 	fputc('"', out);
 }
 
-static void json_stack(FILE *out, const struct report_ctx *c, uint32_t id)
+/* `s` as a JSON string, or null when NULL. */
+static void json_string_or_null(FILE *out, const char *s)
 {
-	const uint32_t *frames;
-	size_t n = symtab_stack(c->syms, id, &frames);
+	if (s != NULL)
+		report_json_string(out, s, strlen(s));
+	else
+		fputs("null", out);
+}
 
+static void json_stack(FILE *out, const struct report_stack *s)
+{
 	fputc('[', out);
-	for (size_t i = 0; i < n; i++) {
-		size_t len;
-		const char *s = symtab_str(c->syms, frames[i], &len);
-
+	for (size_t i = 0; i < s->n; i++) {
 		if (i > 0)
 			fputc(',', out);
-		report_json_string(out, s, len);
+		report_json_string(out, s->frames[i], strlen(s->frames[i]));
 	}
 	fputc(']', out);
 }
 
-static void json_access(FILE *out, const struct report_ctx *c,
-			const struct finding_access *a)
+static void json_access(FILE *out, const struct report_access *a)
 {
-	size_t len;
-	const char *op = symtab_str(c->syms, a->op, &len);
-
 	fprintf(out, "{\"stream\":%" PRIu64 ",\"seq\":%" PRIu64
 		     ",\"type\":\"%s\",\"op\":",
 		a->stream, a->seq, a->write ? "write" : "read");
-	report_json_string(out, op != NULL ? op : "", len);
+	json_string_or_null(out, a->op != NULL ? a->op : "");
 	fputs(",\"stack\":", out);
-	json_stack(out, c, a->stack);
+	json_stack(out, &a->stack);
 	fputc('}', out);
 }
 
-static void json_process(FILE *out, const struct report_ctx *c)
+static void json_process(FILE *out, const struct report_finding *f)
 {
-	const struct trace_process *p = c->process;
-
-	if (p == NULL || !p->present) {
-		fputs("{\"pid\":null,\"job\":null,\"rank\":null}", out);
-		return;
-	}
-	fprintf(out, "{\"pid\":%" PRIu64 ",\"job\":", p->pid);
-	if (p->job != NULL)
-		report_json_string(out, p->job, strlen(p->job));
+	fputs("{\"pid\":", out);
+	if (f->has_pid)
+		fprintf(out, "%" PRIu64, f->pid);
 	else
 		fputs("null", out);
-	if (p->has_rank)
-		fprintf(out, ",\"rank\":%" PRIu64 "}", p->rank);
+	fputs(",\"job\":", out);
+	json_string_or_null(out, f->job);
+	if (f->has_rank)
+		fprintf(out, ",\"rank\":%" PRIu64 "}", f->rank);
 	else
 		fputs(",\"rank\":null}", out);
 }
 
-void report_json(FILE *out, const struct report_ctx *c,
-		 const struct finding *f)
+static void json_time(FILE *out, bool has, int64_t ms)
 {
-	fprintf(out, "{\"id\":%" PRIu64 ",\"kind\":\"%s\",\"process\":", f->id,
-		finding_kind_name(f->kind));
-	json_process(out, c);
+	char buf[REPORT_TIME_MAX];
+
+	if (has && report_time(ms, buf) == 0)
+		fprintf(out, "\"%s\"", buf);
+	else
+		fputs("null", out);
+}
+
+void report_json(FILE *out, const struct report_finding *f)
+{
+	fprintf(out, "{\"id\":%" PRIu64 ",\"kind\":", f->id);
+	json_string_or_null(out, f->kind);
+	fputs(",\"process\":", out);
+	json_process(out, f);
 	fprintf(out, ",\"ptr\":\"0x%" PRIx64 "\",\"alloc\":", f->ptr);
 	if (f->has_alloc) {
 		fprintf(out, "{\"ptr\":\"0x%" PRIx64 "\",\"size\":%" PRIu64
@@ -244,18 +299,130 @@ void report_json(FILE *out, const struct report_ctx *c,
 		else
 			fputs("null", out);
 		fputs(",\"stack\":", out);
-		json_stack(out, c, f->alloc.stack);
+		json_stack(out, &f->alloc.stack);
 		fputc('}', out);
 	} else {
 		fputs("null", out);
 	}
 	fputs(",\"access\":", out);
-	json_access(out, c, &f->access);
+	json_access(out, &f->access);
 	fputs(",\"previous\":", out);
 	if (f->has_previous)
-		json_access(out, c, &f->previous);
+		json_access(out, &f->previous);
 	else
 		fputs("null", out);
-	fprintf(out, ",\"detected_at\":\"%s\",\"count\":%" PRIu64 "}\n",
-		detected_at_name(f->detected_at), f->count);
+	fputs(",\"detected_at\":", out);
+	json_string_or_null(out, f->detected_at);
+	fprintf(out, ",\"count\":%" PRIu64, f->count);
+	if (f->has_first || f->has_last) {
+		fputs(",\"first_seen\":", out);
+		json_time(out, f->has_first, f->first_ms);
+		fputs(",\"last_seen\":", out);
+		json_time(out, f->has_last, f->last_ms);
+	}
+	fputs("}\n", out);
+}
+
+int report_time(int64_t ms, char buf[REPORT_TIME_MAX])
+{
+	/* Floor division: a time before 1970 keeps its positive milliseconds. */
+	int64_t sec = ms / 1000, frac = ms % 1000;
+	struct tm tm;
+	time_t t;
+
+	if (frac < 0) {
+		frac += 1000;
+		sec--;
+	}
+	t = (time_t)sec;
+	if (gmtime_r(&t, &tm) == NULL || tm.tm_year < -1900 ||
+	    tm.tm_year > 9999 - 1900) {
+		snprintf(buf, REPORT_TIME_MAX, "?");
+		return -ERANGE;
+	}
+	/* The remainders change nothing; they bound each field for gcc. */
+	snprintf(buf, REPORT_TIME_MAX, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+		 (tm.tm_year + 1900) % 10000, (tm.tm_mon + 1) % 100,
+		 tm.tm_mday % 100, tm.tm_hour % 100, tm.tm_min % 100,
+		 tm.tm_sec % 100, (int)frac % 1000);
+	return 0;
+}
+
+/* ---- findings from the engine ------------------------------------------- */
+
+/* Points `s` at the frames of stack `id`, stored at fr->v + *used. */
+static void engine_stack(const struct report_ctx *c, uint32_t id,
+			 struct report_frames *fr, size_t *used,
+			 struct report_stack *s)
+{
+	const uint32_t *ids;
+	size_t n = symtab_stack(c->syms, id, &ids);
+
+	s->frames = fr->v + *used;
+	s->n = n;
+	for (size_t i = 0; i < n; i++)
+		fr->v[(*used)++] = symtab_str(c->syms, ids[i], NULL);
+}
+
+static void engine_access(const struct report_ctx *c,
+			  const struct finding_access *a,
+			  struct report_frames *fr, size_t *used,
+			  struct report_access *out)
+{
+	out->stream = a->stream;
+	out->seq = a->seq;
+	out->write = a->write;
+	out->op = symtab_str(c->syms, a->op, NULL);
+	engine_stack(c, a->stack, fr, used, &out->stack);
+}
+
+int report_from_engine(const struct report_ctx *c, const struct finding *f,
+		       struct report_frames *fr, struct report_finding *out)
+{
+	const struct trace_process *p = c->process;
+	const uint32_t *ids;
+	struct report_finding r = { 0 };
+	size_t need = 0, used = 0;
+
+	need += symtab_stack(c->syms, f->alloc.stack, &ids);
+	need += symtab_stack(c->syms, f->access.stack, &ids);
+	need += symtab_stack(c->syms, f->previous.stack, &ids);
+	if (need > fr->cap) {
+		const char **v = realloc(fr->v, need * sizeof(*v));
+
+		if (v == NULL)
+			return -ENOMEM;
+		fr->v = v;
+		fr->cap = need;
+	}
+	r.id = f->id;
+	r.kind = finding_kind_name(f->kind);
+	r.detected_at = detected_at_name(f->detected_at);
+	if (p != NULL && p->present) {
+		r.has_pid = true;
+		r.pid = p->pid;
+		r.job = p->job;
+		r.has_rank = p->has_rank;
+		r.rank = p->rank;
+	}
+	r.ptr = f->ptr;
+	r.has_alloc = f->has_alloc;
+	r.alloc.ptr = f->alloc.ptr;
+	r.alloc.size = f->alloc.size;
+	r.alloc.has_stream = f->alloc.has_stream;
+	r.alloc.stream = f->alloc.stream;
+	engine_stack(c, f->alloc.stack, fr, &used, &r.alloc.stack);
+	engine_access(c, &f->access, fr, &used, &r.access);
+	r.has_previous = f->has_previous;
+	engine_access(c, &f->previous, fr, &used, &r.previous);
+	r.count = f->count;
+	*out = r;
+	return 0;
+}
+
+void report_frames_free(struct report_frames *fr)
+{
+	free(fr->v);
+	fr->v = NULL;
+	fr->cap = 0;
 }

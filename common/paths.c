@@ -1,5 +1,6 @@
 /*
- * paths.c - resolving the daemon's socket (see paths.h for the order).
+ * paths.c - resolving the daemon's socket (see paths.h for the order) and
+ * its defaults for an ordinary user.
  */
 #include "paths.h"
 
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static int paths_put(char *buf, size_t len, const char *a, const char *b)
 {
@@ -36,10 +38,19 @@ int paths_socket_from(const char *npusan_socket, const char *xdg_runtime_dir,
 {
 	if (npusan_socket != NULL && npusan_socket[0] != '\0')
 		return paths_put(buf, len, npusan_socket, "");
-	if (xdg_runtime_dir != NULL && xdg_runtime_dir[0] == '/' &&
-	    paths_is_dir(xdg_runtime_dir, "/npusan"))
-		return paths_put(buf, len, xdg_runtime_dir,
-				 "/npusan/npusand.sock");
+	if (xdg_runtime_dir != NULL && xdg_runtime_dir[0] == '/') {
+		if (paths_is_dir(xdg_runtime_dir, "/npusan"))
+			return paths_put(buf, len, xdg_runtime_dir,
+					 "/npusan/" PATHS_SOCKET_NAME);
+	} else {
+		char dir[64];
+		unsigned uid = (unsigned)getuid();
+
+		/* What a daemon of ours binds without $XDG_RUNTIME_DIR. */
+		if (paths_user_run_dir(NULL, uid, dir, sizeof(dir)) == 0 &&
+		    paths_private_dir(dir, uid))
+			return paths_put(buf, len, dir, "/" PATHS_SOCKET_NAME);
+	}
 	return paths_put(buf, len, PATHS_SYSTEM_SOCKET, "");
 }
 
@@ -47,4 +58,49 @@ int paths_socket(char *buf, size_t len)
 {
 	return paths_socket_from(getenv("NPUSAN_SOCKET"),
 				 getenv("XDG_RUNTIME_DIR"), buf, len);
+}
+
+int paths_user_run_dir(const char *xdg_runtime_dir, unsigned uid, char *buf,
+		       size_t len)
+{
+	int n;
+
+	if (xdg_runtime_dir != NULL && xdg_runtime_dir[0] == '/')
+		n = snprintf(buf, len, "%s/npusan", xdg_runtime_dir);
+	else
+		n = snprintf(buf, len, "/tmp/npusan-%u", uid);
+	if (n < 0 || (size_t)n >= len ||
+	    (size_t)n + sizeof("/" PATHS_SOCKET_NAME) - 1 > PATHS_SOCKET_MAX) {
+		if (len > 0)
+			buf[0] = '\0';
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+int paths_user_state_dir(const char *xdg_state_home, const char *home,
+			 char *buf, size_t len)
+{
+	int n;
+
+	if (xdg_state_home != NULL && xdg_state_home[0] == '/')
+		n = snprintf(buf, len, "%s/npusan", xdg_state_home);
+	else if (home != NULL && home[0] == '/')
+		n = snprintf(buf, len, "%s/.local/state/npusan", home);
+	else
+		return -ENOENT;
+	if (n < 0 || (size_t)n >= len) {
+		if (len > 0)
+			buf[0] = '\0';
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+int paths_private_dir(const char *dir, unsigned uid)
+{
+	struct stat st;
+
+	return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) &&
+	       st.st_uid == (uid_t)uid && (st.st_mode & 077) == 0;
 }

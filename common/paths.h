@@ -13,8 +13,15 @@
 /* The longest socket path: sockaddr_un's sun_path less its NUL. */
 #define PATHS_SOCKET_MAX 107
 
-/* The system service's socket. */
-#define PATHS_SYSTEM_SOCKET "/run/npusan/npusand.sock"
+/* The system service's socket and database, and their directories. */
+#define PATHS_SYSTEM_RUN_DIR "/run/npusan"
+#define PATHS_SYSTEM_SOCKET PATHS_SYSTEM_RUN_DIR "/npusand.sock"
+#define PATHS_SYSTEM_STATE_DIR "/var/lib/npusan"
+#define PATHS_SYSTEM_DB PATHS_SYSTEM_STATE_DIR "/npusan.db"
+
+/* The names inside a directory the functions below return. */
+#define PATHS_SOCKET_NAME "npusand.sock"
+#define PATHS_DB_NAME "npusan.db"
 
 /*
  * The daemon's socket, into `buf` (`len` bytes, NUL included):
@@ -25,7 +32,11 @@
  *     $XDG_RUNTIME_DIR alone, matters: every login session has
  *     $XDG_RUNTIME_DIR, and its jobs must still find the system service
  *     when the user runs no daemon of their own;
- *  3. else PATHS_SYSTEM_SOCKET.
+ *  3. else, when $XDG_RUNTIME_DIR is unset or not absolute,
+ *     /tmp/npusan-UID/npusand.sock (UID: the real uid) when that directory
+ *     exists, is ours and is private (paths_private_dir()): where a user's
+ *     daemon binds without $XDG_RUNTIME_DIR (paths_user_run_dir());
+ *  4. else PATHS_SYSTEM_SOCKET.
  * 0; -ENAMETOOLONG when the path exceeds PATHS_SOCKET_MAX or `len` - 1
  * (`buf` then holds an empty string when len > 0).
  * Reads the environment: not safe against a concurrent setenv().
@@ -39,5 +50,31 @@ int paths_socket(char *buf, size_t len);
  */
 int paths_socket_from(const char *npusan_socket, const char *xdg_runtime_dir,
 		      char *buf, size_t len);
+
+/*
+ * The directory of an ordinary user's daemon socket, into `buf`:
+ * $XDG_RUNTIME_DIR/npusan when `xdg_runtime_dir` is absolute, else
+ * /tmp/npusan-UID, which the daemon creates with mode 0700 and both sides
+ * use only when paths_private_dir() holds (/tmp is everyone's: another user
+ * could have made the directory first to catch our rings).
+ * 0; -ENAMETOOLONG when the socket in it would exceed PATHS_SOCKET_MAX.
+ */
+int paths_user_run_dir(const char *xdg_runtime_dir, unsigned uid, char *buf,
+		       size_t len);
+
+/*
+ * The directory of an ordinary user's database, into `buf`:
+ * $XDG_STATE_HOME/npusan when `xdg_state_home` is absolute, else
+ * HOME/.local/state/npusan when `home` is absolute.
+ * 0; -ENOENT when neither is; -ENAMETOOLONG past `len` - 1.
+ */
+int paths_user_state_dir(const char *xdg_state_home, const char *home,
+			 char *buf, size_t len);
+
+/*
+ * Whether `dir` is a directory (not a link to one) owned by `uid` that no
+ * one else may enter or write (no group or other permission bits).
+ */
+int paths_private_dir(const char *dir, unsigned uid);
 
 #endif

@@ -1,0 +1,405 @@
+/*
+ * findings.c - `npusanctl findings`: the daemon's findings, filtered, as a
+ * table or as the JSON Lines of shared/spec/findings.md, optionally
+ * followed as the daemon stores new ones.
+ *
+ * JSON lines are printed as frames arrive; the table waits for the whole
+ * answer so that its columns line up, then (with --follow) prints each
+ * pushed finding as a row of its own. A finding the daemon updates (its
+ * count grew) is pushed, and printed, again.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "client.h"
+#include "table.h"
+
+#define FINDINGS_CMD "npusanctl findings"
+#define FINDINGS_RED "\033[1;31m"
+
+static const char findings_usage[] =
+	"Usage: npusanctl findings [OPTIONS]\n"
+	"\n"
+	"The findings npusand stored, oldest first: a table with the\n"
+	"finding's id, kind, job, rank, pid, operators (OPS), streams, count\n"
+	"of occurrences and the time since it was last seen. OPS and STREAMS\n"
+	"name the flagged access first, then the earlier access it races\n"
+	"with (data_race) or the allocation's stream (missing_record_stream).\n"
+	"'npusanctl show ID' prints a finding in full.\n"
+	"\n"
+	"Options:\n"
+	"  --job JOB            only findings of job JOB\n"
+	"  --pid PID            only findings of process PID\n"
+	"  --rank RANK          only findings of rank RANK\n"
+	"  --kind KIND          only findings of KIND: data_race or\n"
+	"                       missing_record_stream\n"
+	"  --since WHEN         only findings last seen at or after WHEN: a\n"
+	"                       duration back from now (30s, 10m, 2h, 1d, 1w,\n"
+	"                       1h30m) or a timestamp (2024-05-01T10:00:00Z,\n"
+	"                       UTC unless it has an offset such as +02:00)\n"
+	"  --limit N            at most the newest N findings (0: all)\n"
+	"  --json               JSON Lines exactly as shared/spec/findings.md\n"
+	"                       defines them, first_seen and last_seen in UTC\n"
+	"  --follow             then print each finding the daemon stores or\n"
+	"                       updates, as it comes, until interrupted\n"
+	"                       (Ctrl-C: exit status 0)\n" CLIENT_OPTIONS_HELP
+	"\n"
+	"Exit status: 0 no findings (or --follow ended by SIGINT or SIGTERM),\n"
+	"1 findings, 2 usage error, 3 no daemon answered or it refused the\n"
+	"request.\n";
+
+struct findings {
+	bool json, follow;
+	bool answered; /* the first `done` came */
+	struct table *t;
+	uint64_t printed;
+};
+
+/* Adds `f`'s row. 0; -ENOMEM. */
+static int findings_row(struct table *t, const struct report_finding *f)
+{
+	static const char *const paint[9] = { [1] = FINDINGS_RED };
+	char num[5][24], streams[48], seen[32];
+	char *ops = NULL;
+	const char *cells[9];
+	int n, err;
+
+	snprintf(num[0], sizeof(num[0]), "%" PRIu64, f->id);
+	snprintf(num[1], sizeof(num[1]), "%" PRIu64, f->rank);
+	snprintf(num[2], sizeof(num[2]), "%" PRIu64, f->pid);
+	snprintf(num[3], sizeof(num[3]), "%" PRIu64, f->count);
+	snprintf(num[4], sizeof(num[4]), "%" PRIu64,
+		 f->has_previous ? f->previous.stream : f->alloc.stream);
+	snprintf(streams, sizeof(streams), "%" PRIu64 "/%s", f->access.stream,
+		 f->has_previous || (f->has_alloc && f->alloc.has_stream) ?
+			 num[4] :
+			 "?");
+	if (f->has_previous)
+		n = asprintf(&ops, "%s/%s", f->access.op ? f->access.op : "?",
+			     f->previous.op ? f->previous.op : "?");
+	else
+		n = asprintf(&ops, "%s", f->access.op ? f->access.op : "?");
+	if (n < 0)
+		return -ENOMEM;
+	if (f->has_last) {
+		client_age(client_now_ms() - f->last_ms, seen, sizeof(seen));
+		strcat(seen, " ago");
+	}
+	cells[0] = num[0];
+	cells[1] = f->kind;
+	cells[2] = f->job;
+	cells[3] = f->has_rank ? num[1] : NULL;
+	cells[4] = f->has_pid ? num[2] : NULL;
+	cells[5] = ops;
+	cells[6] = streams;
+	cells[7] = num[3];
+	cells[8] = f->has_last ? seen : NULL;
+	err = table_add(t, cells, paint);
+	free(ops);
+	return err;
+}
+
+static int findings_reply_cb(void *arg, Npusan__FromDaemon *m)
+{
+	struct findings *s = arg;
+	const Npusan__FindingsReply *r = m->findings;
+	int err = -EBADMSG;
+
+	if (m->msg_case != NPUSAN__FROM_DAEMON__MSG_FINDINGS)
+		goto out;
+	for (size_t i = 0; i < r->n_findings; i++) {
+		struct report_finding f;
+
+		err = client_finding(r->findings[i], &f);
+		if (err < 0)
+			goto out;
+		if (s->json)
+			report_json(stdout, &f);
+		else if ((err = findings_row(s->t, &f)) < 0)
+			goto out;
+		s->printed++;
+	}
+	if (r->has_done && r->done)
+		s->answered = true;
+	if (!s->json && s->answered) {
+		if (s->printed == 0 && !s->follow)
+			puts("No findings.");
+		else
+			table_flush(s->t, stdout);
+	}
+	err = !s->answered ? CLIENT_MORE :
+	      s->follow	   ? CLIENT_FOLLOW :
+			     CLIENT_DONE;
+out:
+	npusan__from_daemon__free_unpacked(m, NULL);
+	return err;
+}
+
+/* Exactly `n` ASCII digits at *p, into *v; advances *p. */
+static bool digits(const char **p, int n, int *v)
+{
+	*v = 0;
+	for (int i = 0; i < n; i++, (*p)++) {
+		if (**p < '0' || **p > '9')
+			return false;
+		*v = *v * 10 + (**p - '0');
+	}
+	return true;
+}
+
+/*
+ * An RFC 3339 timestamp (the time and its seconds optional, 'T' or a
+ * space before the time, no zone meaning UTC) as Unix ms. 0; -EINVAL.
+ */
+static int parse_timestamp(const char *s, int64_t *ms)
+{
+	struct tm tm = { 0 };
+	int y, mo, d, h = 0, mi = 0, sec = 0, oh, om, frac = 0;
+	int64_t off = 0;
+	time_t t;
+
+	if (!digits(&s, 4, &y) || *s++ != '-' || !digits(&s, 2, &mo) ||
+	    *s++ != '-' || !digits(&s, 2, &d))
+		return -EINVAL;
+	if (*s == 'T' || *s == 't' || *s == ' ') {
+		s++;
+		if (!digits(&s, 2, &h) || *s++ != ':' || !digits(&s, 2, &mi))
+			return -EINVAL;
+		if (*s == ':' && (s++, !digits(&s, 2, &sec)))
+			return -EINVAL;
+		if (*s == '.') {
+			int scale = 100;
+
+			if (*++s < '0' || *s > '9')
+				return -EINVAL;
+			for (; *s >= '0' && *s <= '9'; s++, scale /= 10)
+				frac += (*s - '0') * scale;
+		}
+	}
+	if (*s == 'Z' || *s == 'z') {
+		s++;
+	} else if (*s == '+' || *s == '-') {
+		int sign = *s++ == '-' ? -1 : 1;
+
+		if (!digits(&s, 2, &oh) || *s++ != ':' || !digits(&s, 2, &om) ||
+		    oh > 23 || om > 59)
+			return -EINVAL;
+		off = sign * ((int64_t)oh * 60 + om) * 60000;
+	}
+	if (*s != '\0' || y < 1970 || mo < 1 || mo > 12 || d < 1 || h > 23 ||
+	    mi > 59 || sec > 60)
+		return -EINVAL;
+	tm.tm_year = y - 1900;
+	tm.tm_mon = mo - 1;
+	tm.tm_mday = d;
+	tm.tm_hour = h;
+	tm.tm_min = mi;
+	tm.tm_sec = sec;
+	t = timegm(&tm);
+	/* timegm() normalises: 2024-02-30 came back as March. */
+	if (t == (time_t)-1 || tm.tm_mday != d || tm.tm_mon != mo - 1)
+		return -EINVAL;
+	*ms = (int64_t)t * 1000 + frac - off;
+	return 0;
+}
+
+/* A duration such as 90s, 10m, 1h30m, 2d, 1w or 500ms, in ms. */
+static int parse_duration(const char *s, int64_t *ms)
+{
+	static const struct {
+		const char *name;
+		int64_t ms;
+	} units[] = {
+		{ "ms", 1 },	     { "s", 1000 },	  { "m", 60000 },
+		{ "h", 3600000 },    { "d", 86400000 },	  { "w", 604800000 },
+	};
+	int64_t total = 0;
+
+	if (*s == '\0')
+		return -EINVAL;
+	while (*s != '\0') {
+		uint64_t v = 0;
+		size_t u;
+
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		for (; *s >= '0' && *s <= '9'; s++) {
+			v = v * 10 + (uint64_t)(*s - '0');
+			if (v > INT64_MAX / 604800000)
+				return -EINVAL;
+		}
+		for (u = 0; u < sizeof(units) / sizeof(units[0]); u++) {
+			size_t n = strlen(units[u].name);
+
+			if (strncmp(s, units[u].name, n) == 0 &&
+			    (s[n] == '\0' || (s[n] >= '0' && s[n] <= '9')))
+				break;
+		}
+		if (u == sizeof(units) / sizeof(units[0]))
+			return -EINVAL;
+		s += strlen(units[u].name);
+		total += (int64_t)v * units[u].ms;
+		if (total > INT64_MAX / 2)
+			return -EINVAL;
+	}
+	*ms = total;
+	return 0;
+}
+
+/* --since WHEN as Unix ms. 0; -EINVAL. */
+static int parse_since(const char *s, int64_t *ms)
+{
+	int64_t d;
+
+	if (strlen(s) >= 5 && s[4] == '-')
+		return parse_timestamp(s, ms);
+	if (parse_duration(s, &d) < 0)
+		return -EINVAL;
+	*ms = client_now_ms() - d;
+	return 0;
+}
+
+static bool known_kind(const char *k)
+{
+	for (int i = 0; i < FINDING_KIND_COUNT; i++) {
+		if (strcmp(k, finding_kind_name((enum finding_kind)i)) == 0)
+			return true;
+	}
+	return false;
+}
+
+static int bad_value(const char *opt, const char *want, const char *arg)
+{
+	fprintf(stderr, FINDINGS_CMD ": %s needs %s, not '%s'\n"
+				     "Try '" FINDINGS_CMD " --help'.\n",
+		opt, want, arg);
+	return CLI_USAGE;
+}
+
+static int parse_opts(int argc, char **argv, struct client_opts *co,
+		      struct findings *s, Npusan__FindingsRequest *req)
+{
+	static const struct option longopts[] = {
+		{ "job", required_argument, NULL, 'J' },
+		{ "pid", required_argument, NULL, 'P' },
+		{ "rank", required_argument, NULL, 'R' },
+		{ "kind", required_argument, NULL, 'K' },
+		{ "since", required_argument, NULL, 'S' },
+		{ "limit", required_argument, NULL, 'L' },
+		{ "follow", no_argument, NULL, 'F' },
+		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
+		CLIENT_LONGOPTS,
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t v;
+	int c, status;
+
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'J':
+			req->job = optarg;
+			break;
+		case 'P':
+			if (client_parse_u64(optarg, 1, UINT32_MAX, &v) < 0)
+				return bad_value("--pid", "a process id",
+						 optarg);
+			req->has_pid = true;
+			req->pid = (uint32_t)v;
+			break;
+		case 'R':
+			if (client_parse_u64(optarg, 0, UINT32_MAX, &v) < 0)
+				return bad_value("--rank", "a rank (0 or more)",
+						 optarg);
+			req->has_rank = true;
+			req->rank = (uint32_t)v;
+			break;
+		case 'K':
+			if (!known_kind(optarg))
+				return bad_value("--kind",
+						 "data_race or "
+						 "missing_record_stream",
+						 optarg);
+			req->kind = optarg;
+			break;
+		case 'S':
+			if (parse_since(optarg, &req->since_ms) < 0)
+				return bad_value("--since",
+						 "a duration (10m, 2h, 1d) or "
+						 "a timestamp "
+						 "(2024-05-01T10:00:00Z)",
+						 optarg);
+			req->has_since_ms = true;
+			break;
+		case 'L':
+			if (client_parse_u64(optarg, 0, UINT32_MAX, &v) < 0)
+				return bad_value("--limit", "a count", optarg);
+			req->has_limit = true;
+			req->limit = (uint32_t)v;
+			break;
+		case 'F':
+			s->follow = true;
+			break;
+		case CLIENT_OPT_JSON:
+			s->json = true;
+			break;
+		default:
+			status = client_option(FINDINGS_CMD, c, findings_usage,
+					       argv, co);
+			if (status >= 0)
+				return status;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, FINDINGS_CMD ": unexpected argument '%s'\n"
+					     "Try '" FINDINGS_CMD " --help'.\n",
+			argv[optind]);
+		return CLI_USAGE;
+	}
+	return -1;
+}
+
+static const struct table_col findings_cols[] = {
+	{ "ID", TABLE_RIGHT },	   { "KIND", TABLE_LEFT },
+	{ "JOB", TABLE_LEFT },	   { "RANK", TABLE_RIGHT },
+	{ "PID", TABLE_RIGHT },	   { "OPS", TABLE_LEFT },
+	{ "STREAMS", TABLE_LEFT }, { "COUNT", TABLE_RIGHT },
+	{ "LAST SEEN", TABLE_LEFT },
+};
+
+int cli_findings(int argc, char **argv)
+{
+	Npusan__FindingsRequest req = NPUSAN__FINDINGS_REQUEST__INIT;
+	Npusan__Query q = NPUSAN__QUERY__INIT;
+	struct client_opts co;
+	struct findings s = { 0 };
+	int status;
+
+	client_opts_init(&co);
+	status = parse_opts(argc, argv, &co, &s, &req);
+	if (status >= 0)
+		return status;
+	if (!s.json &&
+	    table_new(findings_cols,
+		      sizeof(findings_cols) / sizeof(findings_cols[0]),
+		      report_want_color(stdout), &s.t) < 0) {
+		fprintf(stderr, FINDINGS_CMD ": out of memory\n");
+		return CLI_DAEMON;
+	}
+	req.has_follow = s.follow;
+	req.follow = s.follow;
+	co.follow = s.follow;
+	q.q_case = NPUSAN__QUERY__Q_FINDINGS;
+	q.findings = &req;
+	status = client_query(&co, FINDINGS_CMD, &q, findings_reply_cb, &s);
+	table_free(s.t);
+	if (status == CLI_OK && !s.follow && s.printed > 0)
+		status = CLI_FINDINGS;
+	return client_end_output(FINDINGS_CMD, status);
+}

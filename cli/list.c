@@ -1,0 +1,338 @@
+/*
+ * list.c - `npusanctl list`: the processes the daemon watches, by job.
+ *
+ * The daemon answers newest activity first; jobs keep that order (the job
+ * with the latest activity first) and within a job processes go by rank,
+ * then pid, so that a job's ranks read top to bottom.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "client.h"
+#include "table.h"
+
+#define LIST_CMD "npusanctl list"
+#define LIST_RED "\033[1;31m"
+
+static const char list_usage[] =
+	"Usage: npusanctl list [OPTIONS]\n"
+	"\n"
+	"The processes npusand watches, grouped by job: pid, job, rank, state\n"
+	"(running or exited), operations analysed (EVENTS), operations lost\n"
+	"when a ring was full or no daemon ran (LOST), findings, and AGE, the\n"
+	"time since the process's last activity. '-' is unknown.\n"
+	"\n"
+	"Options:\n"
+	"  --job JOB            only the processes of job JOB\n"
+	"  --pid PID            only process PID\n"
+	"  --json               one JSON object per process (JSON Lines), in\n"
+	"                       the same order\n" CLIENT_OPTIONS_HELP
+	"\n" CLIENT_EXIT_HELP;
+
+struct list {
+	bool json;
+	Npusan__FromDaemon **msgs; /* the replies, kept for their processes */
+	size_t nmsgs, capmsgs;
+	const Npusan__Process **procs;
+	size_t nprocs, capprocs;
+};
+
+/* The position of each process's job in the daemon's order, for sorting. */
+struct list_row {
+	const Npusan__Process *p;
+	size_t group, order;
+};
+
+/* Keeps `m` and its processes. 0; -ENOMEM (`m` is then not kept). */
+static int list_keep(struct list *l, Npusan__FromDaemon *m)
+{
+	const Npusan__ListReply *r = m->list;
+
+	if (l->nprocs + r->n_processes > l->capprocs) {
+		size_t cap = (l->nprocs + r->n_processes) * 2;
+		const Npusan__Process **v = realloc(l->procs, cap * sizeof(*v));
+
+		if (v == NULL)
+			return -ENOMEM;
+		l->procs = v;
+		l->capprocs = cap;
+	}
+	if (l->nmsgs == l->capmsgs) {
+		size_t cap = l->capmsgs ? l->capmsgs * 2 : 8;
+		Npusan__FromDaemon **v = realloc(l->msgs, cap * sizeof(*v));
+
+		if (v == NULL)
+			return -ENOMEM;
+		l->msgs = v;
+		l->capmsgs = cap;
+	}
+	l->msgs[l->nmsgs++] = m;
+	for (size_t i = 0; i < r->n_processes; i++)
+		l->procs[l->nprocs++] = r->processes[i];
+	return 0;
+}
+
+static int list_reply_cb(void *arg, Npusan__FromDaemon *m)
+{
+	struct list *l = arg;
+	bool done;
+	int err = -EBADMSG;
+
+	if (m->msg_case != NPUSAN__FROM_DAEMON__MSG_LIST)
+		goto err;
+	done = m->list->has_done && m->list->done;
+	err = list_keep(l, m);
+	if (err < 0)
+		goto err;
+	return done ? CLIENT_DONE : CLIENT_MORE;
+err:
+	npusan__from_daemon__free_unpacked(m, NULL);
+	return err;
+}
+
+static bool same_job(const char *a, const char *b)
+{
+	return a == NULL ? b == NULL : b != NULL && strcmp(a, b) == 0;
+}
+
+static int row_cmp(const void *pa, const void *pb)
+{
+	const struct list_row *a = pa, *b = pb;
+
+	if (a->group != b->group)
+		return a->group < b->group ? -1 : 1;
+	if (a->p->has_rank != b->p->has_rank)
+		return a->p->has_rank ? -1 : 1;
+	if (a->p->has_rank && a->p->rank != b->p->rank)
+		return a->p->rank < b->p->rank ? -1 : 1;
+	if (a->p->pid != b->p->pid)
+		return a->p->pid < b->p->pid ? -1 : 1;
+	return a->order < b->order ? -1 : a->order > b->order;
+}
+
+/* The processes in print order; NULL when out of memory. */
+static struct list_row *list_rows(const struct list *l)
+{
+	struct list_row *rows = calloc(l->nprocs ? l->nprocs : 1,
+				       sizeof(*rows));
+
+	if (rows == NULL)
+		return NULL;
+	for (size_t i = 0; i < l->nprocs; i++) {
+		size_t g = i;
+
+		for (size_t j = 0; j < i; j++) {
+			if (same_job(l->procs[j]->job, l->procs[i]->job)) {
+				g = rows[j].group;
+				break;
+			}
+		}
+		rows[i] = (struct list_row){ l->procs[i], g, i };
+	}
+	qsort(rows, l->nprocs, sizeof(*rows), row_cmp);
+	return rows;
+}
+
+static void json_u64(const char *name, bool has, uint64_t v)
+{
+	if (has)
+		printf(",\"%s\":%" PRIu64, name, v);
+	else
+		printf(",\"%s\":null", name);
+}
+
+static void json_str(const char *name, const char *s)
+{
+	printf(",\"%s\":", name);
+	if (s != NULL)
+		report_json_string(stdout, s, strlen(s));
+	else
+		fputs("null", stdout);
+}
+
+static void json_time(const char *name, bool has, int64_t ms)
+{
+	char buf[REPORT_TIME_MAX];
+
+	if (has && report_time(ms, buf) == 0)
+		printf(",\"%s\":\"%s\"", name, buf);
+	else
+		printf(",\"%s\":null", name);
+}
+
+static void list_json(const Npusan__Process *p)
+{
+	printf("{\"id\":");
+	if (p->has_id)
+		printf("%" PRId64, p->id);
+	else
+		fputs("null", stdout);
+	json_u64("pid", p->has_pid, p->pid);
+	json_str("job", p->job);
+	json_u64("rank", p->has_rank, p->rank);
+	json_u64("local_rank", p->has_local_rank, p->local_rank);
+	json_u64("world_size", p->has_world_size, p->world_size);
+	json_str("state", p->state);
+	json_u64("events", p->has_events, p->events);
+	json_u64("lost", p->has_lost, p->lost);
+	json_u64("findings", p->has_findings, p->findings);
+	json_u64("uid", p->has_uid, p->uid);
+	json_str("host", p->hostname);
+	json_str("executable", p->executable);
+	json_u64("start_time", p->has_start_time, p->start_time);
+	json_time("first_seen", p->has_first_ms, p->first_ms);
+	json_time("last_seen", p->has_last_ms, p->last_ms);
+	fputs("}\n", stdout);
+}
+
+/* Adds `p`'s row to `t`. 0; -ENOMEM. */
+static int list_row_add(struct table *t, const Npusan__Process *p,
+			int64_t now)
+{
+	char num[6][24];
+	const char *cells[8], *paint[8] = { NULL };
+
+	snprintf(num[0], sizeof(num[0]), "%" PRIu32, p->pid);
+	snprintf(num[1], sizeof(num[1]), "%" PRIu32, p->rank);
+	snprintf(num[2], sizeof(num[2]), "%" PRIu64, p->events);
+	snprintf(num[3], sizeof(num[3]), "%" PRIu64, p->lost);
+	snprintf(num[4], sizeof(num[4]), "%" PRIu64, p->findings);
+	client_age(now - p->last_ms, num[5], sizeof(num[5]));
+	cells[0] = p->job;
+	cells[1] = p->has_pid ? num[0] : NULL;
+	cells[2] = p->has_rank ? num[1] : NULL;
+	cells[3] = p->state;
+	cells[4] = p->has_events ? num[2] : NULL;
+	cells[5] = p->has_lost ? num[3] : NULL;
+	cells[6] = p->has_findings ? num[4] : NULL;
+	cells[7] = p->has_last_ms ? num[5] : NULL;
+	if (p->has_lost && p->lost > 0)
+		paint[5] = LIST_RED;
+	if (p->has_findings && p->findings > 0)
+		paint[6] = LIST_RED;
+	return table_add(t, cells, paint);
+}
+
+static int list_table(const struct list_row *rows, size_t n)
+{
+	static const struct table_col cols[] = {
+		{ "JOB", TABLE_LEFT },	   { "PID", TABLE_RIGHT },
+		{ "RANK", TABLE_RIGHT },   { "STATE", TABLE_LEFT },
+		{ "EVENTS", TABLE_RIGHT }, { "LOST", TABLE_RIGHT },
+		{ "FINDINGS", TABLE_RIGHT }, { "AGE", TABLE_LEFT },
+	};
+	int64_t now = client_now_ms();
+	struct table *t;
+
+	if (table_new(cols, sizeof(cols) / sizeof(cols[0]),
+		      report_want_color(stdout), &t) < 0)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (i > 0 && rows[i].group != rows[i - 1].group &&
+		    table_break(t) < 0)
+			goto err;
+		if (list_row_add(t, rows[i].p, now) < 0)
+			goto err;
+	}
+	table_flush(t, stdout);
+	table_free(t);
+	return 0;
+err:
+	table_free(t);
+	return -1;
+}
+
+static int parse_opts(int argc, char **argv, struct client_opts *co,
+		      struct list *l, Npusan__ListRequest *req)
+{
+	static const struct option longopts[] = {
+		{ "job", required_argument, NULL, 'J' },
+		{ "pid", required_argument, NULL, 'P' },
+		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
+		CLIENT_LONGOPTS,
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t v;
+	int c, status;
+
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'J':
+			req->job = optarg;
+			break;
+		case 'P':
+			if (client_parse_u64(optarg, 1, UINT32_MAX, &v) < 0) {
+				fprintf(stderr, LIST_CMD ": --pid needs a "
+							 "process id, not "
+							 "'%s'\n",
+					optarg);
+				return CLI_USAGE;
+			}
+			req->has_pid = true;
+			req->pid = (uint32_t)v;
+			break;
+		case CLIENT_OPT_JSON:
+			l->json = true;
+			break;
+		default:
+			status = client_option(LIST_CMD, c, list_usage, argv,
+					       co);
+			if (status >= 0)
+				return status;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, LIST_CMD ": unexpected argument '%s'\n"
+					 "Try '" LIST_CMD " --help'.\n",
+			argv[optind]);
+		return CLI_USAGE;
+	}
+	return -1;
+}
+
+int cli_list(int argc, char **argv)
+{
+	Npusan__ListRequest req = NPUSAN__LIST_REQUEST__INIT;
+	Npusan__Query q = NPUSAN__QUERY__INIT;
+	struct client_opts co;
+	struct list l = { 0 };
+	struct list_row *rows = NULL;
+	int status;
+
+	client_opts_init(&co);
+	status = parse_opts(argc, argv, &co, &l, &req);
+	if (status >= 0)
+		return status;
+	q.q_case = NPUSAN__QUERY__Q_LIST;
+	q.list = &req;
+	status = client_query(&co, LIST_CMD, &q, list_reply_cb, &l);
+	if (status == CLI_OK) {
+		rows = list_rows(&l);
+		if (rows == NULL) {
+			fprintf(stderr, LIST_CMD ": out of memory\n");
+			status = CLI_DAEMON;
+		} else if (l.json) {
+			for (size_t i = 0; i < l.nprocs; i++)
+				list_json(rows[i].p);
+		} else if (l.nprocs == 0) {
+			puts(req.job != NULL || req.has_pid ?
+				     "No process matches." :
+				     "No processes.");
+		} else if (list_table(rows, l.nprocs) < 0) {
+			fprintf(stderr, LIST_CMD ": out of memory\n");
+			status = CLI_DAEMON;
+		}
+	}
+	free(rows);
+	for (size_t i = 0; i < l.nmsgs; i++)
+		npusan__from_daemon__free_unpacked(l.msgs[i], NULL);
+	free(l.msgs);
+	free(l.procs);
+	return client_end_output(LIST_CMD, status);
+}
