@@ -1,0 +1,192 @@
+/*
+ * store.h - the daemon's database: the processes it watches and the
+ * findings it made, in SQLite. Only store.c speaks SQL.
+ *
+ * Writes are queued and committed in batches by the store's own writer
+ * thread, on its own connection, so the threads that drain rings and run
+ * the engines never wait for the disk. Reads run on a second connection
+ * (WAL lets them proceed while the writer commits), from the thread that
+ * serves queries; they see what has been committed.
+ *
+ * Caller owns the struct store; release with store_close(), which commits
+ * everything queued first and accepts NULL. Every struct passed in is
+ * copied; every struct passed to a callback is valid during the call only.
+ */
+#ifndef NPUSAN_STORE_H
+#define NPUSAN_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+
+/* X(enum suffix, name in queries and the database) */
+#define STORE_STATES(X)           \
+	X(RUNNING, "running")     \
+	X(EXITED, "exited")
+
+enum store_state {
+#define STORE_STATE_ENUM(name, str) STORE_##name,
+	STORE_STATES(STORE_STATE_ENUM)
+#undef STORE_STATE_ENUM
+	STORE_STATE_COUNT
+};
+
+/* The name of `st`, NULL when out of range. */
+const char *store_state_name(enum store_state st);
+
+/* A process. Strings are NUL-terminated, NULL when unknown. */
+struct store_process {
+	int64_t id; /* the store's; 0 before store_process_register() */
+	uint32_t pid;
+	uint64_t start_time; /* clock ticks after boot (/proc/PID/stat) */
+	uint32_t uid;
+	const char *host;
+	const char *exe;
+	const char *job;
+	bool has_rank, has_local_rank, has_world_size;
+	uint32_t rank, local_rank, world_size;
+	enum store_state state;
+	uint64_t events;   /* operations analysed */
+	uint64_t lost;     /* operations lost */
+	uint64_t findings; /* finding rows; filled by queries, ignored on write */
+	int64_t first_ms;  /* first and last activity, Unix ms */
+	int64_t last_ms;
+};
+
+/* One access of a finding; `stack` holds `nstack` frames, innermost first. */
+struct store_access {
+	uint64_t stream;
+	uint64_t seq;
+	bool write;
+	const char *op;
+	const char *const *stack;
+	size_t nstack;
+};
+
+/* A finding as shared/spec/findings.md defines it, strings resolved. */
+struct store_finding {
+	int64_t id;         /* the store's; ignored on write */
+	int64_t process_id; /* store_process.id */
+	enum finding_kind kind;
+	enum detected_at detected_at;
+	uint64_t ptr;
+	bool has_alloc;
+	uint64_t alloc_ptr;
+	uint64_t alloc_size;
+	bool alloc_has_stream;
+	uint64_t alloc_stream;
+	const char *const *alloc_stack;
+	size_t alloc_nstack;
+	struct store_access access;
+	bool has_previous;
+	struct store_access previous;
+	uint64_t count;   /* occurrences; on write, how many to add */
+	int64_t first_ms; /* first and last occurrence, Unix ms */
+	int64_t last_ms;
+};
+
+struct store;
+
+struct store_opts {
+	const char *path;     /* the database file; its directory must exist */
+	unsigned retain_days; /* prune exited processes older than this; 0: never */
+	/* Called on the writer thread after each commit that stored findings
+	 * or process changes, e.g. to wake followers; NULL for none. It may
+	 * queue writes, but must not call store_flush(), _register(),
+	 * _prune() or _close(), which wait for that thread. */
+	void (*commit_cb)(void *arg);
+	void *commit_arg;
+};
+
+/*
+ * Opens (creating when missing) the database, runs the schema migrations,
+ * marks processes left running by a previous daemon as exited, and starts
+ * the writer thread. 0; -ENOMEM; -EIO with the reason (naming the file) in
+ * *errmsg (caller frees) when SQLite cannot open or migrate it, or the
+ * database was written by a newer npusan (a schema version it does not
+ * know).
+ */
+int store_open(const struct store_opts *o, struct store **out, char **errmsg);
+
+/* Commits what is queued, stops the writer, closes. Accepts NULL. */
+void store_close(struct store *s);
+
+/*
+ * Records a process registering (synchronously: the caller needs the id).
+ * A process already stored with the same host, pid and start time (it
+ * registered with an earlier daemon) gets its row back, state running.
+ * 0 with the id in p->id's place (*id); -EIO.
+ */
+int store_process_register(struct store *s, const struct store_process *p,
+			   int64_t *id);
+
+/*
+ * Queues new counters and state for process `id` (events and lost are
+ * totals, not increments). Never blocks on the disk. 0; -ENOMEM (also
+ * when writes have piled up waiting for the disk); -EINVAL when `st` is
+ * out of range.
+ */
+int store_process_update(struct store *s, int64_t id, uint64_t events,
+			 uint64_t lost, int64_t last_ms, enum store_state st);
+
+/*
+ * Queues a finding: a new row, or, when the process already has a finding
+ * with the same key (kind, both streams, both operators, both access types,
+ * both stacks; findings.md's deduplication), f->count more occurrences of
+ * it and a later last_ms. Never blocks on the disk. 0; -ENOMEM (as for
+ * store_process_update()); -EINVAL when kind or detected_at is out of
+ * range.
+ */
+int store_finding_submit(struct store *s, const struct store_finding *f);
+
+/* Commits everything queued so far before returning. 0; -EIO. */
+int store_flush(struct store *s);
+
+/* Query filters; a field applies when its has_ flag (or pointer) is set. */
+struct store_filter {
+	const char *job;
+	bool has_pid, has_rank, has_kind, has_uid;
+	uint32_t pid, rank, uid; /* uid: only this user's processes */
+	enum finding_kind kind;
+	int64_t since_ms; /* last_ms at or after; 0: any */
+	int64_t after_id; /* findings with a larger id only (follow) */
+	uint32_t limit;   /* the newest `limit` only; 0: all */
+};
+
+typedef int (*store_process_cb)(void *arg, const struct store_process *p);
+typedef int (*store_finding_cb)(void *arg, const struct store_finding *f,
+				const struct store_process *p);
+
+/*
+ * Calls `cb` for each matching process, most recent activity first, or
+ * each matching finding, oldest id first (the newest `limit` when set).
+ * A callback's negative return stops the walk and is returned. 0; -EIO.
+ */
+int store_list(struct store *s, const struct store_filter *f,
+	       store_process_cb cb, void *arg);
+int store_findings(struct store *s, const struct store_filter *f,
+		   store_finding_cb cb, void *arg);
+
+/* Calls `cb` with finding `id` when it matches `f` (uid). 0; -ENOENT. */
+int store_finding_get(struct store *s, int64_t id,
+		      const struct store_filter *f, store_finding_cb cb,
+		      void *arg);
+
+struct store_stats {
+	uint32_t processes[STORE_STATE_COUNT];
+	uint64_t findings; /* rows */
+	uint64_t db_bytes; /* the database file and its WAL */
+};
+
+int store_stats(struct store *s, struct store_stats *out);
+
+/*
+ * Deletes exited processes whose last activity is older than retain_days
+ * before `now_ms`, with their findings (and strings no finding uses any
+ * more). The number of processes deleted; -EIO.
+ */
+int store_prune(struct store *s, int64_t now_ms);
+
+#endif

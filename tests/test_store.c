@@ -1,0 +1,1240 @@
+/*
+ * test_store.c - the daemon's SQLite store: schema and migrations, batched
+ * writes, deduplication, queries, retention and durability.
+ */
+#include <check.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store.h"
+#include "testutil.h"
+
+/* store.c's test hook: the writer's next round sets max_page_count. */
+int store__max_pages(struct store *s, unsigned pages);
+
+#define DAY_MS INT64_C(86400000)
+#define NOW_MS INT64_C(1700000000000)
+
+static char *db_path(void)
+{
+	char *dir = tu_tmpdir(), *path;
+
+	ck_assert_int_gt(asprintf(&path, "%s/npusan.db", dir), 0);
+	free(dir);
+	return path;
+}
+
+static struct store *open_store(const char *path, unsigned retain_days)
+{
+	struct store_opts o = { .path = path, .retain_days = retain_days };
+	struct store *s = NULL;
+	char *err = NULL;
+	int rc = store_open(&o, &s, &err);
+
+	ck_assert_msg(rc == 0, "store_open: %d %s", rc, err ? err : "");
+	ck_assert_ptr_null(err);
+	return s;
+}
+
+static struct store_process proc(uint32_t pid, const char *job,
+				 uint32_t rank, uint32_t uid)
+{
+	struct store_process p = {
+		.pid = pid,
+		.start_time = 1000 + pid,
+		.uid = uid,
+		.host = "node1",
+		.exe = "/usr/bin/python3",
+		.job = job,
+		.has_rank = true,
+		.rank = rank,
+		.has_world_size = true,
+		.world_size = 8,
+		.state = STORE_RUNNING,
+		.first_ms = NOW_MS,
+		.last_ms = NOW_MS,
+	};
+	return p;
+}
+
+static int64_t reg(struct store *s, const struct store_process *p)
+{
+	int64_t id = 0;
+
+	ck_assert_int_eq(store_process_register(s, p, &id), 0);
+	ck_assert_int_gt(id, 0);
+	return id;
+}
+
+static const char *const stack_a[] = { "train.py:10 step", "train.py:3 main" };
+static const char *const stack_b[] = { "model.py:7 forward", "train.py:10 step",
+				       "train.py:3 main" };
+static const char *const stack_c[] = { "alloc.py:1 empty" };
+
+/* A data race of process `pid_id`: write on stream 1 against a read on 2. */
+static struct store_finding race(int64_t process_id)
+{
+	struct store_finding f = {
+		.process_id = process_id,
+		.kind = FINDING_DATA_RACE,
+		.detected_at = DETECTED_AT_LAUNCH,
+		.ptr = 0x7f0000001000,
+		.has_alloc = true,
+		.alloc_ptr = 0x7f0000000000,
+		.alloc_size = 1 << 20,
+		.alloc_has_stream = true,
+		.alloc_stream = 0,
+		.alloc_stack = stack_c,
+		.alloc_nstack = 1,
+		.access = { .stream = 1, .seq = 7, .write = true,
+			    .op = "aten::add_", .stack = stack_a, .nstack = 2 },
+		.has_previous = true,
+		.previous = { .stream = 2, .seq = 5, .write = false,
+			      .op = "aten::mul", .stack = stack_b,
+			      .nstack = 3 },
+		.count = 1,
+		.first_ms = NOW_MS,
+		.last_ms = NOW_MS,
+	};
+	return f;
+}
+
+/* The findings a walk saw, each rendered to one line. */
+struct seen {
+	int64_t ids[256];
+	struct store_finding f[256];
+	uint32_t pids[256];
+	char text[65536];
+	size_t n, len;
+	int stop_after; /* return -42 after this many; 0: never */
+};
+
+static void seen_add(struct seen *v, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void seen_add(struct seen *v, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	/* Past the buffer (a test of many frames) the text stops. */
+	if (v->len + 1 >= sizeof(v->text))
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(v->text + v->len, sizeof(v->text) - v->len, fmt, ap);
+	va_end(ap);
+	ck_assert_int_ge(n, 0);
+	v->len += (size_t)n;
+	if (v->len >= sizeof(v->text))
+		v->len = sizeof(v->text) - 1;
+}
+
+static void seen_stack(struct seen *v, const char *const *st, size_t n)
+{
+	seen_add(v, "[");
+	for (size_t i = 0; i < n; i++)
+		seen_add(v, "%s%s", i ? "|" : "", st[i]);
+	seen_add(v, "]");
+}
+
+static int seen_cb(void *arg, const struct store_finding *f,
+		   const struct store_process *p)
+{
+	struct seen *v = arg;
+
+	ck_assert_uint_lt(v->n, 256);
+	ck_assert_int_eq(f->process_id, p->id);
+	v->ids[v->n] = f->id;
+	v->f[v->n] = *f; /* scalars only stay valid */
+	v->pids[v->n] = p->pid;
+	v->n++;
+	seen_add(v, "%s pid=%u job=%s count=%" PRIu64 " ptr=%" PRIx64 " at=%s",
+		 finding_kind_name(f->kind), p->pid, p->job ? p->job : "-",
+		 f->count, f->ptr, detected_at_name(f->detected_at));
+	if (f->has_alloc) {
+		seen_add(v, " alloc=%" PRIx64 "+%" PRIu64 "@", f->alloc_ptr,
+			 f->alloc_size);
+		if (f->alloc_has_stream)
+			seen_add(v, "%" PRIu64, f->alloc_stream);
+		else
+			seen_add(v, "-");
+		seen_stack(v, f->alloc_stack, f->alloc_nstack);
+	}
+	seen_add(v, " acc=%" PRIu64 "/%" PRIu64 "/%c/%s", f->access.stream,
+		 f->access.seq, f->access.write ? 'w' : 'r',
+		 f->access.op ? f->access.op : "-");
+	seen_stack(v, f->access.stack, f->access.nstack);
+	if (f->has_previous) {
+		seen_add(v, " prev=%" PRIu64 "/%" PRIu64 "/%c/%s",
+			 f->previous.stream, f->previous.seq,
+			 f->previous.write ? 'w' : 'r',
+			 f->previous.op ? f->previous.op : "-");
+		seen_stack(v, f->previous.stack, f->previous.nstack);
+	}
+	seen_add(v, "\n");
+	if (v->stop_after != 0 && (int)v->n == v->stop_after)
+		return -42;
+	return 0;
+}
+
+static void findings(struct store *s, const struct store_filter *f,
+		     struct seen *v)
+{
+	memset(v, 0, sizeof(*v));
+	ck_assert_int_eq(store_findings(s, f, seen_cb, v), 0);
+}
+
+struct procs {
+	struct store_process p[64];
+	char jobs[64][32];
+	size_t n;
+};
+
+static int procs_cb(void *arg, const struct store_process *p)
+{
+	struct procs *v = arg;
+
+	ck_assert_uint_lt(v->n, 64);
+	v->p[v->n] = *p;
+	v->p[v->n].host = v->p[v->n].exe = NULL;
+	snprintf(v->jobs[v->n], sizeof(v->jobs[0]), "%s", p->job ? p->job : "-");
+	v->p[v->n].job = v->jobs[v->n];
+	v->n++;
+	return 0;
+}
+
+static void list(struct store *s, const struct store_filter *f,
+		 struct procs *v)
+{
+	memset(v, 0, sizeof(*v));
+	ck_assert_int_eq(store_list(s, f, procs_cb, v), 0);
+}
+
+/* One integer from the database through SQLite itself. */
+static int64_t sql_int(const char *path, const char *sql)
+{
+	sqlite3 *db;
+	sqlite3_stmt *st;
+	int64_t v;
+
+	ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE,
+					 NULL), SQLITE_OK);
+	ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK,
+		      "%s: %s", sql, sqlite3_errmsg(db));
+	ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+	v = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	return v;
+}
+
+static void sql_exec(const char *path, const char *sql)
+{
+	sqlite3 *db;
+
+	ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+	ck_assert_msg(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK,
+		      "%s: %s", sql, sqlite3_errmsg(db));
+	sqlite3_close(db);
+}
+
+START_TEST(store_register_returns_same_row_again)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(100, "job1", 0, 1000);
+	struct store_process q = proc(100, "job1", 0, 1000);
+	struct procs v;
+	int64_t a, b, c;
+
+	a = reg(s, &p);
+	ck_assert_int_eq(store_process_update(s, a, 10, 1, NOW_MS + 5,
+					      STORE_EXITED), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	p.last_ms = NOW_MS + 9;
+	b = reg(s, &p);
+	ck_assert_int_eq(a, b);
+	/* Same pid, another start time: another process. */
+	q.start_time++;
+	c = reg(s, &q);
+	ck_assert_int_ne(a, c);
+
+	list(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 2);
+	ck_assert_int_eq(v.p[0].id, a); /* the most recent first */
+	ck_assert_int_eq(v.p[0].state, STORE_RUNNING);
+	ck_assert_uint_eq(v.p[0].events, 10); /* counters kept */
+	ck_assert_int_eq(v.p[0].last_ms, NOW_MS + 9);
+	ck_assert_int_eq(v.p[1].id, c);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM processes"), 2);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* An update queued before a re-registration must not undo it. */
+START_TEST(store_register_after_queued_update_stays_running)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(100, "job1", 0, 1000);
+	struct procs v;
+	int64_t a = reg(s, &p);
+
+	ck_assert_int_eq(store_process_update(s, a, 1, 0, NOW_MS,
+					      STORE_EXITED), 0);
+	ck_assert_int_eq(reg(s, &p), a);
+	ck_assert_int_eq(store_flush(s), 0);
+	list(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 1);
+	ck_assert_int_eq(v.p[0].state, STORE_RUNNING);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+START_TEST(store_update_visible_after_flush)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(7, NULL, 0, 0);
+	struct procs v;
+	int64_t id;
+
+	p.has_rank = p.has_world_size = false;
+	p.host = NULL;
+	p.exe = NULL;
+	id = reg(s, &p);
+	ck_assert_int_eq(store_process_update(s, id, 5, 0, NOW_MS + 1,
+					      STORE_RUNNING), 0);
+	ck_assert_int_eq(store_process_update(s, id, UINT64_MAX, 3,
+					      NOW_MS + 2, STORE_EXITED), 0);
+	/* last_ms never goes back. */
+	ck_assert_int_eq(store_process_update(s, id, UINT64_MAX, 4,
+					      NOW_MS + 1, STORE_EXITED), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	list(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 1);
+	ck_assert_uint_eq(v.p[0].pid, 7);
+	ck_assert_uint_eq(v.p[0].start_time, 1007);
+	ck_assert(!v.p[0].has_rank && !v.p[0].has_local_rank &&
+		  !v.p[0].has_world_size);
+	ck_assert_str_eq(v.p[0].job, "-");
+	ck_assert_uint_eq(v.p[0].events, UINT64_MAX);
+	ck_assert_uint_eq(v.p[0].lost, 4);
+	ck_assert_int_eq(v.p[0].state, STORE_EXITED);
+	ck_assert_int_eq(v.p[0].first_ms, NOW_MS);
+	ck_assert_int_eq(v.p[0].last_ms, NOW_MS + 2);
+	ck_assert_int_eq(store_process_update(s, id, 0, 0, 0,
+					      STORE_STATE_COUNT), -EINVAL);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+START_TEST(store_dedup_equal_keys_add_counts)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(1, "j", 0, 0);
+	struct store_finding f, g;
+	struct seen v;
+	int64_t pid = reg(s, &p);
+
+	f = race(pid);
+	f.count = 2;
+	f.first_ms = NOW_MS + 10;
+	f.last_ms = NOW_MS + 20;
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	/* Not in the key: ptr, alloc, seqs, detected_at. */
+	g = f;
+	g.ptr = 0x1234;
+	g.alloc_ptr = 0x1000;
+	g.alloc_stack = stack_a;
+	g.access.seq = 99;
+	g.previous.seq = 98;
+	g.detected_at = DETECTED_AT_FLUSH;
+	g.count = 3;
+	g.first_ms = NOW_MS + 5;
+	g.last_ms = NOW_MS + 50;
+	ck_assert_int_eq(store_finding_submit(s, &g), 0);
+	g.count = 1;
+	g.last_ms = NOW_MS + 30; /* an earlier last_ms does not win */
+	ck_assert_int_eq(store_finding_submit(s, &g), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+
+	findings(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 1);
+	ck_assert_uint_eq(v.f[0].count, 6);
+	ck_assert_int_eq(v.f[0].first_ms, NOW_MS + 5);
+	ck_assert_int_eq(v.f[0].last_ms, NOW_MS + 50);
+	/* The first row's details. */
+	ck_assert_str_eq(v.text,
+			 "data_race pid=1 job=j count=6 ptr=7f0000001000 "
+			 "at=launch alloc=7f0000000000+1048576@0"
+			 "[alloc.py:1 empty] "
+			 "acc=1/7/w/aten::add_[train.py:10 step|train.py:3 main] "
+			 "prev=2/5/r/aten::mul[model.py:7 forward|"
+			 "train.py:10 step|train.py:3 main]\n");
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* Each part of the key, changed alone, makes a finding of its own. */
+START_TEST(store_dedup_distinct_keys_stay_distinct)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(1, "j", 0, 0), q = proc(2, "j", 0, 0);
+	struct store_finding f[14];
+	struct seen v;
+	int64_t a = reg(s, &p), b = reg(s, &q);
+	size_t n = 0;
+
+	f[n++] = race(a);
+	f[n] = race(a), f[n].kind = FINDING_MISSING_RECORD_STREAM, n++;
+	f[n] = race(a), f[n].access.stream = 3, n++;
+	f[n] = race(a), f[n].access.op = "aten::sub", n++;
+	f[n] = race(a), f[n].access.op = NULL, n++;
+	f[n] = race(a), f[n].access.write = false, n++;
+	f[n] = race(a), f[n].access.stack = stack_b, f[n].access.nstack = 3,
+	n++;
+	f[n] = race(a), f[n].access.nstack = 0, n++;
+	f[n] = race(a), f[n].previous.stream = 3, n++;
+	f[n] = race(a), f[n].previous.op = "aten::add_", n++;
+	f[n] = race(a), f[n].previous.write = true, n++;
+	f[n] = race(a), f[n].previous.nstack = 1, n++;
+	f[n] = race(a), f[n].has_previous = false, n++;
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(store_finding_submit(s, &f[i]), 0);
+	/* Another process: its own row. */
+	f[n] = race(b);
+	ck_assert_int_eq(store_finding_submit(s, &f[n]), 0);
+	/* And all of it again: only counts change. */
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(store_finding_submit(s, &f[i]), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+
+	findings(s, NULL, &v);
+	ck_assert_uint_eq(v.n, n + 1);
+	for (size_t i = 0; i < v.n; i++)
+		ck_assert_uint_eq(v.f[i].count, v.pids[i] == 2 ? 1 : 2);
+	ck_assert_ptr_nonnull(strstr(v.text, "acc=1/7/w/-[train.py"));
+	ck_assert_ptr_nonnull(strstr(v.text, "acc=1/7/w/aten::add_[] prev"));
+	ck_assert_ptr_nonnull(strstr(v.text, "main]\n"));
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+START_TEST(store_strings_and_stacks_stored_once)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(1, "j", 0, 0);
+	struct store_finding f;
+	struct seen v;
+	int64_t id = reg(s, &p);
+
+	for (int i = 0; i < 10; i++) {
+		f = race(id);
+		f.access.stream = (uint64_t)i; /* ten rows */
+		ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	}
+	ck_assert_int_eq(store_flush(s), 0);
+	/* Frames: 4 distinct texts; ops: 2; stacks: a, b, c. */
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM strings"), 6);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM stacks"), 3);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM findings"), 10);
+	ck_assert_int_eq(sql_int(path, "SELECT count(DISTINCT acc_stack)"
+				       " FROM findings"), 1);
+	findings(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 10);
+	ck_assert_uint_eq(v.f[9].access.stream, 9);
+	store_close(s);
+	/* Another daemon (nothing in memory) finds them too. */
+	s = open_store(path, 0);
+	f = race(reg(s, &p));
+	f.access.stream = 10;
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM strings"), 6);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM stacks"), 3);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM findings"), 11);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* Values at the edges of their types come back as they went in. */
+START_TEST(store_finding_roundtrips_extremes)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(UINT32_MAX, "j", UINT32_MAX, UINT32_MAX);
+	struct store_finding f;
+	struct seen v;
+	struct procs w;
+	int64_t id;
+
+	p.start_time = UINT64_MAX;
+	id = reg(s, &p);
+	f = race(id);
+	f.kind = FINDING_MISSING_RECORD_STREAM;
+	f.detected_at = DETECTED_AT_FREE;
+	f.ptr = UINT64_MAX;
+	f.alloc_has_stream = false;
+	f.alloc_nstack = 0;
+	f.access.stream = UINT64_MAX;
+	f.access.seq = UINT64_MAX;
+	f.has_previous = false;
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	findings(s, NULL, &v);
+	ck_assert_str_eq(v.text,
+			 "missing_record_stream pid=4294967295 job=j count=1 "
+			 "ptr=ffffffffffffffff at=free "
+			 "alloc=7f0000000000+1048576@-[] "
+			 "acc=18446744073709551615/18446744073709551615/w/"
+			 "aten::add_[train.py:10 step|train.py:3 main]\n");
+	ck_assert(!v.f[0].has_previous);
+	list(s, NULL, &w);
+	ck_assert_uint_eq(w.p[0].start_time, UINT64_MAX);
+	ck_assert_uint_eq(w.p[0].rank, UINT32_MAX);
+	ck_assert_uint_eq(w.p[0].uid, UINT32_MAX);
+	ck_assert_uint_eq(w.p[0].findings, 1);
+	f.kind = FINDING_KIND_COUNT;
+	ck_assert_int_eq(store_finding_submit(s, &f), -EINVAL);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* Three processes, two jobs, two users; findings 1..9 round-robin. */
+static struct store *filter_fixture(char **path, int64_t ids[3])
+{
+	struct store *s;
+	struct store_process p[3] = { proc(10, "jobA", 0, 1000),
+				      proc(11, "jobA", 1, 1001),
+				      proc(12, "jobB", 0, 1000) };
+
+	*path = db_path();
+	s = open_store(*path, 0);
+	for (int i = 0; i < 3; i++) {
+		p[i].last_ms = NOW_MS + i;
+		ids[i] = reg(s, &p[i]);
+	}
+	for (int i = 0; i < 9; i++) {
+		struct store_finding f = race(ids[i % 3]);
+
+		f.access.stream = (uint64_t)i;
+		f.kind = i == 4 ? FINDING_MISSING_RECORD_STREAM
+				: FINDING_DATA_RACE;
+		f.last_ms = NOW_MS + i;
+		ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	}
+	ck_assert_int_eq(store_flush(s), 0);
+	return s;
+}
+
+static void ck_streams(const struct seen *v, const char *want)
+{
+	char got[256] = "";
+	size_t len = 0;
+
+	for (size_t i = 0; i < v->n; i++) {
+		len += (size_t)snprintf(got + len, sizeof(got) - len, "%s%" PRIu64,
+					i ? "," : "", v->f[i].access.stream);
+		if (i > 0)
+			ck_assert_int_gt(v->ids[i], v->ids[i - 1]);
+	}
+	ck_assert_str_eq(got, want);
+}
+
+START_TEST(store_findings_filters)
+{
+	struct store_filter f;
+	struct seen v;
+	int64_t ids[3];
+	char *path;
+	struct store *s = filter_fixture(&path, ids);
+
+	findings(s, NULL, &v);
+	ck_streams(&v, "0,1,2,3,4,5,6,7,8");
+	f = (struct store_filter){ .job = "jobA" };
+	findings(s, &f, &v);
+	ck_streams(&v, "0,1,3,4,6,7");
+	f = (struct store_filter){ .has_pid = true, .pid = 12 };
+	findings(s, &f, &v);
+	ck_streams(&v, "2,5,8");
+	f = (struct store_filter){ .has_rank = true, .rank = 1 };
+	findings(s, &f, &v);
+	ck_streams(&v, "1,4,7");
+	f = (struct store_filter){ .has_kind = true,
+				   .kind = FINDING_MISSING_RECORD_STREAM };
+	findings(s, &f, &v);
+	ck_streams(&v, "4");
+	f = (struct store_filter){ .since_ms = NOW_MS + 6 };
+	findings(s, &f, &v);
+	ck_streams(&v, "6,7,8");
+	/* A follower's after_id. */
+	findings(s, NULL, &v);
+	f = (struct store_filter){ .after_id = v.ids[6] };
+	findings(s, &f, &v);
+	ck_streams(&v, "7,8");
+	/* Everything together. */
+	f = (struct store_filter){ .job = "jobA", .has_rank = true, .rank = 0,
+				   .has_kind = true,
+				   .kind = FINDING_DATA_RACE,
+				   .since_ms = NOW_MS + 1 };
+	findings(s, &f, &v);
+	ck_streams(&v, "3,6");
+	f = (struct store_filter){ .job = "nope" };
+	findings(s, &f, &v);
+	ck_assert_uint_eq(v.n, 0);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+START_TEST(store_findings_limit_gives_newest_ascending)
+{
+	struct store_filter f;
+	struct seen v;
+	int64_t ids[3];
+	char *path;
+	struct store *s = filter_fixture(&path, ids);
+
+	f = (struct store_filter){ .limit = 3 };
+	findings(s, &f, &v);
+	ck_streams(&v, "6,7,8");
+	f = (struct store_filter){ .limit = 2, .job = "jobA" };
+	findings(s, &f, &v);
+	ck_streams(&v, "6,7");
+	f = (struct store_filter){ .limit = 1 };
+	findings(s, &f, &v);
+	ck_streams(&v, "8");
+	f = (struct store_filter){ .limit = 100 };
+	findings(s, &f, &v);
+	ck_streams(&v, "0,1,2,3,4,5,6,7,8");
+	/* A callback's negative return stops the walk and is returned. */
+	memset(&v, 0, sizeof(v));
+	v.stop_after = 2;
+	ck_assert_int_eq(store_findings(s, NULL, seen_cb, &v), -42);
+	ck_assert_uint_eq(v.n, 2);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+START_TEST(store_uid_filter_hides_other_users)
+{
+	struct store_filter f = { .has_uid = true, .uid = 1001 };
+	struct procs w;
+	struct seen v;
+	int64_t ids[3];
+	char *path;
+	struct store *s = filter_fixture(&path, ids);
+
+	findings(s, &f, &v);
+	ck_streams(&v, "1,4,7");
+	list(s, &f, &w);
+	ck_assert_uint_eq(w.n, 1);
+	ck_assert_uint_eq(w.p[0].uid, 1001);
+	/* finding_get: another user's finding is not there. */
+	findings(s, NULL, &v);
+	memset(&v, 0, sizeof(v));
+	f.uid = 1000;
+	ck_assert_int_eq(store_finding_get(s, 4, &f, seen_cb, &v), 0);
+	ck_assert_uint_eq(v.n, 1);
+	ck_assert_int_eq(v.ids[0], 4);
+	f.uid = 1001;
+	ck_assert_int_eq(store_finding_get(s, 4, &f, seen_cb, &v), -ENOENT);
+	ck_assert_int_eq(store_finding_get(s, 5, &f, seen_cb, &v), 0);
+	ck_assert_uint_eq(v.n, 2);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+START_TEST(store_finding_get_missing_is_enoent)
+{
+	struct seen v = { .n = 0 };
+	int64_t ids[3];
+	char *path;
+	struct store *s = filter_fixture(&path, ids);
+
+	ck_assert_int_eq(store_finding_get(s, 10, NULL, seen_cb, &v), -ENOENT);
+	ck_assert_int_eq(store_finding_get(s, 0, NULL, seen_cb, &v), -ENOENT);
+	ck_assert_int_eq(store_finding_get(s, INT64_MAX, NULL, seen_cb, &v),
+			 -ENOENT);
+	ck_assert_uint_eq(v.n, 0);
+	ck_assert_int_eq(store_finding_get(s, 9, NULL, seen_cb, &v), 0);
+	ck_assert_uint_eq(v.n, 1);
+	ck_assert_uint_eq(v.f[0].access.stream, 8);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+START_TEST(store_list_recent_first_and_filters)
+{
+	struct store_filter f;
+	struct procs w;
+	int64_t ids[3];
+	char *path;
+	struct store *s = filter_fixture(&path, ids);
+
+	list(s, NULL, &w);
+	ck_assert_uint_eq(w.n, 3);
+	ck_assert_uint_eq(w.p[0].pid, 12);
+	ck_assert_uint_eq(w.p[2].pid, 10);
+	ck_assert_uint_eq(w.p[0].findings, 3);
+	f = (struct store_filter){ .job = "jobA" };
+	list(s, &f, &w);
+	ck_assert_uint_eq(w.n, 2);
+	ck_assert_uint_eq(w.p[0].pid, 11);
+	f = (struct store_filter){ .has_kind = true,
+				   .kind = FINDING_MISSING_RECORD_STREAM };
+	list(s, &f, &w);
+	ck_assert_uint_eq(w.n, 1);
+	ck_assert_uint_eq(w.p[0].pid, 11);
+	f = (struct store_filter){ .since_ms = NOW_MS + 1, .limit = 1 };
+	list(s, &f, &w);
+	ck_assert_uint_eq(w.n, 1);
+	ck_assert_uint_eq(w.p[0].pid, 12);
+	f = (struct store_filter){ .has_pid = true, .pid = 10,
+				   .has_rank = true, .rank = 0 };
+	list(s, &f, &w);
+	ck_assert_uint_eq(w.n, 1);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+START_TEST(store_migrates_an_empty_file)
+{
+	char *path = db_path();
+	struct store *s;
+	FILE *fp = fopen(path, "w");
+
+	ck_assert_ptr_nonnull(fp);
+	fclose(fp);
+	s = open_store(path, 0);
+	store_close(s);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 1);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM sqlite_master"
+				       " WHERE type = 'table' AND name IN"
+				       " ('processes', 'findings', 'strings',"
+				       " 'stacks')"), 4);
+	/* Opening again migrates nothing. */
+	s = open_store(path, 0);
+	store_close(s);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 1);
+	free(path);
+}
+END_TEST
+
+START_TEST(store_refuses_a_newer_schema)
+{
+	char *path = db_path();
+	struct store_opts o = { .path = path };
+	struct store *s = NULL;
+	char *err = NULL;
+
+	sql_exec(path, "CREATE TABLE future (x); PRAGMA user_version = 2");
+	ck_assert_int_eq(store_open(&o, &s, &err), -EIO);
+	ck_assert_ptr_null(s);
+	ck_assert_ptr_nonnull(err);
+	ck_assert_ptr_nonnull(strstr(err, path));
+	ck_assert_ptr_nonnull(strstr(err, "newer"));
+	free(err);
+	/* Untouched. */
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 2);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM sqlite_master"
+				       " WHERE name = 'processes'"), 0);
+	free(path);
+}
+END_TEST
+
+START_TEST(store_refuses_what_is_not_a_database)
+{
+	char *path = db_path();
+	struct store_opts o = { .path = path };
+	struct store *s = NULL;
+	char *err = NULL;
+	FILE *fp = fopen(path, "w");
+
+	ck_assert_ptr_nonnull(fp);
+	fputs("this is not an SQLite database, it is a text file of some "
+	      "length, longer than the header SQLite reads first.\n", fp);
+	fclose(fp);
+	ck_assert_int_eq(store_open(&o, &s, &err), -EIO);
+	ck_assert_ptr_nonnull(err);
+	ck_assert_ptr_nonnull(strstr(err, path));
+	free(err);
+	free(path);
+
+	o.path = "/nonexistent-dir/npusan.db";
+	ck_assert_int_eq(store_open(&o, &s, &err), -EIO);
+	ck_assert_ptr_nonnull(strstr(err, "/nonexistent-dir/npusan.db"));
+	free(err);
+}
+END_TEST
+
+START_TEST(store_reopen_keeps_everything_committed)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(3, "j", 2, 0);
+	struct store_finding f;
+	struct procs w;
+	struct seen v, v2;
+	int64_t id = reg(s, &p);
+
+	f = race(id);
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	ck_assert_int_eq(store_process_update(s, id, 42, 1, NOW_MS + 3,
+					      STORE_RUNNING), 0);
+	findings(s, NULL, &v); /* maybe not committed yet: no matter */
+	/* No flush: close commits what is queued. */
+	store_close(s);
+
+	s = open_store(path, 0);
+	findings(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 1);
+	list(s, NULL, &w);
+	ck_assert_uint_eq(w.n, 1);
+	ck_assert_uint_eq(w.p[0].events, 42);
+	/* Left running by the previous daemon: exited now. */
+	ck_assert_int_eq(w.p[0].state, STORE_EXITED);
+	/* Registering again brings the same row back, running. */
+	ck_assert_int_eq(reg(s, &p), id);
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	findings(s, NULL, &v2);
+	ck_assert_uint_eq(v2.n, 1);
+	ck_assert_uint_eq(v2.f[0].count, 2);
+	ck_assert_int_eq(v2.ids[0], v.ids[0]);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* A daemon SIGKILLed after store_flush() keeps what it flushed. */
+START_TEST(store_flushed_data_survives_sigkill)
+{
+	char *path = db_path();
+	struct store *s;
+	struct seen v;
+	struct procs w;
+	int fds[2], status;
+	char c;
+	pid_t pid;
+
+	ck_assert_int_eq(pipe(fds), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct store_opts o = { .path = path };
+		struct store_process p = proc(5, "killed", 0, 0);
+		struct store_finding f;
+		int64_t id;
+		char *err;
+
+		if (store_open(&o, &s, &err) != 0 ||
+		    store_process_register(s, &p, &id) != 0)
+			_exit(1);
+		for (int i = 0; i < 100; i++) {
+			f = race(id);
+			f.access.stream = (uint64_t)i;
+			if (store_finding_submit(s, &f) != 0)
+				_exit(1);
+		}
+		if (store_process_update(s, id, 77, 0, NOW_MS + 1,
+					 STORE_RUNNING) != 0 ||
+		    store_flush(s) != 0 || write(fds[1], "k", 1) != 1)
+			_exit(1);
+		/* Keep queueing until killed: nothing of this is promised. */
+		for (;;) {
+			f = race(id);
+			f.access.stream = 1000;
+			store_finding_submit(s, &f);
+			usleep(100);
+		}
+	}
+	close(fds[1]);
+	ck_assert_int_eq(read(fds[0], &c, 1), 1);
+	close(fds[0]);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+	s = open_store(path, 0);
+	list(s, NULL, &w);
+	ck_assert_uint_eq(w.n, 1);
+	ck_assert_uint_eq(w.p[0].events, 77);
+	ck_assert_str_eq(w.p[0].job, "killed");
+	findings(s, NULL, &v);
+	ck_assert_uint_ge(v.n, 100);
+	ck_assert_uint_le(v.n, 101);
+	for (int i = 0; i < 100; i++)
+		ck_assert_uint_eq(v.f[i].access.stream, (uint64_t)i);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+START_TEST(store_prune_deletes_old_exited_processes)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 7);
+	struct store_process p[3] = { proc(1, "old", 0, 0),
+				      proc(2, "recent", 0, 0),
+				      proc(3, "running", 0, 0) };
+	static const char *const only_old[] = { "old.py:1" };
+	struct store_finding f;
+	struct store_stats st;
+	struct procs w;
+	struct seen v;
+	int64_t ids[3];
+
+	for (int i = 0; i < 3; i++)
+		ids[i] = reg(s, &p[i]);
+	for (int i = 0; i < 3; i++) {
+		f = race(ids[i]);
+		ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	}
+	/* The old one's own operator and stack. */
+	f = race(ids[0]);
+	f.access.op = "old::op";
+	f.access.stack = only_old;
+	f.access.nstack = 1;
+	f.has_previous = false;
+	f.has_alloc = false;
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	/* A finding of NULLs (no op, stacks, alloc or previous) stays: the
+	 * NULLs must not keep the prune from deleting what nothing uses. */
+	f = race(ids[1]);
+	f.kind = FINDING_MISSING_RECORD_STREAM;
+	f.access.op = NULL;
+	f.access.nstack = 0;
+	f.has_previous = false;
+	f.has_alloc = false;
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	ck_assert_int_eq(store_process_update(s, ids[0], 1, 0, NOW_MS,
+					      STORE_EXITED), 0);
+	ck_assert_int_eq(store_process_update(s, ids[1], 1, 0, NOW_MS,
+					      STORE_EXITED), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	/* last_ms never goes back through the store: age them here. */
+	sql_exec(path, "UPDATE processes SET last_ms = CASE pid"
+		       " WHEN 1 THEN 1700000000000 - 8 * 86400000"
+		       " WHEN 2 THEN 1700000000000 - 6 * 86400000"
+		       " ELSE 0 END");
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM strings"), 8);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM stacks"), 4);
+
+	ck_assert_int_eq(store_prune(s, NOW_MS), 1);
+	list(s, NULL, &w);
+	ck_assert_uint_eq(w.n, 2);
+	findings(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 3);
+	for (size_t i = 0; i < v.n; i++)
+		ck_assert_uint_ne(v.pids[i], 1);
+	/* old.py:1 and old::op, and the stack, went with it. */
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM strings"), 6);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM stacks"), 3);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM strings"
+				       " WHERE text LIKE 'old%'"), 0);
+	ck_assert_int_eq(store_prune(s, NOW_MS), 0);
+	/* The texts that went can come back (no stale ids anywhere). */
+	f = race(ids[2]);
+	f.access.op = "old::op";
+	f.access.stack = only_old;
+	f.access.nstack = 1;
+	f.has_previous = false;
+	f.has_alloc = false;
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	findings(s, &(struct store_filter){ .has_pid = true, .pid = 3 }, &v);
+	ck_assert_uint_eq(v.n, 2);
+	ck_assert_ptr_nonnull(strstr(v.text, "acc=1/7/w/old::op[old.py:1]\n"));
+	/* Six days later the recent one is old too. */
+	ck_assert_int_eq(store_prune(s, NOW_MS + 2 * DAY_MS), 1);
+	ck_assert_int_eq(store_stats(s, &st), 0);
+	ck_assert_uint_eq(st.processes[STORE_RUNNING], 1);
+	ck_assert_uint_eq(st.processes[STORE_EXITED], 0);
+	ck_assert_uint_eq(st.findings, 2);
+	/* What is left still reads back whole. */
+	findings(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 2);
+	ck_assert_ptr_nonnull(strstr(v.text, "[model.py:7 forward|"));
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM strings"), 8);
+	store_close(s);
+
+	/* retain_days 0: never. */
+	s = open_store(path, 0);
+	ck_assert_int_eq(store_prune(s, INT64_MAX), 0);
+	store_close(s);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM processes"), 1);
+	free(path);
+}
+END_TEST
+
+START_TEST(store_stats_counts)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(1, "j", 0, 0), q = proc(2, "j", 0, 0);
+	struct store_finding f;
+	struct store_stats st;
+	int64_t a, b;
+
+	ck_assert_int_eq(store_stats(s, &st), 0);
+	ck_assert_uint_eq(st.processes[STORE_RUNNING], 0);
+	ck_assert_uint_eq(st.findings, 0);
+	ck_assert_uint_gt(st.db_bytes, 0);
+	a = reg(s, &p);
+	b = reg(s, &q);
+	ck_assert_int_eq(store_process_update(s, b, 0, 0, NOW_MS,
+					      STORE_EXITED), 0);
+	f = race(a);
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	f.access.stream = 9;
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	ck_assert_int_eq(store_stats(s, &st), 0);
+	ck_assert_uint_eq(st.processes[STORE_RUNNING], 1);
+	ck_assert_uint_eq(st.processes[STORE_EXITED], 1);
+	ck_assert_uint_eq(st.findings, 2);
+	/* The database file and its WAL, which holds what is new. */
+	{
+		struct stat db, wal;
+		char *walpath;
+
+		ck_assert_int_gt(asprintf(&walpath, "%s-wal", path), 0);
+		ck_assert_int_eq(stat(path, &db), 0);
+		ck_assert_int_eq(stat(walpath, &wal), 0);
+		ck_assert_int_gt(wal.st_size, 0);
+		ck_assert_uint_eq(st.db_bytes,
+				  (uint64_t)db.st_size + (uint64_t)wal.st_size);
+		free(walpath);
+	}
+	ck_assert_str_eq(store_state_name(STORE_EXITED), "exited");
+	ck_assert_ptr_null(store_state_name(STORE_STATE_COUNT));
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+struct cb_count {
+	atomic_int n;
+	pthread_t caller;
+	atomic_bool other_thread;
+};
+
+static void count_cb(void *arg)
+{
+	struct cb_count *c = arg;
+
+	atomic_fetch_add(&c->n, 1);
+	if (!pthread_equal(pthread_self(), c->caller))
+		atomic_store(&c->other_thread, true);
+}
+
+START_TEST(store_commit_cb_called_after_commits)
+{
+	char *path = db_path();
+	struct cb_count c = { .caller = pthread_self() };
+	struct store_opts o = { .path = path, .commit_cb = count_cb,
+				.commit_arg = &c };
+	struct store_process p = proc(1, "j", 0, 0);
+	struct store_finding f;
+	struct store *s;
+	char *err;
+	int64_t id;
+	int n;
+
+	ck_assert_int_eq(store_open(&o, &s, &err), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	ck_assert_int_eq(atomic_load(&c.n), 0);
+	ck_assert_int_eq(store_process_register(s, &p, &id), 0);
+	n = atomic_load(&c.n);
+	f = race(id);
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	/* The callback runs after the commit and before flush returns. */
+	ck_assert_int_gt(atomic_load(&c.n), n);
+	ck_assert(atomic_load(&c.other_thread));
+	/* Without flush the timer commits, and calls it too. */
+	n = atomic_load(&c.n);
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	for (int i = 0; i < 200 && atomic_load(&c.n) == n; i++)
+		usleep(10000);
+	ck_assert_int_gt(atomic_load(&c.n), n);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* Past the batch size, flush still waits for all of it. */
+START_TEST(store_flush_commits_everything_queued)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(1, "j", 0, 0);
+	struct store_finding f;
+	int64_t id = reg(s, &p);
+
+	for (int i = 0; i < 5000; i++) {
+		f = race(id);
+		f.access.stream = (uint64_t)(i % 250);
+		ck_assert_int_eq(store_finding_submit(s, &f), 0);
+		ck_assert_int_eq(store_process_update(s, id, (uint64_t)i, 0,
+						      NOW_MS, STORE_RUNNING),
+				 0);
+	}
+	ck_assert_int_eq(store_flush(s), 0);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM findings"), 250);
+	ck_assert_int_eq(sql_int(path, "SELECT sum(count) FROM findings"),
+			 5000);
+	ck_assert_int_eq(sql_int(path, "SELECT events FROM processes"), 4999);
+	ck_assert_int_eq(sql_int(path, "SELECT findings FROM processes"), 250);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+START_TEST(store_uses_wal)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	sqlite3 *db;
+	sqlite3_stmt *st;
+
+	ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st,
+					    NULL), SQLITE_OK);
+	ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+	ck_assert_str_eq((const char *)sqlite3_column_text(st, 0), "wal");
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* Checks that each finding's access stack is the 200 frames in `arg`. */
+static int stack_is_cb(void *arg, const struct store_finding *f,
+		       const struct store_process *p)
+{
+	const char *const *want = arg;
+
+	(void)p;
+	ck_assert_uint_eq(f->access.nstack, 200);
+	for (size_t i = 0; i < 200; i++)
+		ck_assert_str_eq(f->access.stack[i], want[i]);
+	return 0;
+}
+
+/* A full disk: the batch stays queued and goes in once there is room. */
+START_TEST(store_full_disk_keeps_the_queue)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(1, "j", 0, 0);
+	struct store_finding f;
+	char frames[200][64];
+	const char *stack[200];
+	struct seen v;
+	int64_t id = reg(s, &p);
+
+	ck_assert_int_eq(store_flush(s), 0);
+	store__max_pages(s, 1); /* no page more than it has */
+	for (int i = 0; i < 200; i++) {
+		snprintf(frames[i], sizeof(frames[i]),
+			 "a/rather/long/path/to/some/module_%03d.py:%d", i, i);
+		stack[i] = frames[i];
+	}
+	for (int i = 0; i < 50; i++) {
+		f = race(id);
+		f.access.stream = (uint64_t)i;
+		f.access.stack = stack;
+		f.access.nstack = 200;
+		ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	}
+	ck_assert_int_eq(store_flush(s), -EIO);
+	ck_assert_int_eq(store_flush(s), -EIO);
+	findings(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 0);
+	/* A registration in a failing round fails, not hangs. */
+	p.pid = 2;
+	{
+		int64_t other;
+
+		ck_assert_int_eq(store_process_register(s, &p, &other), -EIO);
+	}
+	store__max_pages(s, 1u << 30);
+	ck_assert_int_eq(store_flush(s), 0);
+	findings(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 50);
+	/* Frame by frame: ids the failed round saw were rolled back. */
+	memset(&v, 0, sizeof(v));
+	ck_assert_int_eq(store_findings(s, NULL, stack_is_cb, (void *)stack),
+			 0);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+static Suite *store_suite(void)
+{
+	Suite *s = suite_create("store");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_test(tc, store_register_returns_same_row_again);
+	tcase_add_test(tc, store_register_after_queued_update_stays_running);
+	tcase_add_test(tc, store_update_visible_after_flush);
+	tcase_add_test(tc, store_dedup_equal_keys_add_counts);
+	tcase_add_test(tc, store_dedup_distinct_keys_stay_distinct);
+	tcase_add_test(tc, store_strings_and_stacks_stored_once);
+	tcase_add_test(tc, store_finding_roundtrips_extremes);
+	tcase_add_test(tc, store_findings_filters);
+	tcase_add_test(tc, store_findings_limit_gives_newest_ascending);
+	tcase_add_test(tc, store_uid_filter_hides_other_users);
+	tcase_add_test(tc, store_finding_get_missing_is_enoent);
+	tcase_add_test(tc, store_list_recent_first_and_filters);
+	tcase_add_test(tc, store_migrates_an_empty_file);
+	tcase_add_test(tc, store_refuses_a_newer_schema);
+	tcase_add_test(tc, store_refuses_what_is_not_a_database);
+	tcase_add_test(tc, store_reopen_keeps_everything_committed);
+	tcase_add_test(tc, store_flushed_data_survives_sigkill);
+	tcase_add_test(tc, store_prune_deletes_old_exited_processes);
+	tcase_add_test(tc, store_stats_counts);
+	tcase_add_test(tc, store_commit_cb_called_after_commits);
+	tcase_add_test(tc, store_flush_commits_everything_queued);
+	tcase_add_test(tc, store_uses_wal);
+	tcase_add_test(tc, store_full_disk_keeps_the_queue);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_main(store_suite());
+}
