@@ -135,7 +135,9 @@ static void replay_pace(const struct replay *rp, const struct timespec *start,
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	ahead = due - ((double)(now.tv_sec - start->tv_sec) +
 		       (double)(now.tv_nsec - start->tv_nsec) / 1e9);
-	if (ahead <= 0)
+	/* Sleep in steps of a millisecond or more: a nap per operation
+	 * would cost more than the operations at high rates. */
+	if (ahead < 0.001)
 		return;
 	nap.tv_sec = (time_t)ahead;
 	nap.tv_nsec = (long)((ahead - (double)nap.tv_sec) * 1e9);
