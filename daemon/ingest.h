@@ -1,0 +1,67 @@
+/*
+ * ingest.h - the processes the daemon watches: for each, its ring, the
+ * decoder and the engine that analyse what it pushes, and its findings on
+ * their way to the store.
+ *
+ * Drain threads of ingest's own take the registered processes in turn,
+ * draining a bounded batch from each, so a flooding process delays no
+ * other and never the thread serving sockets and queries. A finding
+ * reaches the store (queued, then committed by the store's writer) within
+ * a drain period of the operation that caused it.
+ *
+ * Caller owns the struct ingest; release with ingest_free(). Handles of
+ * registered processes belong to ingest.
+ */
+#ifndef NPUSAN_INGEST_H
+#define NPUSAN_INGEST_H
+
+#include <stdint.h>
+
+#include "store.h"
+
+struct ingest;
+struct ingest_proc;
+
+struct ingest_opts {
+	struct store *store; /* must outlive the ingest */
+	unsigned threads;    /* drain threads; 0: one per CPU up to 3, then
+				one per two CPUs */
+	unsigned period_ms;  /* how long a drain thread naps when idle; 0: 10 */
+};
+
+/* Starts the drain threads. 0; -ENOMEM; -errno from pthread_create. */
+int ingest_new(const struct ingest_opts *o, struct ingest **out);
+
+/*
+ * Stops the threads after a last drain of every ring, hands every finding
+ * and counter to the store, and frees everything. Accepts NULL.
+ */
+void ingest_free(struct ingest *in);
+
+/*
+ * Starts watching the process `p` (its identity, as registered; copied)
+ * whose ring is in memfd `fd`. On success ingest owns fd and *out is the
+ * process's handle until ingest_disconnect(). 0; -EINVAL when the fd is not
+ * a ring this daemon reads (*why says why, a static string); -EIO when the
+ * store failed; -ENOMEM.
+ */
+int ingest_register(struct ingest *in, const struct store_process *p, int fd,
+		    struct ingest_proc **out, const char **why);
+
+/*
+ * The agent's connection closed. Once the process has exited (at once when
+ * it has), ingest drains what it left, records the process as exited and
+ * frees the handle; the caller must not use it again.
+ */
+void ingest_disconnect(struct ingest *in, struct ingest_proc *proc);
+
+struct ingest_stats {
+	uint32_t running;    /* processes being watched */
+	uint64_t events;     /* operations analysed since start */
+	uint64_t lost;       /* operations lost since start */
+	double events_per_s; /* over the last few seconds */
+};
+
+void ingest_get_stats(struct ingest *in, struct ingest_stats *out);
+
+#endif

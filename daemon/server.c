@@ -1,0 +1,1308 @@
+/*
+ * server.c - npusand's socket (see server.h): connections, their frames,
+ * registrations and queries.
+ *
+ * Every socket is a uv_poll_t over a descriptor we read with recvmsg(2)
+ * and write with send(2) ourselves, the listener included. A libuv IPC pipe
+ * (uv_pipe_init(..., ipc=1)) would hand us descriptors too, and on Unix it
+ * adds no framing of its own, but it queues every descriptor a peer sends,
+ * without bound, apart from the bytes they came with; it would give the
+ * memfd to uv_accept() as if it were a stream; and a plain pipe reads with
+ * read(2), so the kernel drops the descriptor. Reading ourselves keeps the
+ * ring's memfd with the frame it came with and bounds both.
+ *
+ * DESIGN
+ * 1. A connection is NEW until its first frame: a Register makes it an
+ *    AGENT's, a Query a QUERY connection. An agent sends nothing more; a
+ *    query connection may ask again once an answer is complete.
+ * 2. A malformed, truncated or oversized frame, an unknown message, a
+ *    second Register, or a Query of another protocol version is answered
+ *    with an Error where the socket still takes it, and the connection
+ *    closes (CLOSING: no more reading, the queue flushes, then close).
+ *    A well-formed request the daemon cannot serve (an unknown id or kind)
+ *    gets an Error and the connection stays.
+ * 3. What one connection may make the daemon hold is bounded: a request
+ *    frame of WIRE_RX_MAX, allocated only while it arrives, and an output
+ *    queue that answers stop filling at SERVER_OUT_HIGH (findings are
+ *    walked page by page from the store as the queue drains; a follower's
+ *    new findings wait in the store, not here). Connections are capped;
+ *    one that dawdles (SERVER_*_TIMEOUT_MS) is closed by the sweep.
+ * 4. A connection's memory is freed in its poll handle's close callback,
+ *    never before: code that may close one checks `dead` afterwards.
+ * 5. The uid that decides what a query sees, and the pid an agent may
+ *    register, come from SO_PEERCRED at accept, never from a message.
+ * 6. A findings answer is a cursor: the last id sent. It walks the store
+ *    page by page (after_id), and with follow it stays, and each commit of
+ *    the store's writer (server_on_commit(), through the caller's
+ *    uv_async_t) walks what was stored after it. A follower is sent new
+ *    findings only: a finding it has seen whose count grows later keeps
+ *    its id and is not sent again (`npusanctl show` has the count).
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "wire.h"
+
+#ifndef NPUSAN_VERSION
+#error "define NPUSAN_VERSION (the project version) when compiling server.c"
+#endif
+
+/* Answers stop filling a connection's queue at this many bytes. */
+#define SERVER_OUT_HIGH (256u * 1024)
+/* An answer frame is sent once its items pass this many bytes. */
+#define SERVER_FRAME_TARGET (128u * 1024)
+/* A list answer larger than this is refused: filter it. */
+#define SERVER_LIST_MAX (64u << 20)
+/* A new connection must have sent its first frame within this. */
+#define SERVER_FIRST_TIMEOUT_MS 10000
+/* A frame once begun must be whole within this. */
+#define SERVER_FRAME_TIMEOUT_MS 10000
+/* A query connection may sit idle, between requests, this long. */
+#define SERVER_IDLE_TIMEOUT_MS 60000
+/* Output that does not move for this long closes the connection. */
+#define SERVER_STALL_TIMEOUT_MS 60000
+/* A closing connection may take this long to take its last frames. */
+#define SERVER_LINGER_MS 5000
+/* How often the sweep looks for the above. */
+#define SERVER_SWEEP_MS 1000
+/* Descriptors one recvmsg() takes; the kernel closes any beyond. */
+#define SERVER_MAX_FDS 4
+/* Reads per readiness callback, so one busy peer cannot hog the loop. */
+#define SERVER_READS_PER_CB 16
+/* Answer pages walked per callback, for the same reason. */
+#define SERVER_WALKS_PER_CB 4
+/* Accept failures (no descriptors left) pause accepting this long. */
+#define SERVER_ACCEPT_PAUSE_MS 100
+
+enum conn_kind { CONN_NEW, CONN_AGENT, CONN_QUERY };
+
+/* One queued frame. */
+struct out {
+	struct out *next;
+	uint8_t *data;
+	size_t len, off;
+};
+
+/* A findings answer in progress, and then, with follow, a follow. */
+struct cursor {
+	struct store_filter f;
+	struct wire_strings strs;
+	int64_t after_id; /* the last finding sent */
+	uint32_t left;    /* with a limit: how many more the answer may send */
+	bool limited;
+	bool follow;
+	bool following; /* the first answer is complete */
+	bool pending;   /* following: the store committed since the last walk */
+};
+
+struct conn {
+	uv_poll_t poll; /* first: the close callback gets the conn */
+	struct server *srv;
+	struct conn *prev, *next;
+	int fd;
+	pid_t pid; /* SO_PEERCRED (DESIGN 5) */
+	uid_t uid;
+	enum conn_kind kind;
+	int events; /* what the poll handle watches now */
+	bool closing;
+	bool dead;
+	struct wire_rx rx;
+	int rx_fd;		  /* the descriptor that came with this frame */
+	int64_t since_ms;	  /* accept, frame start or last answer */
+	int64_t out_moved_ms;	  /* output last moved */
+	int64_t closing_ms;
+	struct out *out_head, *out_tail;
+	size_t out_bytes;
+	struct ingest_proc *proc; /* AGENT: ours to disconnect */
+	struct cursor *cur;	  /* QUERY: a findings answer or follow */
+};
+
+struct server {
+	uv_loop_t *loop;
+	struct store *store;
+	struct ingest *ingest;
+	uint64_t start_ns;
+	unsigned max_conns;
+	unsigned nconns;
+	int lfd;
+	bool stopping;
+	bool accept_paused;
+	uv_poll_t listener;
+	uv_timer_t sweep;
+	uv_timer_t accept_pause;
+	struct conn *conns; /* a list, newest first */
+	unsigned open_handles;
+	bool free_when_closed; /* server_start() failed: nobody frees it */
+	int64_t refused_log_ms; /* last "refusing" warning, rate-limited */
+	uint64_t refused;
+};
+
+static void conn_update(struct conn *c);
+static bool conn_walking(const struct conn *c);
+
+static int64_t now_mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t now_real_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- closing ----------------------------------------------------------- */
+
+static void server_handle_closed(struct server *s)
+{
+	if (--s->open_handles == 0 && s->free_when_closed)
+		free(s);
+}
+
+static void conn_free_out(struct conn *c)
+{
+	while (c->out_head != NULL) {
+		struct out *o = c->out_head;
+
+		c->out_head = o->next;
+		free(o->data);
+		free(o);
+	}
+	c->out_tail = NULL;
+	c->out_bytes = 0;
+}
+
+static void conn_closed_cb(uv_handle_t *h)
+{
+	struct conn *c = (struct conn *)h;
+	struct server *s = c->srv;
+
+	close(c->fd);
+	if (c->rx_fd >= 0)
+		close(c->rx_fd);
+	wire_rx_reset(&c->rx);
+	conn_free_out(c);
+	free(c->cur);
+	free(c);
+	server_handle_closed(s);
+}
+
+/* Closes at once, dropping what is queued (DESIGN 4). */
+static void conn_close(struct conn *c)
+{
+	struct server *s = c->srv;
+
+	if (c->dead)
+		return;
+	c->dead = true;
+	if (c->prev != NULL)
+		c->prev->next = c->next;
+	else
+		s->conns = c->next;
+	if (c->next != NULL)
+		c->next->prev = c->prev;
+	s->nconns--;
+	if (c->kind == CONN_AGENT && c->proc != NULL && !s->stopping)
+		ingest_disconnect(s->ingest, c->proc);
+	c->proc = NULL;
+	log_debug("connection from pid %d uid %u closed", (int)c->pid,
+		  (unsigned)c->uid);
+	uv_poll_stop(&c->poll);
+	uv_close((uv_handle_t *)&c->poll, conn_closed_cb);
+}
+
+/* ---- output ------------------------------------------------------------ */
+
+/* Writes what the socket takes; closes on a dead peer. */
+static void conn_flush(struct conn *c)
+{
+	while (c->out_head != NULL) {
+		struct out *o = c->out_head;
+		ssize_t n = send(c->fd, o->data + o->off, o->len - o->off,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			log_debug("send to pid %d: %s", (int)c->pid,
+				  strerror(errno));
+			conn_close(c);
+			return;
+		}
+		c->out_moved_ms = now_mono_ms();
+		o->off += (size_t)n;
+		c->out_bytes -= (size_t)n;
+		if (o->off < o->len)
+			continue;
+		c->out_head = o->next;
+		if (c->out_head == NULL)
+			c->out_tail = NULL;
+		free(o->data);
+		free(o);
+	}
+	if (c->out_head == NULL && c->closing) {
+		conn_close(c);
+		return;
+	}
+}
+
+/*
+ * Queues `frame` (taking it) and writes what the socket takes now.
+ * 0; -ENOMEM (the frame is freed and the connection closed).
+ */
+static int conn_send(struct conn *c, uint8_t *frame, size_t len)
+{
+	struct out *o = malloc(sizeof(*o));
+
+	if (o == NULL) {
+		free(frame);
+		conn_close(c);
+		return -ENOMEM;
+	}
+	*o = (struct out){ .data = frame, .len = len };
+	if (c->out_tail != NULL)
+		c->out_tail->next = o;
+	else
+		c->out_head = o;
+	if (c->out_head == o)
+		c->out_moved_ms = now_mono_ms();
+	c->out_tail = o;
+	c->out_bytes += len;
+	conn_flush(c);
+	return c->dead ? -EPIPE : 0;
+}
+
+static void conn_send_msg(struct conn *c, const Npusan__FromDaemon *m)
+{
+	uint8_t *f;
+	size_t len;
+	int err = wire_pack(m, &f, &len);
+
+	if (err < 0) {
+		log_error("cannot pack a reply for pid %d: %s", (int)c->pid,
+			  strerror(-err));
+		conn_close(c);
+		return;
+	}
+	conn_send(c, f, len);
+}
+
+/* An Error reply; with `fatal` the connection closes after it (DESIGN 2). */
+static void conn_error(struct conn *c, int code, const char *msg, bool fatal)
+{
+	uint8_t *f;
+	size_t len;
+
+	if (fatal) {
+		log_info("closing connection from pid %d uid %u: %s",
+			 (int)c->pid, (unsigned)c->uid, msg);
+		c->closing = true;
+		c->closing_ms = now_mono_ms();
+		wire_rx_reset(&c->rx);
+	}
+	if (wire_error(code, msg, &f, &len) < 0) {
+		conn_close(c);
+		return;
+	}
+	conn_send(c, f, len);
+	if (!c->dead)
+		conn_update(c);
+}
+
+/* ---- registration ------------------------------------------------------ */
+
+/* Field 22 of /proc/PID/stat into *out. 0; -errno; -EINVAL. */
+static int proc_start_time(pid_t pid, uint64_t *out)
+{
+	char path[64], buf[1024], *p, *end;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -EIO;
+	buf[n] = '\0';
+	/* The command name (field 2) may hold spaces and ')'. */
+	p = strrchr(buf, ')');
+	for (int field = 3; p != NULL && field <= 22; field++) {
+		p = strchr(p, ' ');
+		if (p != NULL)
+			p++;
+	}
+	if (p == NULL || *p < '0' || *p > '9')
+		return -EINVAL;
+	errno = 0;
+	*out = strtoull(p, &end, 10);
+	return errno != 0 || (*end != ' ' && *end != '\n') ? -EINVAL : 0;
+}
+
+static void conn_register_reply(struct conn *c, const char *error)
+{
+	Npusan__FromDaemon m = NPUSAN__FROM_DAEMON__INIT;
+	Npusan__RegisterReply rr = NPUSAN__REGISTER_REPLY__INIT;
+	char clean[256];
+
+	rr.has_accepted = 1;
+	rr.accepted = error == NULL;
+	rr.error = wire_clean(error, clean, sizeof(clean));
+	rr.daemon_version = (char *)NPUSAN_VERSION;
+	m.msg_case = NPUSAN__FROM_DAEMON__MSG_REGISTER_REPLY;
+	m.register_reply = &rr;
+	conn_send_msg(c, &m);
+}
+
+/* Refuses a registration and closes once the reply is out. */
+static void conn_refuse(struct conn *c, const char *why)
+{
+	log_info("refused registration from pid %d uid %u: %s", (int)c->pid,
+		 (unsigned)c->uid, why);
+	c->closing = true;
+	c->closing_ms = now_mono_ms();
+	conn_register_reply(c, why);
+	if (!c->dead)
+		conn_update(c);
+}
+
+/* The Register `r` arrived with descriptor `fd` (ours, or -1). */
+static void conn_on_register(struct conn *c, const Npusan__Register *r,
+			     int fd)
+{
+	struct wire_strings *strs = malloc(sizeof(*strs));
+	struct store_process p;
+	struct ingest_proc *proc;
+	const char *why = NULL;
+	char msg[160];
+	uint64_t st = 0;
+	int err;
+
+	if (strs == NULL) {
+		if (fd >= 0)
+			close(fd);
+		conn_error(c, ENOMEM, "out of memory", true);
+		return;
+	}
+	if (wire_register_process(r, strs, &p, &why) < 0)
+		goto refuse;
+	if ((pid_t)p.pid != c->pid || p.pid == 0) {
+		snprintf(msg, sizeof(msg),
+			 "pid %" PRIu32 " is not the sender's (%d): a process "
+			 "registers only itself", p.pid, (int)c->pid);
+		why = msg;
+		goto refuse;
+	}
+	if (fd < 0) {
+		why = "no ring descriptor came with the registration";
+		goto refuse;
+	}
+	/* The kernel's start time, not the message's: with the pid it names
+	 * the process in the store, so it must not be chosen by the peer. */
+	err = proc_start_time(c->pid, &st);
+	if (err == 0) {
+		if (r->has_start_time && r->start_time != st) {
+			why = "start time does not match /proc";
+			goto refuse;
+		}
+		p.start_time = st;
+	} else {
+		log_debug("cannot read /proc/%d/stat (%s): using the start "
+			  "time registered", (int)c->pid, strerror(-err));
+	}
+	p.uid = (uint32_t)c->uid;
+	p.first_ms = p.last_ms = now_real_ms();
+	err = ingest_register(c->srv->ingest, &p, fd, &proc, &why);
+	if (err < 0) {
+		/* The fd is still ours: ingest takes it only on success. */
+		if (why == NULL)
+			why = err == -EIO ? "database error" : strerror(-err);
+		goto refuse;
+	}
+	c->kind = CONN_AGENT;
+	c->proc = proc;
+	if (p.has_rank)
+		snprintf(msg, sizeof(msg), "%" PRIu32, p.rank);
+	log_info("registered pid %d uid %u job %s rank %s exe %s",
+		 (int)c->pid, (unsigned)c->uid, p.job ? p.job : "-",
+		 p.has_rank ? msg : "-", p.exe ? p.exe : "-");
+	free(strs);
+	conn_register_reply(c, NULL);
+	return;
+refuse:
+	if (fd >= 0)
+		close(fd);
+	conn_refuse(c, why);
+	free(strs);
+}
+
+/* ---- queries ----------------------------------------------------------- */
+
+/* The store filter's uid part: a non-root peer sees only its own. */
+static void conn_restrict(const struct conn *c, struct store_filter *f)
+{
+	if (c->uid != 0) {
+		f->has_uid = true;
+		f->uid = (uint32_t)c->uid;
+	}
+}
+
+static void process_msg(const struct store_process *p, Npusan__Process *m)
+{
+	npusan__process__init(m);
+	m->has_id = m->has_pid = m->has_start_time = m->has_uid = 1;
+	m->id = p->id;
+	m->pid = p->pid;
+	m->start_time = p->start_time;
+	m->uid = p->uid;
+	m->hostname = (char *)p->host;
+	m->executable = (char *)p->exe;
+	m->job = (char *)p->job;
+	m->has_rank = p->has_rank;
+	m->rank = p->rank;
+	m->has_local_rank = p->has_local_rank;
+	m->local_rank = p->local_rank;
+	m->has_world_size = p->has_world_size;
+	m->world_size = p->world_size;
+	m->state = (char *)store_state_name(p->state);
+	m->has_events = m->has_lost = m->has_findings = 1;
+	m->events = p->events;
+	m->lost = p->lost;
+	m->findings = p->findings;
+	m->has_first_ms = m->has_last_ms = 1;
+	m->first_ms = p->first_ms;
+	m->last_ms = p->last_ms;
+}
+
+static void access_msg(const struct store_access *a, Npusan__Access *m)
+{
+	npusan__access__init(m);
+	m->has_stream = m->has_seq = m->has_write = 1;
+	m->stream = a->stream;
+	m->seq = a->seq;
+	m->write = a->write;
+	m->op = (char *)a->op;
+	m->n_stack = a->nstack;
+	m->stack = (char **)a->stack;
+}
+
+/* `m` borrows from f, p and the three parts. */
+static void finding_msg(const struct store_finding *f,
+			const struct store_process *p, Npusan__Finding *m,
+			Npusan__Alloc *alloc, Npusan__Access *acc,
+			Npusan__Access *prev)
+{
+	npusan__finding__init(m);
+	m->has_id = m->has_process_id = m->has_ptr = m->has_count = 1;
+	m->id = f->id;
+	m->process_id = f->process_id;
+	m->kind = (char *)finding_kind_name(f->kind);
+	m->detected_at = (char *)detected_at_name(f->detected_at);
+	m->ptr = f->ptr;
+	m->count = f->count;
+	m->has_first_ms = m->has_last_ms = 1;
+	m->first_ms = f->first_ms;
+	m->last_ms = f->last_ms;
+	if (p != NULL) {
+		m->has_pid = 1;
+		m->pid = p->pid;
+		m->job = (char *)p->job;
+		m->has_rank = p->has_rank;
+		m->rank = p->rank;
+	}
+	if (f->has_alloc) {
+		npusan__alloc__init(alloc);
+		alloc->has_ptr = alloc->has_size = 1;
+		alloc->ptr = f->alloc_ptr;
+		alloc->size = f->alloc_size;
+		alloc->has_stream = f->alloc_has_stream;
+		alloc->stream = f->alloc_stream;
+		alloc->n_stack = f->alloc_nstack;
+		alloc->stack = (char **)f->alloc_stack;
+		m->alloc = alloc;
+	}
+	access_msg(&f->access, acc);
+	m->access = acc;
+	if (f->has_previous) {
+		access_msg(&f->previous, prev);
+		m->previous = prev;
+	}
+}
+
+/* Sends the batch as one frame of `env_field`. False when the connection
+ * closed. */
+static bool conn_send_batch(struct conn *c, struct wire_batch *b,
+			    unsigned env_field, unsigned done_field, bool done)
+{
+	uint8_t *f;
+	size_t len;
+
+	if (wire_batch_frame(b, env_field, done_field, done, &f, &len) < 0) {
+		conn_close(c);
+		return false;
+	}
+	return conn_send(c, f, len) == 0;
+}
+
+struct list_walk {
+	struct conn *c;
+	struct wire_batch b;
+	size_t sent;
+	int err;
+};
+
+static int list_cb(void *arg, const struct store_process *p)
+{
+	struct list_walk *w = arg;
+	Npusan__Process m;
+	int err;
+
+	process_msg(p, &m);
+	err = wire_batch_add(&w->b, 1, &m.base);
+	if (err == -E2BIG && w->b.n > 0) {
+		w->sent += w->b.len;
+		if (!conn_send_batch(w->c, &w->b, 3, 2, false))
+			return -EPIPE;
+		err = wire_batch_add(&w->b, 1, &m.base);
+	}
+	if (err == -E2BIG) {
+		log_warn("process %" PRId64 " does not fit a frame; left out",
+			 p->id);
+		return 0;
+	}
+	if (err < 0)
+		return err;
+	if (w->b.len >= SERVER_FRAME_TARGET) {
+		w->sent += w->b.len;
+		if (w->sent > SERVER_LIST_MAX)
+			return -E2BIG;
+		if (!conn_send_batch(w->c, &w->b, 3, 2, false))
+			return -EPIPE;
+	}
+	return 0;
+}
+
+static void conn_list(struct conn *c, const Npusan__ListRequest *r)
+{
+	struct list_walk w = { .c = c };
+	struct wire_strings *strs = malloc(sizeof(*strs));
+	struct store_filter f;
+	int err;
+
+	if (strs == NULL) {
+		conn_error(c, ENOMEM, "out of memory", true);
+		return;
+	}
+	wire_list_filter(r, strs, &f);
+	conn_restrict(c, &f);
+	err = store_list(c->srv->store, &f, list_cb, &w);
+	free(strs);
+	if (err == 0)
+		conn_send_batch(c, &w.b, 3, 2, true);
+	else if (err == -E2BIG)
+		conn_error(c, E2BIG, "too many processes: filter by job or pid",
+			   false);
+	else if (err != -EPIPE && !c->dead)
+		conn_error(c, err == -ENOMEM ? ENOMEM : EIO,
+			   err == -ENOMEM ? "out of memory" : "database error",
+			   false);
+	wire_batch_free(&w.b);
+}
+
+struct findings_walk {
+	struct cursor *cur;
+	struct wire_batch b;
+	unsigned skipped;
+};
+
+/* Stops a walk whose batch is full; not an error. */
+#define WALK_FULL (-ECANCELED)
+
+static int findings_cb(void *arg, const struct store_finding *f,
+		       const struct store_process *p)
+{
+	struct findings_walk *w = arg;
+	Npusan__Access acc, prev;
+	Npusan__Finding m;
+	Npusan__Alloc alloc;
+	int err;
+
+	finding_msg(f, p, &m, &alloc, &acc, &prev);
+	err = wire_batch_add(&w->b, 1, &m.base);
+	if (err == -E2BIG && w->b.n > 0)
+		return WALK_FULL; /* this one starts the next frame */
+	if (err == -E2BIG) {
+		w->skipped++;
+		log_warn("finding %" PRId64 " does not fit a frame; left out",
+			 f->id);
+	} else if (err < 0) {
+		return err;
+	}
+	w->cur->after_id = f->id;
+	if (w->cur->limited && w->cur->left > 0)
+		w->cur->left--;
+	if (w->b.len >= SERVER_FRAME_TARGET)
+		return WALK_FULL;
+	if (w->cur->limited && w->cur->left == 0)
+		return WALK_FULL;
+	return 0;
+}
+
+/*
+ * One walk of the cursor: a frame of findings after cur->after_id. For the
+ * first answer each frame goes out, the last with done; a follow walk
+ * sends only frames with findings in them. False when the walk cannot go on
+ * (the connection closed, or an error was sent and the cursor dropped).
+ */
+static bool conn_walk(struct conn *c)
+{
+	struct cursor *cur = c->cur;
+	struct findings_walk w = { .cur = cur };
+	struct store_filter f = cur->f;
+	bool complete, done;
+	int err;
+
+	f.after_id = cur->after_id;
+	f.limit = cur->following || !cur->limited ? 0 : cur->left;
+	if (!cur->following && cur->limited && cur->left == 0)
+		err = 0; /* the limit is reached: nothing more to send */
+	else
+		err = store_findings(c->srv->store, &f, findings_cb, &w);
+	complete = err == 0 || (err == WALK_FULL && !cur->following &&
+				cur->limited && cur->left == 0);
+	if (err < 0 && err != WALK_FULL) {
+		wire_batch_free(&w.b);
+		free(c->cur);
+		c->cur = NULL;
+		conn_error(c, err == -ENOMEM ? ENOMEM : EIO,
+			   err == -ENOMEM ? "out of memory" : "database error",
+			   false);
+		return false;
+	}
+	/* A follower's walk that found nothing sends nothing. */
+	done = complete;
+	if (!(cur->following && w.b.n == 0)) {
+		if (!conn_send_batch(c, &w.b, 4, 2, done)) {
+			wire_batch_free(&w.b);
+			return false;
+		}
+	}
+	wire_batch_free(&w.b);
+	if (complete) {
+		if (!cur->following && !cur->follow) {
+			free(c->cur);
+			c->cur = NULL;
+			c->since_ms = now_mono_ms();
+			return false;
+		}
+		cur->following = true;
+		cur->pending = false;
+		return false;
+	}
+	return true;
+}
+
+/* Whether the cursor has findings to walk now. */
+static bool conn_walking(const struct conn *c)
+{
+	return c->cur != NULL && (!c->cur->following || c->cur->pending);
+}
+
+/*
+ * Walks the cursor while the output queue has room (DESIGN 3), a few pages
+ * at a time: with more to walk, conn_update() watches for writability, so
+ * the next pages come in a later loop iteration, after other connections.
+ */
+static void conn_pump(struct conn *c)
+{
+	for (int i = 0; i < SERVER_WALKS_PER_CB && !c->dead && !c->closing &&
+			c->out_bytes < SERVER_OUT_HIGH && conn_walking(c);
+	     i++) {
+		if (!conn_walk(c) && !conn_walking(c))
+			break;
+	}
+	if (!c->dead)
+		conn_update(c);
+}
+
+static void conn_findings(struct conn *c, const Npusan__FindingsRequest *r)
+{
+	struct cursor *cur = calloc(1, sizeof(*cur));
+	const char *why;
+
+	if (cur == NULL) {
+		conn_error(c, ENOMEM, "out of memory", true);
+		return;
+	}
+	if (wire_findings_filter(r, &cur->strs, &cur->f, &why) < 0) {
+		free(cur);
+		conn_error(c, EINVAL, why, false);
+		return;
+	}
+	conn_restrict(c, &cur->f);
+	cur->limited = cur->f.limit > 0;
+	cur->left = cur->f.limit;
+	cur->follow = r->has_follow && r->follow;
+	c->cur = cur;
+	conn_pump(c);
+}
+
+struct show_walk {
+	struct conn *c;
+	bool sent;
+};
+
+static int show_cb(void *arg, const struct store_finding *f,
+		   const struct store_process *p)
+{
+	struct show_walk *w = arg;
+	Npusan__FromDaemon m = NPUSAN__FROM_DAEMON__INIT;
+	Npusan__ShowReply sr = NPUSAN__SHOW_REPLY__INIT;
+	Npusan__Access acc, prev;
+	Npusan__Finding fm;
+	Npusan__Alloc alloc;
+	Npusan__Process pm;
+
+	if (w->sent)
+		return 0;
+	finding_msg(f, p, &fm, &alloc, &acc, &prev);
+	sr.finding = &fm;
+	if (p != NULL) {
+		process_msg(p, &pm);
+		sr.process = &pm;
+	}
+	m.msg_case = NPUSAN__FROM_DAEMON__MSG_SHOW;
+	m.show = &sr;
+	w->sent = true;
+	conn_send_msg(w->c, &m);
+	return 0;
+}
+
+static void conn_show(struct conn *c, const Npusan__ShowRequest *r)
+{
+	struct show_walk w = { .c = c };
+	struct store_filter f = { 0 };
+	char msg[64];
+	int err;
+
+	if (!r->has_id) {
+		conn_error(c, EINVAL, "show needs a finding id", false);
+		return;
+	}
+	conn_restrict(c, &f);
+	err = store_finding_get(c->srv->store, r->id, &f, show_cb, &w);
+	if (c->dead || (err == 0 && w.sent))
+		return;
+	if (err == -ENOENT || err == 0) {
+		snprintf(msg, sizeof(msg), "no finding %" PRId64, r->id);
+		conn_error(c, ENOENT, msg, false);
+	} else {
+		conn_error(c, EIO, "database error", false);
+	}
+}
+
+static void conn_stats(struct conn *c)
+{
+	Npusan__FromDaemon m = NPUSAN__FROM_DAEMON__INIT;
+	Npusan__StatsReply sr = NPUSAN__STATS_REPLY__INIT;
+	struct store_stats ss;
+	struct ingest_stats is;
+
+	if (store_stats(c->srv->store, &ss) < 0) {
+		conn_error(c, EIO, "database error", false);
+		return;
+	}
+	ingest_get_stats(c->srv->ingest, &is);
+	sr.has_uptime_ms = sr.has_processes_running = 1;
+	sr.uptime_ms = (int64_t)((uv_hrtime() - c->srv->start_ns) / 1000000);
+	sr.processes_running = is.running;
+	sr.has_processes_exited = sr.has_events = sr.has_events_per_s = 1;
+	sr.processes_exited = ss.processes[STORE_EXITED];
+	sr.events = is.events;
+	sr.events_per_s = is.events_per_s;
+	sr.has_lost = sr.has_findings = sr.has_db_bytes = 1;
+	sr.lost = is.lost;
+	sr.findings = ss.findings;
+	sr.db_bytes = ss.db_bytes;
+	sr.daemon_version = (char *)NPUSAN_VERSION;
+	m.msg_case = NPUSAN__FROM_DAEMON__MSG_STATS;
+	m.stats = &sr;
+	conn_send_msg(c, &m);
+}
+
+static void conn_on_query(struct conn *c, const Npusan__Query *q)
+{
+	const char *why;
+
+	if (c->kind == CONN_AGENT) {
+		conn_error(c, EPROTO, "a query on an agent's connection", true);
+		return;
+	}
+	if (wire_query_check(q, &why) < 0) {
+		conn_error(c, EPROTO, why, true);
+		return;
+	}
+	c->kind = CONN_QUERY;
+	switch (q->q_case) {
+	case NPUSAN__QUERY__Q_LIST:
+		conn_list(c, q->list);
+		break;
+	case NPUSAN__QUERY__Q_FINDINGS:
+		conn_findings(c, q->findings);
+		break;
+	case NPUSAN__QUERY__Q_SHOW:
+		conn_show(c, q->show);
+		break;
+	default: /* wire_query_check() left only stats */
+		conn_stats(c);
+		break;
+	}
+	if (!c->dead)
+		c->since_ms = now_mono_ms();
+}
+
+/* ---- input ------------------------------------------------------------- */
+
+/* A whole frame arrived; `fd` came with it (ours, or -1). */
+static void conn_on_frame(struct conn *c, const uint8_t *p, size_t len,
+			  int fd)
+{
+	Npusan__ToDaemon *m;
+	const char *why;
+	int err;
+
+	if (c->cur != NULL) {
+		/* Only a follower reads while it has a cursor (conn_update). */
+		if (fd >= 0)
+			close(fd);
+		conn_error(c, EBUSY, "a request while following: close the "
+				     "connection to stop following", true);
+		return;
+	}
+	err = wire_decode(p, len, &m, &why);
+	if (err < 0) {
+		if (fd >= 0)
+			close(fd);
+		conn_error(c, err == -EBADMSG ? EBADMSG : EPROTO, why, true);
+		return;
+	}
+	if (m->msg_case == NPUSAN__TO_DAEMON__MSG_REGISTER) {
+		if (c->kind != CONN_NEW) {
+			if (fd >= 0)
+				close(fd);
+			conn_error(c, EPROTO, c->kind == CONN_AGENT ?
+				   "already registered" :
+				   "a registration on a query connection",
+				   true);
+		} else {
+			conn_on_register(c, m->register_, fd);
+		}
+	} else {
+		if (fd >= 0)
+			close(fd); /* a descriptor with a query: dropped */
+		conn_on_query(c, m->query);
+	}
+	npusan__to_daemon__free_unpacked(m, NULL);
+}
+
+/* Keeps the first descriptor for the frame when it may carry one. */
+static void conn_take_fds(struct conn *c, struct msghdr *msg, bool first)
+{
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm != NULL;
+	     cm = CMSG_NXTHDR(msg, cm)) {
+		size_t n;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+			/* Only a new connection's first frame, at its first
+			 * byte, may bring the ring. */
+			if (first && c->kind == CONN_NEW && c->rx_fd < 0)
+				c->rx_fd = fd;
+			else
+				close(fd);
+		}
+	}
+}
+
+/*
+ * One recvmsg() into the frame in the making. 1: more may follow; 0: stop
+ * reading for now; the connection may have closed (check dead).
+ */
+static int conn_read_some(struct conn *c)
+{
+	union {
+		char buf[CMSG_SPACE(SERVER_MAX_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov;
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+			      .msg_control = ctl.buf,
+			      .msg_controllen = sizeof(ctl.buf) };
+	bool first = wire_rx_idle(&c->rx);
+	uint8_t *p;
+	size_t n, len;
+	ssize_t r;
+	int err;
+
+	wire_rx_next(&c->rx, &p, &n);
+	iov.iov_base = p;
+	iov.iov_len = n;
+	r = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (r < 0) {
+		if (errno == EINTR)
+			return 1;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return 0;
+		conn_close(c);
+		return 0;
+	}
+	conn_take_fds(c, &msg, first);
+	if (r == 0) {
+		if (!wire_rx_idle(&c->rx))
+			conn_error(c, EPROTO, "truncated frame", true);
+		else
+			conn_close(c);
+		return 0;
+	}
+	if (first)
+		c->since_ms = now_mono_ms();
+	err = wire_rx_advance(&c->rx, (size_t)r);
+	if (err == -EMSGSIZE) {
+		conn_error(c, EMSGSIZE, "frame too large", true);
+		return 0;
+	}
+	if (err < 0) {
+		conn_error(c, ENOMEM, "out of memory", true);
+		return 0;
+	}
+	if (err == 1) {
+		int fd = c->rx_fd;
+		const uint8_t *payload = wire_rx_payload(&c->rx, &len);
+
+		c->rx_fd = -1;
+		conn_on_frame(c, payload, len, fd);
+		wire_rx_reset(&c->rx);
+		if (c->dead)
+			return 0;
+		conn_update(c);
+		return (c->events & UV_READABLE) ? 1 : 0;
+	}
+	return 1;
+}
+
+static void conn_poll_cb(uv_poll_t *h, int status, int events)
+{
+	struct conn *c = (struct conn *)h;
+
+	if (status < 0) {
+		log_debug("poll on pid %d's connection: %s", (int)c->pid,
+			  uv_strerror(status));
+		conn_close(c);
+		return;
+	}
+	if (events & UV_WRITABLE) {
+		conn_flush(c);
+		if (c->dead)
+			return;
+		conn_pump(c);
+		if (c->dead)
+			return;
+	}
+	if (events & (UV_READABLE | UV_DISCONNECT)) {
+		for (int i = 0; i < SERVER_READS_PER_CB && !c->dead &&
+				(c->events & UV_READABLE);
+		     i++)
+			if (conn_read_some(c) == 0)
+				break;
+	}
+	if (!c->dead)
+		conn_update(c);
+}
+
+/* Watches what the connection's state asks for (DESIGN 3). */
+static void conn_update(struct conn *c)
+{
+	int want = 0;
+
+	if (c->dead)
+		return;
+	if (!c->closing && c->out_bytes < SERVER_OUT_HIGH &&
+	    (c->cur == NULL || c->cur->following))
+		want |= UV_READABLE;
+	if (c->out_head != NULL ||
+	    (!c->closing && c->out_bytes < SERVER_OUT_HIGH && conn_walking(c)))
+		want |= UV_WRITABLE;
+	if (want == c->events)
+		return;
+	c->events = want;
+	if (want == 0)
+		uv_poll_stop(&c->poll);
+	else if (uv_poll_start(&c->poll, want, conn_poll_cb) < 0)
+		conn_close(c);
+}
+
+/* ---- accepting --------------------------------------------------------- */
+
+static void server_listen_resume(struct server *s);
+
+static void accept_pause_cb(uv_timer_t *t)
+{
+	struct server *s = t->data;
+
+	s->accept_paused = false;
+	server_listen_resume(s);
+}
+
+/* Refuses `fd` with a best-effort Error, logging now and then. */
+static void server_refuse(struct server *s, int fd)
+{
+	int64_t now = now_mono_ms();
+	uint8_t *f;
+	size_t len;
+
+	s->refused++;
+	if (wire_error(EMFILE, "too many connections", &f, &len) == 0) {
+		ssize_t n = send(fd, f, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		(void)n;
+		free(f);
+	}
+	close(fd);
+	if (now - s->refused_log_ms >= 10000) {
+		log_warn("refusing connections: %u open, the limit (%" PRIu64
+			 " refused so far)", s->nconns, s->refused);
+		s->refused_log_ms = now;
+	}
+}
+
+static void server_add_conn(struct server *s, int fd)
+{
+	struct ucred cred;
+	socklen_t clen = sizeof(cred);
+	struct conn *c;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0) {
+		log_warn("SO_PEERCRED: %s", strerror(errno));
+		close(fd);
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (c == NULL || uv_poll_init(s->loop, &c->poll, fd) < 0) {
+		log_warn("cannot take a connection: out of memory");
+		free(c);
+		close(fd);
+		return;
+	}
+	s->open_handles++;
+	c->srv = s;
+	c->fd = fd;
+	c->rx_fd = -1;
+	c->pid = cred.pid;
+	c->uid = cred.uid;
+	c->since_ms = now_mono_ms();
+	c->next = s->conns;
+	if (s->conns != NULL)
+		s->conns->prev = c;
+	s->conns = c;
+	s->nconns++;
+	log_debug("connection from pid %d uid %u", (int)c->pid,
+		  (unsigned)c->uid);
+	conn_update(c);
+}
+
+static void listener_cb(uv_poll_t *h, int status, int events)
+{
+	struct server *s = h->data;
+
+	(void)events;
+	if (status < 0) {
+		log_error("listening socket: %s", uv_strerror(status));
+		return;
+	}
+	for (int i = 0; i < 64 && !s->stopping; i++) {
+		int fd = accept4(s->lfd, NULL, NULL,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			/* EMFILE, ENFILE, ENOBUFS, ENOMEM: the connection
+			 * waits in the backlog; retry a little later rather
+			 * than spin on a readable listener. */
+			log_warn("accept: %s; pausing %d ms", strerror(errno),
+				 SERVER_ACCEPT_PAUSE_MS);
+			s->accept_paused = true;
+			uv_poll_stop(&s->listener);
+			uv_timer_start(&s->accept_pause, accept_pause_cb,
+				       SERVER_ACCEPT_PAUSE_MS, 0);
+			break;
+		}
+		if (s->nconns >= s->max_conns)
+			server_refuse(s, fd);
+		else
+			server_add_conn(s, fd);
+	}
+}
+
+static void server_listen_resume(struct server *s)
+{
+	if (s->stopping || s->accept_paused)
+		return;
+	if (uv_poll_start(&s->listener, UV_READABLE, listener_cb) < 0)
+		log_error("cannot watch the listening socket");
+}
+
+/* Closes what dawdles (DESIGN 3). */
+static void sweep_cb(uv_timer_t *t)
+{
+	struct server *s = t->data;
+	int64_t now = now_mono_ms();
+	struct conn *next;
+
+	for (struct conn *c = s->conns; c != NULL; c = next) {
+		next = c->next;
+		if (c->closing) {
+			if (now - c->closing_ms >= SERVER_LINGER_MS)
+				conn_close(c);
+		} else if (c->out_head != NULL &&
+			   now - c->out_moved_ms >= SERVER_STALL_TIMEOUT_MS) {
+			log_info("pid %d does not read its answers; closing",
+				 (int)c->pid);
+			conn_close(c);
+		} else if (!wire_rx_idle(&c->rx)) {
+			if (now - c->since_ms >= SERVER_FRAME_TIMEOUT_MS)
+				conn_error(c, ETIMEDOUT, "frame timed out",
+					   true);
+		} else if (c->kind == CONN_NEW) {
+			if (now - c->since_ms >= SERVER_FIRST_TIMEOUT_MS) {
+				log_debug("pid %d sent nothing; closing",
+					  (int)c->pid);
+				conn_close(c);
+			}
+		} else if (c->kind == CONN_QUERY && c->cur == NULL &&
+			   c->out_head == NULL &&
+			   now - c->since_ms >= SERVER_IDLE_TIMEOUT_MS) {
+			conn_close(c);
+		}
+	}
+}
+
+/* ---- public ------------------------------------------------------------ */
+
+static void server_timer_closed_cb(uv_handle_t *h)
+{
+	server_handle_closed(h->data);
+}
+
+int server_start(const struct server_opts *o, struct server **out)
+{
+	struct server *s = calloc(1, sizeof(*s));
+	int err;
+
+	if (s == NULL)
+		return -ENOMEM;
+	s->loop = o->loop;
+	s->store = o->store;
+	s->ingest = o->ingest;
+	s->start_ns = o->start_ns;
+	s->max_conns = o->max_conns ? o->max_conns : SERVER_MAX_CONNS;
+	s->lfd = o->listen_fd;
+	err = uv_poll_init(s->loop, &s->listener, s->lfd);
+	if (err < 0) {
+		free(s);
+		return err;
+	}
+	s->listener.data = s;
+	uv_timer_init(s->loop, &s->sweep);
+	s->sweep.data = s;
+	uv_timer_init(s->loop, &s->accept_pause);
+	s->accept_pause.data = s;
+	s->open_handles = 3;
+	err = uv_poll_start(&s->listener, UV_READABLE, listener_cb);
+	if (err == 0)
+		err = uv_timer_start(&s->sweep, sweep_cb, SERVER_SWEEP_MS,
+				     SERVER_SWEEP_MS);
+	if (err < 0) {
+		/* The caller keeps the descriptor: never close it here. The
+		 * handles free the server as they close. */
+		s->lfd = -1;
+		s->free_when_closed = true;
+		server_stop(s);
+		return err;
+	}
+	*out = s;
+	return 0;
+}
+
+void server_on_commit(struct server *s)
+{
+	struct conn *next;
+
+	if (s == NULL || s->stopping)
+		return;
+	for (struct conn *c = s->conns; c != NULL; c = next) {
+		next = c->next;
+		if (c->cur != NULL && c->cur->following) {
+			c->cur->pending = true;
+			conn_pump(c);
+		}
+	}
+}
+
+static void listener_closed_cb(uv_handle_t *h)
+{
+	struct server *s = h->data;
+
+	if (s->lfd >= 0)
+		close(s->lfd);
+	s->lfd = -1;
+	server_handle_closed(s);
+}
+
+void server_stop(struct server *s)
+{
+	if (s == NULL || s->stopping)
+		return;
+	s->stopping = true;
+	uv_close((uv_handle_t *)&s->listener, listener_closed_cb);
+	uv_close((uv_handle_t *)&s->sweep, server_timer_closed_cb);
+	uv_close((uv_handle_t *)&s->accept_pause, server_timer_closed_cb);
+	while (s->conns != NULL)
+		conn_close(s->conns);
+}
+
+void server_free(struct server *s)
+{
+	if (s == NULL)
+		return;
+	/* The loop ran until the handles closed (server.h). */
+	if (s->open_handles != 0)
+		log_error("server freed with %u handles open", s->open_handles);
+	free(s);
+}

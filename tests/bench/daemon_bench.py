@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""daemon_bench.py - npusand under load, as the daemon issue measures it.
+
+Not a test. Generates N training-like traces (engine_bench's workload, a
+different seed each), starts npusand on a private socket and database,
+replays all traces at once through the real agent (npusan-replay, one
+process each), and while they run keeps asking `npusanctl findings`. Prints:
+
+  - aggregate operations/s through the daemon (from the first replayed
+    operation until the daemon has analysed the last one);
+  - the daemon's CPU time per operation;
+  - records lost (dropped at the ring) under the default drop policy with
+    the replays paced to offer --rate operations/s in all, then unpaced with
+    NPUSAN_RING_FULL=block (the daemon's ceiling) and with drop;
+  - `npusanctl findings` latency, p50 and p99, under that load.
+
+Usage: tests/bench/daemon_bench.py --build DIR [--procs 8] [--ops 1000000]
+                                   [--rate 2e6]
+(DIR is a Release build: cmake -DCMAKE_BUILD_TYPE=Release).
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_socket(path, timeout=10):
+    end = time.time() + timeout
+    while time.time() < end:
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(path)
+            return
+        except OSError:
+            time.sleep(0.01)
+        finally:
+            s.close()
+    sys.exit("daemon_bench: npusand did not start")
+
+
+def count_ops(path):
+    n = 0
+    with open(path) as f:
+        for line in f:
+            w = line.split(None, 1)
+            if w and w[0] not in ("npusan-trace", "process", "stack") \
+                    and not w[0].startswith("#"):
+                n += 1
+    return n
+
+
+def processes(ctl, env):
+    out = subprocess.run([ctl, "list", "--json"], env=env,
+                         capture_output=True, text=True).stdout
+    return [json.loads(l) for l in out.splitlines() if l.strip()]
+
+
+def run(args, traces, total_ops, policy, rate):
+    tmp = tempfile.mkdtemp(prefix="npusan-bench-")
+    sock, db = os.path.join(tmp, "s"), os.path.join(tmp, "db")
+    env = dict(os.environ, NPUSAN_SOCKET=sock, NPUSAN_RING_FULL=policy)
+    env.pop("NPUSAN", None)
+    d = subprocess.Popen([args.npusand, "--socket", sock, "--db", db,
+                          "--log-level", "warn"] + args.daemon_args, env=env)
+    wait_socket(sock)
+    cpu0 = cpu_seconds(d.pid)
+    latencies, done = [], threading.Event()
+
+    def query():
+        while not done.is_set():
+            t = time.perf_counter()
+            subprocess.run([args.npusanctl, "findings", "--limit", "20"],
+                           env=env, capture_output=True)
+            latencies.append(time.perf_counter() - t)
+            time.sleep(0.05)
+
+    q = threading.Thread(target=query)
+    t0 = time.perf_counter()
+    q.start()
+    pace = ["--rate", str(rate / len(traces))] if rate else []
+    rep = subprocess.run([args.replay, "--wait", "600000"] + pace + traces,
+                         env=env)
+    if rep.returncode != 0:
+        sys.exit("daemon_bench: npusan-replay failed")
+    while True:
+        ps = processes(args.npusanctl, env)
+        if len(ps) == len(traces) and all(p.get("state") == "exited"
+                                          for p in ps):
+            break
+        time.sleep(0.02)
+    elapsed = time.perf_counter() - t0
+    done.set()
+    q.join()
+    cpu = cpu_seconds(d.pid) - cpu0
+    events = sum(p.get("events", 0) for p in ps)
+    lost = sum(p.get("lost", 0) for p in ps)
+    d.send_signal(signal.SIGTERM)
+    d.wait()
+    subprocess.run(["rm", "-rf", tmp])
+    lat = sorted(latencies)
+    p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else 0
+    how = f"paced at {rate / 1e6:g} M/s" if rate else "unpaced"
+    print(f"{policy}, {how}: {len(traces)} processes x "
+          f"{total_ops // len(traces)} "
+          f"operations: {total_ops / elapsed / 1e6:.2f} M operations/s "
+          f"aggregate ({elapsed:.2f} s); daemon CPU "
+          f"{cpu * 1e9 / max(events, 1):.0f} ns/operation; analysed "
+          f"{events}, lost {lost} ({100.0 * lost / total_ops:.2f}%); "
+          f"findings query p50 {statistics.median(lat) * 1e3:.1f} ms, "
+          f"p99 {p99 * 1e3:.1f} ms over {len(lat)} queries")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--procs", type=int, default=8)
+    ap.add_argument("--ops", type=int, default=1000000)
+    ap.add_argument("--rate", type=float, default=2e6,
+                    help="aggregate operations/s the paced runs offer")
+    ap.add_argument("--daemon-arg", dest="daemon_args", action="append",
+                    default=[], help="an extra npusand argument")
+    args = ap.parse_args()
+    b = os.path.abspath(args.build)
+    args.npusand = os.path.join(b, "daemon", "npusand")
+    args.npusanctl = os.path.join(b, "npusanctl")
+    args.replay = os.path.join(b, "agent", "npusan-replay")
+    gen = os.path.join(b, "engine_bench")
+    tmp = tempfile.mkdtemp(prefix="npusan-bench-traces-")
+    traces = []
+    # engine_bench's workload has about 2.49 operations per launch.
+    launches = max(1, int(args.ops / 2.49))
+    for i in range(args.procs):
+        path = os.path.join(tmp, f"rank{i}.trace")
+        subprocess.run([gen, "--launches", str(launches), "--seed",
+                        str(i + 1), "--runs", "1", "--compare-ops", "0",
+                        "--write-trace", path], check=True,
+                       capture_output=True)
+        traces.append(path)
+    total = sum(count_ops(t) for t in traces)
+    # Offered at the target rate: does the daemon keep up without drops?
+    run(args, traces, total, "drop", args.rate)
+    # As fast as the replays go: the daemon's own ceiling; the producers
+    # wait for it (block), or their excess is dropped (drop).
+    run(args, traces, total, "block", 0)
+    run(args, traces, total, "drop", 0)
+    subprocess.run(["rm", "-rf", tmp])
+
+
+if __name__ == "__main__":
+    main()

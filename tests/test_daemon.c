@@ -1,0 +1,304 @@
+/*
+ * test_daemon.c - the product end to end, as a user runs it: npusand on a
+ * socket in a temporary directory, npusan-replay processes pushing known
+ * traces through the real agent, and npusanctl asking what was found.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+struct daemon {
+	char *dir;
+	char sock[PATH_MAX];
+	char db[PATH_MAX];
+	pid_t pid;
+};
+
+static void nap_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static bool sock_answers(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	ck_assert_uint_lt(strlen(path), sizeof(sa.sun_path));
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+/* Starts npusand on d's socket and database; returns once it answers. */
+static void daemon_start(struct daemon *d)
+{
+	char *bin = strdup(tu_bin("daemon/npusand")), log[PATH_MAX + 8];
+	int fd;
+
+	snprintf(log, sizeof(log), "%s/npusand.log", d->dir);
+	d->pid = fork();
+	ck_assert_int_ge(d->pid, 0);
+	if (d->pid == 0) {
+		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		dup2(fd, 2);
+		execl(bin, bin, "--socket", d->sock, "--db", d->db,
+		      "--log-level", "debug", (char *)NULL);
+		_exit(127);
+	}
+	free(bin);
+	for (int i = 0; i < 1000 && !sock_answers(d->sock); i++)
+		nap_ms(10);
+	ck_assert_msg(sock_answers(d->sock), "npusand did not start");
+}
+
+static int daemon_stop(struct daemon *d, int sig)
+{
+	int status;
+
+	kill(d->pid, sig);
+	ck_assert_int_eq(waitpid(d->pid, &status, 0), d->pid);
+	return status;
+}
+
+static void daemon_init(struct daemon *d)
+{
+	d->dir = tu_tmpdir();
+	snprintf(d->sock, sizeof(d->sock), "%s/npusand.sock", d->dir);
+	snprintf(d->db, sizeof(d->db), "%s/npusan.db", d->dir);
+	setenv("NPUSAN_SOCKET", d->sock, 1);
+	unsetenv("NPUSAN");
+	unsetenv("NPUSAN_RECORD");
+	daemon_start(d);
+}
+
+/* `npusanctl ARGS...` (NULL-terminated); its stdout in *out. */
+static int ctl(char **out, const char *a0, const char *a1, const char *a2)
+{
+	char *bin = strdup(tu_bin("npusanctl"));
+	const char *argv[] = { bin, a0, a1, a2, NULL };
+	int st = tu_run(argv, NULL, out, NULL);
+
+	free(bin);
+	return st;
+}
+
+/* demo.trace with its rank replaced, as a file of its own. */
+static char *demo_for_rank(unsigned rank)
+{
+	char path[PATH_MAX], name[32], *text, *p, *file;
+	FILE *f;
+	long n;
+
+	snprintf(path, sizeof(path), "%s/examples/demo.trace",
+		 NPUSAN_SOURCE_DIR);
+	f = fopen(path, "rb");
+	ck_assert_ptr_nonnull(f);
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	text = calloc(1, (size_t)n + 16);
+	ck_assert_int_eq(fread(text, 1, (size_t)n, f), n);
+	fclose(f);
+	p = strstr(text, "rank=0");
+	ck_assert_ptr_nonnull(p);
+	p[5] = (char)('0' + rank);
+	snprintf(name, sizeof(name), "rank%u.trace", rank);
+	file = tu_write_file(name, text);
+	free(text);
+	return file;
+}
+
+/* A rank that makes no mistake. */
+static const char clean_trace[] =
+	"npusan-trace 1\n"
+	"process pid=1 job=demo rank=3\n"
+	"alloc ptr=0x1000 size=64 stream=0\n"
+	"stream_create stream=1\n"
+	"launch stream=0 op=fill write=0x1000+64\n"
+	"stream_wait stream=1 on=0\n"
+	"launch stream=1 op=use read=0x1000+64\n"
+	"device_sync\n"
+	"free ptr=0x1000\n";
+
+/* Lines of `text` that contain `needle`. */
+static unsigned count_lines(const char *text, const char *needle)
+{
+	unsigned n = 0;
+
+	for (const char *l = text; l && *l; l = strchr(l, '\n')) {
+		const char *end;
+
+		if (*l == '\n')
+			l++;
+		end = strchr(l, '\n');
+		if (end == NULL)
+			end = l + strlen(l);
+		for (const char *p = l; p + strlen(needle) <= end; p++) {
+			if (strncmp(p, needle, strlen(needle)) == 0) {
+				n++;
+				break;
+			}
+		}
+	}
+	return n;
+}
+
+/* Polls `npusanctl findings --json` until it holds `want` findings. */
+static char *wait_findings(unsigned want)
+{
+	char *out = NULL;
+
+	for (int i = 0; i < 500; i++) {
+		free(out);
+		out = NULL;
+		ctl(&out, "findings", "--json", NULL);
+		if (out != NULL && count_lines(out, "\"kind\"") >= want)
+			break;
+		nap_ms(20);
+	}
+	return out;
+}
+
+/* Four ranks at once through the real agent into one daemon: each rank's
+ * findings are exactly those `analyze` finds in its trace. */
+START_TEST(daemon_finds_what_analyze_finds_in_each_rank)
+{
+	char *traces[4], *out, *list, *rep, *bin, *expect;
+	const char *argv[6];
+	struct daemon d;
+	char want[64];
+
+	daemon_init(&d);
+	for (unsigned r = 0; r < 3; r++)
+		traces[r] = demo_for_rank(r);
+	traces[3] = tu_write_file("clean.trace", clean_trace);
+	rep = strdup(tu_bin("agent/npusan-replay"));
+	argv[0] = rep;
+	for (int i = 0; i < 4; i++)
+		argv[i + 1] = traces[i];
+	argv[5] = NULL;
+	ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 0);
+	out = wait_findings(6);
+	ck_assert_uint_eq(count_lines(out, "\"kind\""), 6);
+	for (unsigned r = 0; r < 3; r++) {
+		snprintf(want, sizeof(want), "\"rank\":%u}", r);
+		ck_assert_uint_eq(count_lines(out, want), 2);
+	}
+	ck_assert_uint_eq(count_lines(out, "\"data_race\""), 3);
+	ck_assert_uint_eq(count_lines(out, "\"missing_record_stream\""), 3);
+	ck_assert_uint_eq(count_lines(out, "\"first_seen\""), 6);
+	/* The same operators and stacks analyze reports. */
+	bin = strdup(tu_bin("npusanctl"));
+	{
+		const char *av[] = { bin, "analyze", "--json", traces[0],
+				     NULL };
+
+		ck_assert_int_eq(tu_run(av, NULL, &expect, NULL), 1);
+	}
+	ck_assert_ptr_nonnull(strstr(out, "\"op\":\"hccl::all_reduce\""));
+	ck_assert_ptr_nonnull(strstr(expect, "\"op\":\"hccl::all_reduce\""));
+	/* Every process is listed, and exits. */
+	list = NULL;
+	for (int i = 0; i < 500; i++) {
+		free(list);
+		list = NULL;
+		ctl(&list, "list", "--json", NULL);
+		if (list && count_lines(list, "\"exited\"") == 4)
+			break;
+		nap_ms(20);
+	}
+	ck_assert_msg(count_lines(list, "\"exited\"") == 4, "%s", list);
+	ck_assert_int_eq(WEXITSTATUS(daemon_stop(&d, SIGTERM)), 0);
+	free(list);
+	free(expect);
+	free(out);
+	free(bin);
+	free(rep);
+	for (int i = 0; i < 4; i++)
+		free(traces[i]);
+	free(d.dir);
+}
+END_TEST
+
+/* A daemon SIGKILLed after findings were stored keeps every one of them. */
+START_TEST(daemon_killed_keeps_committed_findings)
+{
+	const char *argv[3];
+	char *trace = demo_for_rank(1), *rep, *out, *after;
+	struct daemon d;
+
+	daemon_init(&d);
+	rep = strdup(tu_bin("agent/npusan-replay"));
+	argv[0] = rep;
+	argv[1] = trace;
+	argv[2] = NULL;
+	ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 0);
+	out = wait_findings(2);
+	ck_assert_uint_eq(count_lines(out, "\"kind\""), 2);
+	ck_assert(WIFSIGNALED(daemon_stop(&d, SIGKILL)));
+	daemon_start(&d);
+	ck_assert_int_eq(ctl(&after, "findings", "--json", NULL), 1);
+	ck_assert_uint_eq(count_lines(after, "\"kind\""), 2);
+	daemon_stop(&d, SIGTERM);
+	free(after);
+	free(out);
+	free(rep);
+	free(trace);
+	free(d.dir);
+}
+END_TEST
+
+START_TEST(daemon_absent_is_said)
+{
+	char *dir = tu_tmpdir(), sock[PATH_MAX], *bin, *err;
+	const char *argv[4];
+
+	snprintf(sock, sizeof(sock), "%s/none.sock", dir);
+	setenv("NPUSAN_SOCKET", sock, 1);
+	bin = strdup(tu_bin("npusanctl"));
+	argv[0] = bin;
+	argv[1] = "list";
+	argv[2] = NULL;
+	ck_assert_int_eq(tu_run(argv, NULL, NULL, &err), 3);
+	ck_assert_ptr_nonnull(strstr(err, sock));
+	ck_assert_ptr_nonnull(strstr(err, "npusand"));
+	free(err);
+	free(bin);
+	free(dir);
+}
+END_TEST
+
+static Suite *daemon_suite(void)
+{
+	Suite *s = suite_create("daemon");
+	TCase *tc = tcase_create("daemon");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, daemon_finds_what_analyze_finds_in_each_rank);
+	tcase_add_test(tc, daemon_killed_keeps_committed_findings);
+	tcase_add_test(tc, daemon_absent_is_said);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_main(daemon_suite());
+}
