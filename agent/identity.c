@@ -4,10 +4,11 @@
 #include "identity.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "procstat.h"
 
 static const char *const identity_job_vars[] = {
 	"NPUSAN_JOB", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", NULL
@@ -63,28 +64,5 @@ void identity_from_env(struct identity *id)
 
 int identity_start_time(uint64_t *out)
 {
-	char buf[2048], *p, *end;
-	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -EIO;
-	buf[n] = '\0';
-	/* Field 2, the command name, may hold spaces and ')': skip past its
-	 * last ')'; fields 3 to 22 follow, one space before each. */
-	p = strrchr(buf, ')');
-	for (int field = 3; p != NULL && field <= 22; field++) {
-		p = strchr(p, ' ');
-		if (p != NULL)
-			p++;
-	}
-	if (p == NULL || *p < '0' || *p > '9')
-		return -EINVAL;
-	errno = 0;
-	*out = strtoull(p, &end, 10);
-	return errno != 0 || (*end != ' ' && *end != '\n') ? -EINVAL : 0;
+	return procstat_start_time(getpid(), out);
 }

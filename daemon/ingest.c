@@ -23,7 +23,6 @@
 #include "ingest.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -34,6 +33,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "procstat.h"
 #include "ringdec.h"
 #include "ringread.h"
 #include "symtab.h"
@@ -255,42 +255,15 @@ static void ingest_update(struct ingest_proc *p, enum store_state st)
 	p->updated_ms = ingest_now_ms();
 }
 
-/* Field 22 of /proc/PID/stat, or 0 when it cannot be read. */
-static uint64_t ingest_start_time(uint32_t pid)
-{
-	char path[64], buf[1024], *p;
-	unsigned long long t = 0;
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	p = strrchr(buf, ')');
-	for (int field = 3; p != NULL && field <= 22; field++) {
-		p = strchr(p, ' ');
-		if (p != NULL)
-			p++;
-	}
-	if (p == NULL || sscanf(p, "%llu", &t) != 1)
-		return 0;
-	return t;
-}
-
 /* Whether the process is still the one that registered. */
 static bool ingest_alive(const struct ingest_proc *p)
 {
-	uint64_t t;
+	uint64_t t = 0;
 
 	if (kill((pid_t)p->pid, 0) < 0 && errno == ESRCH)
 		return false;
-	t = ingest_start_time(p->pid);
+	if (procstat_start_time((pid_t)p->pid, &t) < 0)
+		t = 0;
 	/* Unreadable /proc (hidepid): trust kill(), which said it exists. */
 	return t == 0 || p->start_time == 0 || t == p->start_time;
 }

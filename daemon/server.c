@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "procstat.h"
 #include "wire.h"
 
 #ifndef NPUSAN_VERSION
@@ -328,36 +329,6 @@ static void conn_error(struct conn *c, int code, const char *msg, bool fatal)
 
 /* ---- registration ------------------------------------------------------ */
 
-/* Field 22 of /proc/PID/stat into *out. 0; -errno; -EINVAL. */
-static int proc_start_time(pid_t pid, uint64_t *out)
-{
-	char path[64], buf[1024], *p, *end;
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -EIO;
-	buf[n] = '\0';
-	/* The command name (field 2) may hold spaces and ')'. */
-	p = strrchr(buf, ')');
-	for (int field = 3; p != NULL && field <= 22; field++) {
-		p = strchr(p, ' ');
-		if (p != NULL)
-			p++;
-	}
-	if (p == NULL || *p < '0' || *p > '9')
-		return -EINVAL;
-	errno = 0;
-	*out = strtoull(p, &end, 10);
-	return errno != 0 || (*end != ' ' && *end != '\n') ? -EINVAL : 0;
-}
-
 static void conn_register_reply(struct conn *c, const char *error)
 {
 	Npusan__FromDaemon m = NPUSAN__FROM_DAEMON__INIT;
@@ -418,7 +389,7 @@ static void conn_on_register(struct conn *c, const Npusan__Register *r,
 	}
 	/* The kernel's start time, not the message's: with the pid it names
 	 * the process in the store, so it must not be chosen by the peer. */
-	err = proc_start_time(c->pid, &st);
+	err = procstat_start_time(c->pid, &st);
 	if (err == 0) {
 		if (r->has_start_time && r->start_time != st) {
 			why = "start time does not match /proc";
