@@ -44,7 +44,7 @@ static const char replay_usage[] =
 	"\n"
 	"  --rate OPS   replay at most OPS operations per second per trace\n"
 	"  --wait MS    at the end, wait up to MS milliseconds for the daemon\n"
-	"               to take every operation (default 10000)\n"
+	"               to take every operation (default 10000; 0: do not wait)\n"
 	"  --help       show this help\n"
 	"\n"
 	"The agent's environment applies (NPUSAN_SOCKET, NPUSAN_RECORD, ...);\n"
@@ -187,7 +187,7 @@ static int replay_trace(struct replay *rp, struct trace_reader *r)
 		fprintf(stderr, "npusan-replay: %s\n", trace_reader_error(r));
 		return REPLAY_FAILED;
 	}
-	err = npusan_wait_drained(rp->wait_ms);
+	err = rp->wait_ms != 0 ? npusan_wait_drained(rp->wait_ms) : 0;
 	if (err == -ETIMEDOUT)
 		fprintf(stderr, "npusan-replay: %s: the daemon did not take "
 			"every operation within %u ms\n", rp->path,
