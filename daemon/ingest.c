@@ -61,6 +61,7 @@ struct ingest_proc {
 	size_t npending, cap_pending;
 	uint64_t events, lost;
 	int64_t last_ms, updated_ms, checked_ms;
+	int64_t empty_mono_ms; /* when its ring was last found empty */
 	bool disconnected; /* under the thread's lock */
 	struct ingest *in;
 };
@@ -71,6 +72,10 @@ struct ingest_thread {
 	struct ingest_proc *procs;
 	unsigned nprocs;
 	struct ingest *in;
+	/* Its latest round's fullest ring (parts per million) and longest
+	 * lag; written by the thread, read by ingest_get_stats(). */
+	_Atomic uint32_t fill_ppm;
+	_Atomic int64_t lag_ms;
 };
 
 struct ingest {
@@ -80,6 +85,7 @@ struct ingest {
 	_Atomic bool stop;
 	_Atomic uint64_t events, lost;
 	_Atomic uint32_t running;
+	_Atomic uint64_t findings[FINDING_KIND_COUNT]; /* occurrences */
 	pthread_mutex_t rate_lock;
 	int64_t rate_ms;
 	uint64_t rate_events;
@@ -92,6 +98,15 @@ static int64_t ingest_now_ms(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* For durations (the lag), which the wall clock's steps must not bend. */
+static int64_t ingest_mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
@@ -166,6 +181,11 @@ static void ingest_finding_cb(const struct finding *f, bool first, void *arg)
 	uint64_t *slot;
 	struct finding *grown;
 
+	/* Relaxed: a statistic; nothing is ordered by it. Every occurrence,
+	 * first or repeat, is counted here once. */
+	if (f->kind < FINDING_KIND_COUNT)
+		atomic_fetch_add_explicit(&p->in->findings[f->kind], 1,
+					  memory_order_relaxed);
 	if (first) {
 		ingest_submit(p, f, 1);
 		return;
@@ -248,6 +268,30 @@ static int ingest_drain(struct ingest_proc *p, unsigned flags)
 	return n < 0 ? 0 : n;
 }
 
+/*
+ * After a drain of `p` at monotonic `now`: how full its ring is (parts
+ * per million) and how long since it was last found empty (ms), as
+ * ingest_stats defines them. head is the producers' and untrusted:
+ * the fill is clamped to the capacity.
+ */
+static void ingest_backlog(struct ingest_proc *p, int64_t now,
+			   uint32_t *fill_ppm, int64_t *lag_ms)
+{
+	struct ringread_counters c;
+	uint64_t used;
+
+	ringread_counters(p->rr, &c);
+	used = c.head - c.tail;
+	if (c.head < c.tail || c.capacity == 0)
+		used = 0; /* a producer's nonsense: not a backlog */
+	if (used > c.capacity)
+		used = c.capacity;
+	if (used == 0)
+		p->empty_mono_ms = now;
+	*fill_ppm = c.capacity ? (uint32_t)(used * 1000000 / c.capacity) : 0;
+	*lag_ms = now - p->empty_mono_ms;
+}
+
 static void ingest_update(struct ingest_proc *p, enum store_state st)
 {
 	store_process_update(p->in->store, p->id, p->events, p->lost,
@@ -307,7 +351,8 @@ static unsigned ingest_round(struct ingest_thread *t)
 {
 	struct ingest_proc **link, *p;
 	unsigned total = 0;
-	int64_t now;
+	uint32_t fill, max_fill = 0;
+	int64_t now, lag, max_lag = 0;
 	bool gone;
 
 	pthread_mutex_lock(&t->lock);
@@ -316,6 +361,9 @@ static unsigned ingest_round(struct ingest_thread *t)
 		pthread_mutex_unlock(&t->lock);
 		total += (unsigned)ingest_drain(p, 0);
 		ingest_flush_repeats(p);
+		ingest_backlog(p, ingest_mono_ms(), &fill, &lag);
+		max_fill = fill > max_fill ? fill : max_fill;
+		max_lag = lag > max_lag ? lag : max_lag;
 		now = ingest_now_ms();
 		if (now - p->updated_ms >= INGEST_UPDATE_MS)
 			ingest_update(p, STORE_RUNNING);
@@ -337,6 +385,9 @@ static unsigned ingest_round(struct ingest_thread *t)
 		link = &p->next;
 	}
 	pthread_mutex_unlock(&t->lock);
+	/* Relaxed: statistics, each read on its own (ingest_get_stats). */
+	atomic_store_explicit(&t->fill_ppm, max_fill, memory_order_relaxed);
+	atomic_store_explicit(&t->lag_ms, max_lag, memory_order_relaxed);
 	return total;
 }
 
@@ -518,6 +569,7 @@ int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 	p->events = sp->events;
 	p->lost = sp->lost;
 	p->last_ms = ingest_now_ms();
+	p->empty_mono_ms = ingest_mono_ms();
 	atomic_fetch_add_explicit(&in->running, 1, memory_order_relaxed);
 	t = ingest_pick(in);
 	pthread_mutex_lock(&t->lock);
@@ -543,9 +595,29 @@ void ingest_disconnect(struct ingest *in, struct ingest_proc *p)
 
 void ingest_get_stats(struct ingest *in, struct ingest_stats *out)
 {
+	uint32_t fill;
+	int64_t lag;
+
 	out->running = atomic_load_explicit(&in->running, memory_order_relaxed);
 	out->events = atomic_load_explicit(&in->events, memory_order_relaxed);
 	out->lost = atomic_load_explicit(&in->lost, memory_order_relaxed);
+	/* Relaxed, like their stores: independent statistics. */
+	for (int k = 0; k < FINDING_KIND_COUNT; k++)
+		out->findings[k] = atomic_load_explicit(&in->findings[k],
+							memory_order_relaxed);
+	fill = 0;
+	lag = 0;
+	for (unsigned i = 0; i < in->nthreads; i++) {
+		uint32_t f = atomic_load_explicit(&in->threads[i].fill_ppm,
+						  memory_order_relaxed);
+		int64_t l = atomic_load_explicit(&in->threads[i].lag_ms,
+						 memory_order_relaxed);
+
+		fill = f > fill ? f : fill;
+		lag = l > lag ? l : lag;
+	}
+	out->ring_fill = (double)fill / 1e6;
+	out->lag_s = (double)lag / 1e3;
 	pthread_mutex_lock(&in->rate_lock);
 	out->events_per_s = in->rate;
 	pthread_mutex_unlock(&in->rate_lock);

@@ -60,6 +60,16 @@ struct ingest_stats {
 	uint64_t events;     /* operations analysed since start */
 	uint64_t lost;       /* operations lost since start */
 	double events_per_s; /* over the last few seconds */
+	/* Occurrences of findings since start, by enum finding_kind: firsts
+	 * and repeats alike (the store counts distinct findings). */
+	uint64_t findings[FINDING_KIND_COUNT];
+	/* The fullest ring as its drain thread saw it after its latest
+	 * round: (head - tail) / capacity, 0 to 1; 0 with no ring. */
+	double ring_fill;
+	/* Analysis lag: over the rings being drained, the longest time since
+	 * a drain thread last found a ring empty right after draining it; 0
+	 * when every ring was empty at its latest drain. Seconds. */
+	double lag_s;
 };
 
 void ingest_get_stats(struct ingest *in, struct ingest_stats *out);

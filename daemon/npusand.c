@@ -33,6 +33,7 @@
 
 #include "ingest.h"
 #include "log.h"
+#include "metrics.h"
 #include "paths.h"
 #include "server.h"
 #include "store.h"
@@ -60,12 +61,14 @@ struct cfg {
 	unsigned threads;
 	unsigned log_level; /* enum log_level */
 	char *log_file;
+	char *metrics_listen;
+	char *metrics_textfile;
 	unsigned system;
 	unsigned help;
 	unsigned version;
 };
 
-enum opt_type { OPT_PATH, OPT_UINT, OPT_LEVEL, OPT_FLAG };
+enum opt_type { OPT_PATH, OPT_UINT, OPT_LEVEL, OPT_FLAG, OPT_ADDR };
 
 /* One option: the table below feeds parsing, defaults, checks and --help. */
 struct opt {
@@ -103,6 +106,15 @@ static const struct opt opts[] = {
 	{ "log-file", 0, OPT_PATH, "PATH", 0, 0, NULL,
 	  offsetof(struct cfg, log_file),
 	  "log to PATH, reopened on SIGHUP, instead of stderr" },
+	{ "metrics-listen", 0, OPT_ADDR, "ADDR:PORT", 0, 0, NULL,
+	  offsetof(struct cfg, metrics_listen),
+	  "serve Prometheus metrics on http://ADDR:PORT/metrics, a numeric "
+	  "address: 127.0.0.1:9464, or [::1]:9464 for IPv6" },
+	{ "metrics-textfile", 0, OPT_PATH, "PATH", 0, 0, NULL,
+	  offsetof(struct cfg, metrics_textfile),
+	  "write the same metrics to PATH every few seconds and at exit, "
+	  "atomically, for node_exporter's textfile collector (PATH should "
+	  "end in .prom)" },
 	{ "system", 0, OPT_FLAG, NULL, 0, 0, NULL, offsetof(struct cfg, system),
 	  "use the system service's default paths even when not root" },
 	{ "version", 0, OPT_FLAG, NULL, 0, 0, NULL,
@@ -158,6 +170,17 @@ static void opt_set(const struct opt *o, struct cfg *c, const char *v)
 	case OPT_FLAG:
 		*(unsigned *)(void *)field = 1;
 		break;
+	case OPT_ADDR: {
+		struct sockaddr_storage sa;
+		socklen_t len;
+
+		if (metrics_parse_listen(v, &sa, &len) < 0)
+			usage_error("--%s: '%s' is not ADDR:PORT or "
+				    "[ADDR6]:PORT with a numeric address",
+				    o->name, v);
+		*(char **)(void *)field = (char *)v;
+		break;
+	}
 	}
 }
 
@@ -205,7 +228,10 @@ static void print_help(void)
 		snprintf(text, sizeof(text), "%s%s%s%s", o->help,
 			 o->def != NULL ? " (default " : "",
 			 o->def != NULL ? o->def : "", o->def != NULL ? ")" : "");
-		printf("  %-24s", left);
+		if (strlen(left) > 24) /* its help on a line of its own */
+			printf("  %s\n%26s", left, "");
+		else
+			printf("  %-24s", left);
 		print_wrapped(text, 27, 79);
 	}
 	printf("\nSignals: SIGTERM or SIGINT drain every ring, commit and exit;"
@@ -637,6 +663,7 @@ static struct {
 	struct store *store;
 	struct ingest *ingest;
 	struct server *server;
+	struct metrics *metrics;
 	uv_async_t commit;
 	uv_signal_t sigterm, sigint, sighup;
 	uv_timer_t prune;
@@ -743,6 +770,7 @@ int main(int argc, char **argv)
 	struct store_opts so = { 0 };
 	struct ingest_opts io = { 0 };
 	struct server_opts sv = { 0 };
+	struct metrics_opts mo = { 0 };
 	struct paths p;
 	char *errmsg = NULL, status[PATHS_SOCKET_MAX + 64];
 	char activated[PATHS_SOCKET_MAX + 1] = "";
@@ -812,6 +840,17 @@ int main(int argc, char **argv)
 		log_error("cannot start draining: %s", strerror(-err));
 		goto out_store;
 	}
+	if (d.cfg.metrics_listen != NULL || d.cfg.metrics_textfile != NULL) {
+		mo.loop = &d.loop;
+		mo.store = d.store;
+		mo.ingest = d.ingest;
+		mo.listen = d.cfg.metrics_listen;
+		mo.textfile = d.cfg.metrics_textfile;
+		mo.version = NPUSAN_VERSION;
+		mo.start_ns = uv_hrtime();
+		if (metrics_start(&mo, &d.metrics) < 0)
+			goto out_ingest; /* metrics_start() said why */
+	}
 	sv.loop = &d.loop;
 	sv.listen_fd = lfd;
 	sv.store = d.store;
@@ -821,7 +860,7 @@ int main(int argc, char **argv)
 	err = server_start(&sv, &d.server);
 	if (err < 0) {
 		log_error("cannot serve the socket: %s", uv_strerror(err));
-		goto out_ingest;
+		goto out_metrics;
 	}
 	lfd = -1; /* the server's */
 
@@ -852,6 +891,10 @@ int main(int argc, char **argv)
 	 * commits, and only then may the async handle go. */
 	server_free(d.server);
 	d.server = NULL;
+out_metrics:
+	/* Its last textfile before ingest and the store go. */
+	metrics_stop(d.metrics);
+	d.metrics = NULL;
 out_ingest:
 	ingest_free(d.ingest);
 out_store:

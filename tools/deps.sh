@@ -5,7 +5,7 @@
 # Installing needs root (or sudo); nothing is installed when all is present.
 set -eu
 
-build="cmake gcc make pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev check"
+build="cmake gcc make pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev check libmicrohttpd-dev"
 # python3-torch brings PyTorch's CUDA Sanitizer, the reference the
 # differential test compares npusan's engine with.
 test_extra="python3-torch"

@@ -1,0 +1,541 @@
+/*
+ * test_metrics.c - npusand's Prometheus metrics as a scraper sees them: the
+ * real daemon with --metrics-listen on a free local port and
+ * --metrics-textfile, scraped over plain HTTP/1.1 sockets before and after
+ * a replay of examples/demo.trace, checked with promtool where installed,
+ * and fed requests that are malformed, oversized or never finished.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+struct daemon {
+	char *dir;
+	char sock[PATH_MAX];
+	char db[PATH_MAX];
+	char prom[PATH_MAX];
+	char listen[64];
+	unsigned port;
+	pid_t pid;
+};
+
+static void nap_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+/* A port nobody listens on now: the kernel's pick for port 0. */
+static unsigned free_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+/* A connected socket to the metrics port, or -1. */
+static int http_connect(unsigned port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct timeval tv = { 10, 0 };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_port = htons((uint16_t)port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/*
+ * Sends `req` (len bytes) and reads the reply to EOF. The status code, or
+ * -1 when the connection failed or closed without a status line; the whole
+ * reply in *out when out is not NULL (caller frees).
+ */
+static int http_raw(unsigned port, const char *req, size_t len, char **out)
+{
+	size_t n = 0, cap = 65536, off = 0;
+	char *buf = malloc(cap);
+	int fd = http_connect(port), status = -1;
+	ssize_t r;
+
+	ck_assert_ptr_nonnull(buf);
+	if (fd >= 0) {
+		while (off < len) {
+			r = send(fd, req + off, len - off, MSG_NOSIGNAL);
+			if (r <= 0)
+				break; /* the server may stop reading: fine */
+			off += (size_t)r;
+		}
+		while ((r = recv(fd, buf + n, cap - n - 1, 0)) > 0) {
+			n += (size_t)r;
+			if (n + 1 == cap) {
+				cap *= 2;
+				buf = realloc(buf, cap);
+				ck_assert_ptr_nonnull(buf);
+			}
+		}
+		close(fd);
+	}
+	buf[n] = '\0';
+	if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+		status = -1;
+	if (out != NULL)
+		*out = buf;
+	else
+		free(buf);
+	return status;
+}
+
+/* GET `path`; the status, the body in *body (caller frees). */
+static int http_get(unsigned port, const char *path, char **body)
+{
+	char req[256], *all, *b;
+	int st;
+
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: localhost\r\n"
+		 "Connection: close\r\n\r\n", path);
+	st = http_raw(port, req, strlen(req), &all);
+	b = strstr(all, "\r\n\r\n");
+	*body = strdup(b ? b + 4 : "");
+	if (st == 200)
+		ck_assert_msg(strstr(all, "Content-Type: text/plain; "
+				     "version=0.0.4") != NULL, "%s", all);
+	free(all);
+	return st;
+}
+
+/* The value of the sample `series` (name and labels, as exposed), or -1. */
+static double sample(const char *text, const char *series)
+{
+	size_t n = strlen(series);
+
+	for (const char *l = text; l && *l; l = strchr(l, '\n')) {
+		if (*l == '\n')
+			l++;
+		if (strncmp(l, series, n) == 0 && l[n] == ' ')
+			return strtod(l + n + 1, NULL);
+	}
+	return -1;
+}
+
+static char *scrape(const struct daemon *d)
+{
+	char *body;
+
+	ck_assert_int_eq(http_get(d->port, "/metrics", &body), 200);
+	return body;
+}
+
+static bool sock_answers(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+static void daemon_start(struct daemon *d)
+{
+	char *bin = strdup(tu_bin("daemon/npusand")), log[PATH_MAX + 8];
+	int fd;
+
+	d->dir = tu_tmpdir();
+	snprintf(d->sock, sizeof(d->sock), "%s/npusand.sock", d->dir);
+	snprintf(d->db, sizeof(d->db), "%s/npusan.db", d->dir);
+	snprintf(d->prom, sizeof(d->prom), "%s/npusan.prom", d->dir);
+	d->port = free_port();
+	snprintf(d->listen, sizeof(d->listen), "127.0.0.1:%u", d->port);
+	setenv("NPUSAN_SOCKET", d->sock, 1);
+	unsetenv("NPUSAN");
+	unsetenv("NPUSAN_RECORD");
+	snprintf(log, sizeof(log), "%s/npusand.log", d->dir);
+	d->pid = fork();
+	ck_assert_int_ge(d->pid, 0);
+	if (d->pid == 0) {
+		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		dup2(fd, 2);
+		execl(bin, bin, "--socket", d->sock, "--db", d->db,
+		      "--metrics-listen", d->listen, "--metrics-textfile",
+		      d->prom, (char *)NULL);
+		_exit(127);
+	}
+	free(bin);
+	for (int i = 0; i < 1000 && !sock_answers(d->sock); i++)
+		nap_ms(10);
+	ck_assert_msg(sock_answers(d->sock), "npusand did not start");
+	/* The metrics port opens after the socket: wait for it too. */
+	for (int i = 0; i < 1000 && (fd = http_connect(d->port)) < 0; i++)
+		nap_ms(10);
+	ck_assert_msg(fd >= 0, "npusand's metrics port did not open");
+	close(fd);
+}
+
+static int daemon_stop(struct daemon *d)
+{
+	int status;
+
+	kill(d->pid, SIGTERM);
+	ck_assert_int_eq(waitpid(d->pid, &status, 0), d->pid);
+	free(d->dir);
+	return status;
+}
+
+/* promtool on PATH, or NULL. Static storage. */
+static const char *promtool(void)
+{
+	static char path[PATH_MAX];
+	const char *p = getenv("PATH");
+
+	while (p != NULL && *p != '\0') {
+		size_t n = strcspn(p, ":");
+
+		snprintf(path, sizeof(path), "%.*s/promtool", (int)n, p);
+		if (access(path, X_OK) == 0)
+			return path;
+		p += n + (p[n] == ':');
+	}
+	return NULL;
+}
+
+static void check_with_promtool(const char *text)
+{
+	const char *tool = promtool();
+	char *out = NULL, *err = NULL;
+	int st;
+
+	if (tool == NULL) {
+		fprintf(stderr, "test_metrics: promtool not installed "
+				"(Debian's prometheus): exposition unchecked\n");
+		return;
+	}
+	const char *argv[] = { tool, "check", "metrics", NULL };
+	st = tu_run(argv, text, &out, &err);
+	ck_assert_msg(st == 0 && (out == NULL || out[0] == '\0'),
+		      "promtool check metrics: %d\n%s%s", st, out ? out : "",
+		      err ? err : "");
+	free(out);
+	free(err);
+}
+
+/* demo.trace as ranks 0 to n - 1, each its own process, replayed at
+ * `rate` operations/s each (0: as fast as possible); returns the
+ * replay's pid, running. */
+static pid_t replay_demo_ranks(unsigned n, const char *rate)
+{
+	char path[PATH_MAX], name[32], *text, *traces[8] = { NULL };
+	char *rep = strdup(tu_bin("agent/npusan-replay"));
+	const char *argv[12];
+	unsigned a = 0;
+	FILE *f;
+	long len;
+	pid_t pid;
+
+	snprintf(path, sizeof(path), "%s/examples/demo.trace",
+		 NPUSAN_SOURCE_DIR);
+	f = fopen(path, "rb");
+	ck_assert_ptr_nonnull(f);
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	rewind(f);
+	text = calloc(1, (size_t)len + 1);
+	ck_assert_int_eq(fread(text, 1, (size_t)len, f), len);
+	fclose(f);
+	argv[a++] = rep;
+	if (rate != NULL) {
+		argv[a++] = "--rate";
+		argv[a++] = rate;
+	}
+	for (unsigned r = 0; r < n && r < 8; r++) {
+		strstr(text, "rank=")[5] = (char)('0' + r);
+		snprintf(name, sizeof(name), "rank%u.trace", r);
+		traces[r] = tu_write_file(name, text);
+		argv[a++] = traces[r];
+	}
+	argv[a] = NULL;
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		execv(rep, (char *const *)argv);
+		_exit(127);
+	}
+	for (unsigned r = 0; r < 8; r++)
+		free(traces[r]);
+	free(text);
+	free(rep);
+	return pid;
+}
+
+static int replay_wait(pid_t pid)
+{
+	int st;
+
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static int replay_demo(void)
+{
+	return replay_wait(replay_demo_ranks(1, NULL));
+}
+
+/* A 4-rank replay of demo.trace (29 operations each, a data race and a
+ * missing record_stream each), paced to last a few seconds: scrapes while
+ * it runs see the counters rise, and at the end they hold every rank. */
+START_TEST(metrics_scrape_rises_with_replay)
+{
+	struct daemon d;
+	char *before, *after = NULL;
+	double seen[3] = { -1, -1, -1 }, v;
+	unsigned distinct = 0;
+	pid_t rep;
+
+	daemon_start(&d);
+	before = scrape(&d);
+	ck_assert_msg(sample(before, "npusan_findings_total{kind=\"data_race\"}")
+			      == 0, "%s", before);
+	ck_assert(sample(before, "npusan_operations_analysed_total") == 0);
+	ck_assert(sample(before, "npusan_build_info{version=\"" NPUSAN_TEST_VERSION
+			 "\"}") == 1);
+	check_with_promtool(before);
+	rep = replay_demo_ranks(4, "10");
+	/* Rendered every second; the replay takes about three. */
+	for (int i = 0; i < 100 && distinct < 3; i++) {
+		free(after);
+		after = scrape(&d);
+		v = sample(after, "npusan_operations_analysed_total");
+		if (v > 0 && v < 116 && (distinct == 0 || v > seen[distinct - 1]))
+			seen[distinct++] = v;
+		nap_ms(100);
+	}
+	ck_assert_msg(distinct >= 2, "no rise seen while the replay ran");
+	ck_assert_int_eq(replay_wait(rep), 0);
+	for (int i = 0; i < 100; i++) {
+		free(after);
+		after = scrape(&d);
+		if (sample(after, "npusan_operations_analysed_total") >= 116 &&
+		    sample(after, "npusan_processes{state=\"exited\"}") == 4)
+			break;
+		nap_ms(100);
+	}
+	ck_assert_msg(sample(after, "npusan_findings_total{kind=\"data_race\"}")
+			      >= 4, "%s", after);
+	ck_assert(sample(after, "npusan_findings_total{kind=\""
+			 "missing_record_stream\"}") >= 4);
+	ck_assert_msg(sample(after, "npusan_operations_analysed_total") == 116,
+		      "%s", after);
+	ck_assert(sample(after, "npusan_operations_lost_total") == 0);
+	ck_assert(sample(after, "npusan_processes{state=\"running\"}") == 0);
+	ck_assert(sample(after, "npusan_database_findings") == 8);
+	ck_assert(sample(after, "npusan_database_size_bytes") > 0);
+	ck_assert(sample(after, "npusan_ring_fill_ratio") >= 0);
+	ck_assert(sample(after, "npusan_analysis_lag_seconds") >= 0);
+	check_with_promtool(after);
+	ck_assert_int_eq(WEXITSTATUS(daemon_stop(&d)), 0);
+	free(before);
+	free(after);
+}
+END_TEST
+
+START_TEST(metrics_other_paths_and_methods_refused)
+{
+	struct daemon d;
+	char *body, *all;
+	const char post[] = "POST /metrics HTTP/1.1\r\nHost: x\r\n"
+			    "Content-Length: 3\r\nConnection: close\r\n\r\nabc";
+
+	daemon_start(&d);
+	ck_assert_int_eq(http_get(d.port, "/", &body), 404);
+	free(body);
+	ck_assert_int_eq(http_get(d.port, "/metrics/x", &body), 404);
+	free(body);
+	ck_assert_int_eq(http_raw(d.port, post, strlen(post), &all), 405);
+	ck_assert_ptr_nonnull(strstr(all, "Allow: GET"));
+	free(all);
+	daemon_stop(&d);
+}
+END_TEST
+
+/* Whole: the first metric first, the last one last, a newline at the end. */
+static bool textfile_whole(const char *t, size_t n)
+{
+	return n > 0 && t[n - 1] == '\n' && strlen(t) == n &&
+	       strncmp(t, "# HELP npusan_build_info ", 25) == 0 &&
+	       strstr(t, "\nnpusan_database_size_bytes ") != NULL;
+}
+
+static char *slurp(const char *path, size_t *len, ino_t *ino)
+{
+	struct stat st;
+	char *buf;
+	FILE *f = fopen(path, "rb");
+	size_t n;
+
+	if (f == NULL)
+		return NULL;
+	fstat(fileno(f), &st);
+	*ino = st.st_ino;
+	buf = malloc((size_t)st.st_size + 65536);
+	n = fread(buf, 1, (size_t)st.st_size + 65535, f);
+	buf[n] = '\0';
+	fclose(f);
+	*len = n;
+	return buf;
+}
+
+/* Read in a loop across several rewrites: every read is a whole file. */
+START_TEST(metrics_textfile_never_half_written)
+{
+	struct daemon d;
+	char *t, tmp[PATH_MAX + 8];
+	size_t n, reads = 0;
+	ino_t ino, first = 0;
+	unsigned rewrites = 0;
+	struct timespec t0, now;
+
+	/* The check itself tells a cut file from a whole one. */
+	ck_assert(textfile_whole("# HELP npusan_build_info x\n"
+				 "npusan_database_size_bytes 1\n", 56));
+	ck_assert(!textfile_whole("# HELP npusan_build_info x\n"
+				  "npusan_database_size_bytes 1", 55));
+	ck_assert(!textfile_whole("# HELP npusan_build_info x\nnpusan_d", 35));
+
+	daemon_start(&d);
+	ck_assert_int_eq(replay_demo(), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		t = slurp(d.prom, &n, &ino);
+		ck_assert_msg(t != NULL, "%s: %s", d.prom, strerror(errno));
+		ck_assert_msg(textfile_whole(t, n), "read %zu: %zu bytes:\n%s",
+			      reads, n, t);
+		free(t);
+		if (first == 0)
+			first = ino;
+		else if (ino != first) {
+			rewrites++;
+			first = ino;
+		}
+		reads++;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+	} while (now.tv_sec - t0.tv_sec < 5);
+	ck_assert_msg(rewrites >= 2, "%u rewrites in 5 s", rewrites);
+	ck_assert_int_eq(WEXITSTATUS(daemon_stop(&d)), 0);
+	/* The last one, written at exit, counts the whole replay. */
+	t = slurp(d.prom, &n, &ino);
+	ck_assert(textfile_whole(t, n));
+	ck_assert_msg(sample(t, "npusan_operations_analysed_total") == 29,
+		      "%s", t);
+	free(t);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", d.prom);
+	ck_assert_int_eq(access(tmp, F_OK), -1);
+	fprintf(stderr, "test_metrics: %zu whole reads, %u rewrites\n", reads,
+		rewrites);
+}
+END_TEST
+
+static int ctl_stats(void)
+{
+	char *bin = strdup(tu_bin("npusanctl"));
+	const char *argv[] = { bin, "stats", NULL };
+	int st = tu_run(argv, NULL, NULL, NULL);
+
+	free(bin);
+	return st;
+}
+
+#define IDLE_CONNS 200
+
+/* Malformed, oversized and idle requests leave both sockets serving. */
+START_TEST(metrics_bad_requests_leave_daemon_serving)
+{
+	static const char bad[] = "\x01\x02 nonsense\r\n\r\n";
+	static const char nohttp[] = "GET /metrics SPDY/9\r\n\r\n";
+	size_t big_len = (size_t)1 << 20;
+	char *big = malloc(big_len + 64), *body;
+	int idle[IDLE_CONNS], st;
+	struct daemon d;
+
+	daemon_start(&d);
+	st = http_raw(d.port, bad, sizeof(bad) - 1, NULL);
+	ck_assert_msg(st == -1 || st == 400, "%d", st);
+	st = http_raw(d.port, nohttp, sizeof(nohttp) - 1, NULL);
+	ck_assert_msg(st == -1 || (st >= 400 && st < 600), "%d", st);
+	/* A 1 MB header line. */
+	ck_assert_ptr_nonnull(big);
+	strcpy(big, "GET /metrics HTTP/1.1\r\nX-Big: ");
+	memset(big + strlen(big), 'a', big_len);
+	strcpy(big + big_len - 4, "\r\n\r\n");
+	st = http_raw(d.port, big, big_len, NULL);
+	ck_assert_msg(st == -1 || st == 431 || st == 413 || st == 400, "%d",
+		      st);
+	ck_assert_int_eq(http_get(d.port, "/metrics", &body), 200);
+	free(body);
+	/* Idle connections, some with half a request. */
+	for (int i = 0; i < IDLE_CONNS; i++) {
+		idle[i] = http_connect(d.port);
+		ck_assert_int_ge(idle[i], 0);
+		if (i % 2)
+			send(idle[i], "GET /met", 8, MSG_NOSIGNAL);
+	}
+	ck_assert_int_eq(http_get(d.port, "/metrics", &body), 200);
+	ck_assert(sample(body, "npusan_uptime_seconds") >= 0);
+	free(body);
+	ck_assert_int_eq(ctl_stats(), 0);
+	for (int i = 0; i < IDLE_CONNS; i++)
+		close(idle[i]);
+	ck_assert_int_eq(http_get(d.port, "/metrics", &body), 200);
+	free(body);
+	ck_assert_int_eq(ctl_stats(), 0);
+	ck_assert_int_eq(WEXITSTATUS(daemon_stop(&d)), 0);
+	free(big);
+}
+END_TEST
+
+static Suite *metrics_suite(void)
+{
+	Suite *s = suite_create("metrics");
+	TCase *tc = tcase_create("metrics");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, metrics_scrape_rises_with_replay);
+	tcase_add_test(tc, metrics_other_paths_and_methods_refused);
+	tcase_add_test(tc, metrics_textfile_never_half_written);
+	tcase_add_test(tc, metrics_bad_requests_leave_daemon_serving);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_main(metrics_suite());
+}
