@@ -26,4 +26,7 @@ int cli_findings(int argc, char **argv);
 int cli_show(int argc, char **argv);
 int cli_stats(int argc, char **argv);
 
+/* `report --job J` (cli/jobreport.c): a job's summary, JSON, JUnit XML. */
+int cli_report(int argc, char **argv);
+
 #endif

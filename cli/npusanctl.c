@@ -21,6 +21,8 @@ static const struct command commands[] = {
 	  "the daemon's findings, filtered, as a table or JSON; --follow" },
 	{ "show", cli_show, "one finding in full, with its stacks" },
 	{ "stats", cli_stats, "the daemon's uptime, throughput and database" },
+	{ "report", cli_report,
+	  "one job's summary and verdict; JSON or JUnit XML for CI" },
 };
 
 static void usage(FILE *out)
@@ -38,10 +40,10 @@ static void usage(FILE *out)
 	fputs("\n"
 	      "Run 'npusanctl COMMAND --help' for a command's options.\n"
 	      "\n"
-	      "Exit status: 0 ok and no findings; 1 findings (analyze and\n"
-	      "findings only); 2 usage error or bad input; 3 no daemon\n"
-	      "answered or it refused the request (list, findings, show,\n"
-	      "stats).\n",
+	      "Exit status: 0 ok and no findings; 1 findings (analyze,\n"
+	      "findings and report only); 2 usage error or bad input;\n"
+	      "3 no daemon answered or it refused the request (list,\n"
+	      "findings, show, stats, report).\n",
 	      out);
 }
 

@@ -45,6 +45,12 @@
  *  8. 64-bit unsigned values (pointers, streams, sequence numbers, counters)
  *     are stored as the int64 with the same bits and read back the same
  *     way.
+ *  9. A finding row's first INSERT, and only that (not a repeat that adds
+ *     to its count), yields one info line in logfmt, "finding id=7
+ *     kind=... job=... rank=... pid=..." (daemon/README.md), formatted by
+ *     the writer in the round and written only once the round committed,
+ *     so that a rolled-back and retried round never logs an id twice or
+ *     an id that was not stored.
  */
 #include "store.h"
 
@@ -194,6 +200,8 @@ struct item {
 	bool done;
 	int rc;
 	int64_t result;
+	/* A finding's log line (DESIGN 9), written once its round commits. */
+	char *logline;
 	union {
 		struct {
 			int64_t id;
@@ -217,6 +225,7 @@ struct store {
 	sqlite3 *wdb; /* the writer thread's (1) */
 	sqlite3_stmt *w_str_get, *w_str_put, *w_stack_get, *w_stack_put;
 	sqlite3_stmt *w_register, *w_update, *w_finding, *w_repeat;
+	sqlite3_stmt *w_proc; /* a process's identity, for finding log lines */
 	char *wbuf; /* a stack's JSON */
 	size_t wbuf_cap;
 	char *kbuf; /* a stack's cache key */
@@ -514,6 +523,8 @@ static int prepare_all(struct store *s, char **errmsg)
 		  "UPDATE findings SET count = count + ?3,"
 		  " first_ms = min(first_ms, ?4), last_ms = max(last_ms, ?5)"
 		  " WHERE process_id = ?1 AND dedup_key = ?2" },
+		{ &s->wdb, &s->w_proc,
+		  "SELECT pid, job, rank FROM processes WHERE id = ?" },
 		{ &s->rdb, &s->r_stack,
 		  "SELECT s.text FROM stacks k, json_each(k.frames) j"
 		  " JOIN strings s ON s.id = j.value"
@@ -534,7 +545,8 @@ static void store_free(struct store *s)
 {
 	sqlite3_stmt *stmts[] = { s->w_str_get,  s->w_str_put, s->w_stack_get,
 				  s->w_stack_put, s->w_register, s->w_update,
-				  s->w_finding,  s->w_repeat,  s->r_stack };
+				  s->w_finding,  s->w_repeat,  s->r_stack,
+				  s->w_proc };
 
 	for (size_t i = 0; i < sizeof(stmts) / sizeof(stmts[0]); i++)
 		sqlite3_finalize(stmts[i]);
@@ -660,8 +672,10 @@ err:
 
 static void item_free(struct item *it)
 {
-	if (it->bytes != 0)
+	if (it->bytes != 0) {
+		free(it->logline);
 		free(it);
+	}
 }
 
 /* Appends `it` and wakes the writer when it has a reason to run. Holds
@@ -1024,7 +1038,97 @@ static int w_stack(struct store *s, const char *const *frames, size_t n,
 	return rc;
 }
 
-static int w_finding(struct store *s, const struct store_finding *f)
+/* Appends ` key=value` to `b`: the value bare when it is a non-empty run
+ * of printable ASCII without space, '"', '=' or '\\', else in double
+ * quotes with \\, \", \n, \r, \t and \xNN escapes (bytes from 0x80 as
+ * they are), cut after 200 bytes of output with "..." so that a line of
+ * three such values stays whole within log_write()'s 1 KiB line. */
+static void logfmt_str(FILE *b, const char *key, const char *v)
+{
+	size_t n = strlen(v), out = 0, i;
+	bool bare = n > 0 && n <= 200;
+
+	for (i = 0; i < n && bare; i++) {
+		unsigned char c = (unsigned char)v[i];
+
+		bare = c > ' ' && c < 0x7f && c != '"' && c != '=' && c != '\\';
+	}
+	fprintf(b, " %s=", key);
+	if (bare) {
+		fputs(v, b);
+		return;
+	}
+	fputc('"', b);
+	for (i = 0; i < n && out < 200; i++) {
+		unsigned char c = (unsigned char)v[i];
+
+		if (c == '"' || c == '\\')
+			out += (size_t)fprintf(b, "\\%c", c);
+		else if (c == '\n')
+			out += (size_t)fprintf(b, "\\n");
+		else if (c == '\r')
+			out += (size_t)fprintf(b, "\\r");
+		else if (c == '\t')
+			out += (size_t)fprintf(b, "\\t");
+		else if (c < ' ' || c == 0x7f)
+			out += (size_t)fprintf(b, "\\x%02x", c);
+		else
+			out += fputc(c, b) != EOF;
+	}
+	fputs(i < n ? "...\"" : "\"", b);
+}
+
+/* DESIGN 9: the log line of new finding `id`, into *out (caller frees);
+ * *out stays NULL when info lines are off or memory is short. */
+static void w_finding_line(struct store *s, const struct store_finding *f,
+			   int64_t id, char **out)
+{
+	sqlite3_stmt *st = s->w_proc;
+	char *line = NULL;
+	size_t len = 0;
+	FILE *b;
+
+	if ((int)LOG_INFO >
+	    atomic_load_explicit(&log__level, memory_order_relaxed))
+		return;
+	b = open_memstream(&line, &len);
+	if (b == NULL)
+		return;
+	fprintf(b, "finding id=%" PRId64 " kind=%s", id,
+		finding_kind_name(f->kind));
+	sqlite3_bind_int64(st, 1, f->process_id);
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		if (sqlite3_column_type(st, 1) != SQLITE_NULL)
+			logfmt_str(b, "job",
+				   (const char *)sqlite3_column_text(st, 1));
+		if (sqlite3_column_type(st, 2) != SQLITE_NULL)
+			fprintf(b, " rank=%" PRId64,
+				(int64_t)sqlite3_column_int64(st, 2));
+		fprintf(b, " pid=%" PRId64,
+			(int64_t)sqlite3_column_int64(st, 0));
+	}
+	sqlite3_reset(st);
+	if (f->access.op != NULL)
+		logfmt_str(b, "op", f->access.op);
+	if (f->has_previous && f->previous.op != NULL)
+		logfmt_str(b, "previous_op", f->previous.op);
+	fprintf(b, " stream=%" PRIu64, f->access.stream);
+	if (f->has_previous)
+		fprintf(b, " previous_stream=%" PRIu64, f->previous.stream);
+	else if (f->has_alloc && f->alloc_has_stream)
+		fprintf(b, " alloc_stream=%" PRIu64, f->alloc_stream);
+	fprintf(b, " ptr=0x%" PRIx64 " detected_at=%s", f->ptr,
+		detected_at_name(f->detected_at));
+	if (fclose(b) != 0) {
+		free(line);
+		return;
+	}
+	*out = line;
+}
+
+/* Stores finding `f`; a new row's log line into *line (DESIGN 9). */
+static int w_finding(struct store *s, const struct store_finding *f,
+		     char **line)
 {
 	sqlite3_stmt *st = s->w_finding;
 	int64_t aop, ast, pop = 0, pst = 0, alst = 0;
@@ -1108,7 +1212,12 @@ static int w_finding(struct store *s, const struct store_finding *f)
 	bind_u64(st, 20, f->count);
 	sqlite3_bind_int64(st, 21, f->first_ms);
 	sqlite3_bind_int64(st, 22, f->last_ms);
-	return step_done(st);
+	rc = step_done(st);
+	/* No repeat above, so this inserted a row (its trigger's UPDATE
+	 * leaves last_insert_rowid alone). */
+	if (rc == SQLITE_OK && sqlite3_changes(s->wdb) > 0)
+		w_finding_line(s, f, sqlite3_last_insert_rowid(s->wdb), line);
+	return rc;
 }
 
 static int w_register(struct store *s, const struct store_process *p,
@@ -1204,7 +1313,7 @@ static int w_item(struct store *s, struct item *it, bool *wrote)
 		rc = w_update(s, it);
 		break;
 	case ITEM_FINDING:
-		rc = w_finding(s, &it->u.finding);
+		rc = w_finding(s, &it->u.finding, &it->logline);
 		break;
 	case ITEM_REGISTER:
 		rc = w_register(s, it->u.reg, &it->result);
@@ -1298,6 +1407,10 @@ static bool w_round(struct store *s, unsigned *fails)
 			continue;
 		}
 		*prev = next;
+		if (it->logline != NULL && rc == SQLITE_OK && it->rc == 0)
+			log_write(LOG_INFO, "%s", it->logline);
+		free(it->logline); /* a retried round formats it again */
+		it->logline = NULL;
 		if (rc != SQLITE_OK) {
 			*ktail = it;
 			ktail = &it->next;

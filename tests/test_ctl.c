@@ -543,7 +543,7 @@ END_TEST
 START_TEST(ctl_every_command_has_help_and_refuses_unknown_options)
 {
 	static const char *const cmds[] = { "list", "findings", "show",
-					    "stats" };
+					    "stats", "report" };
 	struct fq *q = fq_new();
 	char *out, *err, usage[64];
 

@@ -1,0 +1,849 @@
+/*
+ * jobreport.c - `npusanctl report --job J`: one job's summary for a
+ * scheduler's epilog or a CI step, computed here from two existing queries
+ * (the job's findings, then its processes), so that no protocol change is
+ * needed: ranks and processes seen, operations analysed and lost, findings
+ * by kind and by rank, and a one-line verdict; or one JSON object; and
+ * optionally a JUnit XML file (a test case per process, a failure per
+ * finding) that CI systems display natively.
+ *
+ * Findings are asked for first: a finding names its process (by the
+ * daemon's process id, else by pid and rank), so every process a finding
+ * names is in the list asked for after it (a process pruned in between
+ * gets a test case of its own from the finding).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "client.h"
+#include "table.h"
+
+#define JR_CMD "npusanctl report"
+
+static const char jr_usage[] =
+	"Usage: npusanctl report --job JOB [OPTIONS]\n"
+	"\n"
+	"A summary of job JOB for a scheduler's epilog or a CI step: the\n"
+	"ranks and processes npusand saw, operations analysed and lost,\n"
+	"findings by kind and by rank, and on the last line a verdict:\n"
+	"  npusan: job JOB: N findings (K data race, ...) on ranks R...;\n"
+	"  N ranks, N operations, N lost\n"
+	"or '... clean; ...'. When operations were lost, the verdict says it\n"
+	"may be incomplete. 'npusanctl findings --job JOB' lists the\n"
+	"findings, 'npusanctl show ID' prints one in full.\n"
+	"\n"
+	"Options:\n"
+	"  --job JOB            the job (required)\n"
+	"  --json               one JSON object instead of the text:\n"
+	"                         job, verdict (the verdict line), clean (no\n"
+	"                         findings), complete (no operation lost),\n"
+	"                         ranks (distinct ranks), processes,\n"
+	"                         operations, lost, findings (finding rows),\n"
+	"                         occurrences (their counts summed), by_kind\n"
+	"                         ({kind: findings}), by_rank (an array, one\n"
+	"                         object per process by rank: rank (or null),\n"
+	"                         pid, state, operations, lost, findings,\n"
+	"                         by_kind, ids (its finding ids))\n"
+	"  --junit FILE         also write a JUnit XML file: a testsuite for\n"
+	"                       the job, a testcase per process ('rank 0 (pid\n"
+	"                       1234)'), a <failure> per finding (message:\n"
+	"                       its kind and operators; body: its report);\n"
+	"                       written to a temporary file and renamed\n"
+	"  --error-exitcode N   exit with N (0-255) when there are findings\n"
+	CLIENT_OPTIONS_HELP
+	"\n"
+	"Exit status: 0 no findings, 1 findings (or --error-exitcode N),\n"
+	"2 usage error, an unknown job (no process of JOB is known to the\n"
+	"daemon: was it run under npusan?) or a JUnit file that cannot be\n"
+	"written, 3 no daemon answered or it refused the request.\n";
+
+/* A process of the job and its findings (a testcase). */
+struct jr_proc {
+	bool has_id, has_rank, has_pid;
+	int64_t id; /* the daemon's process id */
+	uint32_t rank, pid;
+	const char *state;
+	uint64_t events, lost;
+	size_t *finds; /* indexes into jr.finds */
+	size_t nfinds;
+};
+
+struct jr {
+	const char *job;
+	bool json;
+	const char *junit;
+	int error_exitcode;
+	Npusan__FromDaemon **msgs; /* every reply, kept for its strings */
+	size_t nmsgs;
+	const Npusan__Finding **finds;
+	size_t nfinds;
+	struct jr_proc *procs;
+	size_t nprocs;
+	bool answered;
+};
+
+static int jr_keep(struct jr *r, Npusan__FromDaemon *m)
+{
+	Npusan__FromDaemon **v = realloc(r->msgs, (r->nmsgs + 1) * sizeof(*v));
+
+	if (v == NULL)
+		return -ENOMEM;
+	r->msgs = v;
+	r->msgs[r->nmsgs++] = m;
+	return 0;
+}
+
+static int jr_findings_cb(void *arg, Npusan__FromDaemon *m)
+{
+	struct jr *r = arg;
+	const Npusan__FindingsReply *fr = m->findings;
+	const Npusan__Finding **v;
+	struct report_finding f;
+
+	if (m->msg_case != NPUSAN__FROM_DAEMON__MSG_FINDINGS)
+		goto bad;
+	for (size_t i = 0; i < fr->n_findings; i++) {
+		if (client_finding(fr->findings[i], &f) < 0)
+			goto bad;
+	}
+	v = realloc(r->finds, (r->nfinds + fr->n_findings + 1) * sizeof(*v));
+	if (v == NULL || jr_keep(r, m) < 0) {
+		if (v != NULL)
+			r->finds = v;
+		npusan__from_daemon__free_unpacked(m, NULL);
+		return -ENOMEM;
+	}
+	r->finds = v;
+	for (size_t i = 0; i < fr->n_findings; i++)
+		r->finds[r->nfinds++] = fr->findings[i];
+	return fr->has_done && fr->done ? CLIENT_DONE : CLIENT_MORE;
+bad:
+	npusan__from_daemon__free_unpacked(m, NULL);
+	return -EBADMSG;
+}
+
+static struct jr_proc *jr_add_proc(struct jr *r)
+{
+	struct jr_proc *v = realloc(r->procs, (r->nprocs + 1) * sizeof(*v));
+
+	if (v == NULL)
+		return NULL;
+	r->procs = v;
+	memset(&v[r->nprocs], 0, sizeof(v[0]));
+	return &v[r->nprocs++];
+}
+
+static int jr_list_cb(void *arg, Npusan__FromDaemon *m)
+{
+	struct jr *r = arg;
+	const Npusan__ListReply *lr = m->list;
+	bool done;
+
+	if (m->msg_case != NPUSAN__FROM_DAEMON__MSG_LIST) {
+		npusan__from_daemon__free_unpacked(m, NULL);
+		return -EBADMSG;
+	}
+	done = lr->has_done && lr->done;
+	if (jr_keep(r, m) < 0) {
+		npusan__from_daemon__free_unpacked(m, NULL);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < lr->n_processes; i++) {
+		const Npusan__Process *p = lr->processes[i];
+		struct jr_proc *jp;
+
+		/* The daemon filters by job; a process of another is not
+		 * this job's, whatever a daemon sends. */
+		if (p->job == NULL || strcmp(p->job, r->job) != 0)
+			continue;
+		jp = jr_add_proc(r);
+		if (jp == NULL)
+			return -ENOMEM;
+		jp->has_id = p->has_id;
+		jp->id = p->id;
+		jp->has_rank = p->has_rank;
+		jp->rank = p->rank;
+		jp->has_pid = p->has_pid;
+		jp->pid = p->pid;
+		jp->state = p->state;
+		jp->events = p->has_events ? p->events : 0;
+		jp->lost = p->has_lost ? p->lost : 0;
+	}
+	r->answered = r->answered || done;
+	return done ? CLIENT_DONE : CLIENT_MORE;
+}
+
+static int proc_cmp(const void *pa, const void *pb)
+{
+	const struct jr_proc *a = pa, *b = pb;
+
+	if (a->has_rank != b->has_rank)
+		return a->has_rank ? -1 : 1;
+	if (a->has_rank && a->rank != b->rank)
+		return a->rank < b->rank ? -1 : 1;
+	return a->pid < b->pid ? -1 : a->pid > b->pid;
+}
+
+static bool jr_owns(const struct jr_proc *c, const Npusan__Finding *f)
+{
+	if (c->has_id && f->has_process_id)
+		return c->id == f->process_id;
+	return c->has_rank == f->has_rank &&
+	       (!f->has_rank || c->rank == f->rank) &&
+	       c->has_pid == f->has_pid && (!f->has_pid || c->pid == f->pid);
+}
+
+/* Gives each finding to its process. 0; -ENOMEM. */
+static int jr_assign(struct jr *r)
+{
+	for (size_t i = 0; i < r->nfinds; i++) {
+		const Npusan__Finding *f = r->finds[i];
+		struct jr_proc *p = NULL;
+		size_t *v;
+
+		for (size_t j = 0; j < r->nprocs && p == NULL; j++) {
+			if (jr_owns(&r->procs[j], f))
+				p = &r->procs[j];
+		}
+		if (p == NULL) { /* pruned since: a testcase of its own */
+			p = jr_add_proc(r);
+			if (p == NULL)
+				return -ENOMEM;
+			p->has_id = f->has_process_id;
+			p->id = f->process_id;
+			p->has_rank = f->has_rank;
+			p->rank = f->rank;
+			p->has_pid = f->has_pid;
+			p->pid = f->pid;
+		}
+		v = realloc(p->finds, (p->nfinds + 1) * sizeof(*v));
+		if (v == NULL)
+			return -ENOMEM;
+		p->finds = v;
+		p->finds[p->nfinds++] = i;
+	}
+	qsort(r->procs, r->nprocs, sizeof(r->procs[0]), proc_cmp);
+	return 0;
+}
+
+/* ---- counting ------------------------------------------------------------ */
+
+struct jr_kind {
+	const char *kind;
+	size_t n;
+};
+
+struct jr_sum {
+	size_t ranks, findings;
+	uint64_t events, lost, occurrences;
+	struct jr_kind kinds[16]; /* known kinds first, then others */
+	size_t nkinds;
+};
+
+static void jr_count_kind(struct jr_kind *k, size_t *nk, size_t max,
+			  const char *kind)
+{
+	for (size_t i = 0; i < *nk; i++) {
+		if (strcmp(k[i].kind, kind) == 0) {
+			k[i].n++;
+			return;
+		}
+	}
+	if (*nk < max)
+		k[(*nk)++] = (struct jr_kind){ kind, 1 };
+}
+
+static void jr_sum(const struct jr *r, struct jr_sum *s)
+{
+	memset(s, 0, sizeof(*s));
+	for (size_t i = 0; i < r->nprocs; i++) {
+		const struct jr_proc *p = &r->procs[i];
+
+		s->events += p->events;
+		s->lost += p->lost;
+		if (p->has_rank && (i == 0 || !r->procs[i - 1].has_rank ||
+				    r->procs[i - 1].rank != p->rank))
+			s->ranks++;
+	}
+	for (int k = 0; k < FINDING_KIND_COUNT; k++)
+		s->kinds[s->nkinds++] = (struct jr_kind){
+			finding_kind_name((enum finding_kind)k), 0
+		};
+	for (size_t i = 0; i < r->nfinds; i++) {
+		jr_count_kind(s->kinds, &s->nkinds, 16, r->finds[i]->kind);
+		s->occurrences += r->finds[i]->has_count ? r->finds[i]->count :
+							   1;
+	}
+	s->findings = r->nfinds;
+}
+
+/* ---- the verdict --------------------------------------------------------- */
+
+static const char *kind_words(const char *kind, size_t n)
+{
+	if (strcmp(kind, "data_race") == 0)
+		return n == 1 ? "data race" : "data races";
+	if (strcmp(kind, "missing_record_stream") == 0)
+		return "missing record_stream";
+	return kind;
+}
+
+/* A process's name: "rank 0 (pid 1234)", "pid 1234", "rank 0", "?". */
+static void proc_name(const struct jr_proc *p, char *buf, size_t len)
+{
+	if (p->has_rank && p->has_pid)
+		snprintf(buf, len, "rank %" PRIu32 " (pid %" PRIu32 ")",
+			 p->rank, p->pid);
+	else if (p->has_rank)
+		snprintf(buf, len, "rank %" PRIu32, p->rank);
+	else if (p->has_pid)
+		snprintf(buf, len, "pid %" PRIu32, p->pid);
+	else
+		snprintf(buf, len, "unknown process");
+}
+
+/* Where the findings are: " on rank 0", " on ranks 0, 1 and 3", " on
+ * rank 0 and pid 77" (a process without a rank). Processes come sorted. */
+static void jr_where(const struct jr *r, FILE *b)
+{
+	size_t n = 0, at = 0;
+	bool all_ranked = true;
+
+	for (size_t i = 0; i < r->nprocs; i++) {
+		const struct jr_proc *p = &r->procs[i];
+		const struct jr_proc *q = i > 0 ? &r->procs[i - 1] : NULL;
+
+		if (p->nfinds == 0 || (i > 0 && q->nfinds > 0 && p->has_rank &&
+				       q->has_rank && q->rank == p->rank))
+			continue; /* none, or a rank already named */
+		n++;
+		all_ranked = all_ranked && p->has_rank;
+	}
+	for (size_t i = 0; i < r->nprocs; i++) {
+		const struct jr_proc *p = &r->procs[i];
+		const struct jr_proc *q = i > 0 ? &r->procs[i - 1] : NULL;
+
+		if (p->nfinds == 0 || (i > 0 && q->nfinds > 0 && p->has_rank &&
+				       q->has_rank && q->rank == p->rank))
+			continue;
+		at++;
+		fputs(at == 1 ? " on " : at == n ? " and " : ", ", b);
+		if (all_ranked)
+			fprintf(b, "%s%" PRIu32,
+				at > 1 ? "" : n > 1 ? "ranks " : "rank ",
+				p->rank);
+		else if (p->has_rank)
+			fprintf(b, "rank %" PRIu32, p->rank);
+		else if (p->has_pid)
+			fprintf(b, "pid %" PRIu32, p->pid);
+		else
+			fputs("a process without rank or pid", b);
+	}
+}
+
+/* The verdict line, without its newline (caller frees); NULL: no memory. */
+static char *jr_verdict(const struct jr *r, const struct jr_sum *s)
+{
+	char *out = NULL;
+	size_t len = 0;
+	bool first = true;
+	FILE *b = open_memstream(&out, &len);
+
+	if (b == NULL)
+		return NULL;
+	fputs("npusan: job ", b);
+	client_put_clean(b, r->job);
+	fputs(": ", b);
+	if (s->findings == 0) {
+		fputs("clean", b);
+	} else {
+		fprintf(b, "%zu finding%s (", s->findings,
+			s->findings == 1 ? "" : "s");
+		for (size_t k = 0; k < s->nkinds; k++) {
+			if (s->kinds[k].n == 0)
+				continue;
+			fprintf(b, "%s%zu ", first ? "" : ", ", s->kinds[k].n);
+			client_put_clean(b, kind_words(s->kinds[k].kind,
+						       s->kinds[k].n));
+			first = false;
+		}
+		fputs(")", b);
+		jr_where(r, b);
+	}
+	fprintf(b, "; %zu rank%s", s->ranks, s->ranks == 1 ? "" : "s");
+	if (r->nprocs != s->ranks)
+		fprintf(b, " (%zu process%s)", r->nprocs,
+			r->nprocs == 1 ? "" : "es");
+	fprintf(b, ", %" PRIu64 " operations, %" PRIu64 " lost", s->events,
+		s->lost);
+	if (s->lost > 0)
+		fputs(" (operations were lost: the verdict may be incomplete)",
+		      b);
+	if (fclose(b) != 0) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+/* ---- text ---------------------------------------------------------------- */
+
+static int jr_text(const struct jr *r, const struct jr_sum *s,
+		   const char *verdict)
+{
+	static const struct table_col cols[] = {
+		{ "RANK", TABLE_RIGHT },	{ "PID", TABLE_RIGHT },
+		{ "STATE", TABLE_LEFT },	{ "OPERATIONS", TABLE_RIGHT },
+		{ "LOST", TABLE_RIGHT },	{ "FINDINGS", TABLE_RIGHT },
+	};
+	static const struct table_col kcols[] = {
+		{ "KIND", TABLE_LEFT },
+		{ "FINDINGS", TABLE_RIGHT },
+	};
+	bool color = report_want_color(stdout);
+	struct table *t = NULL;
+	char num[5][24];
+
+	fputs("Job ", stdout);
+	client_put_clean(stdout, r->job);
+	fputs("\n\n", stdout);
+	if (table_new(cols, 6, color, &t) < 0)
+		return -ENOMEM;
+	for (size_t i = 0; i < r->nprocs; i++) {
+		const struct jr_proc *p = &r->procs[i];
+		const char *cells[6];
+
+		snprintf(num[0], sizeof(num[0]), "%" PRIu32, p->rank);
+		snprintf(num[1], sizeof(num[1]), "%" PRIu32, p->pid);
+		snprintf(num[2], sizeof(num[2]), "%" PRIu64, p->events);
+		snprintf(num[3], sizeof(num[3]), "%" PRIu64, p->lost);
+		snprintf(num[4], sizeof(num[4]), "%zu", p->nfinds);
+		cells[0] = p->has_rank ? num[0] : NULL;
+		cells[1] = p->has_pid ? num[1] : NULL;
+		cells[2] = p->state;
+		cells[3] = num[2];
+		cells[4] = num[3];
+		cells[5] = num[4];
+		if (table_add(t, cells, NULL) < 0)
+			goto err;
+	}
+	table_flush(t, stdout);
+	table_free(t);
+	t = NULL;
+	putchar('\n');
+	if (s->findings > 0) {
+		if (table_new(kcols, 2, color, &t) < 0)
+			return -ENOMEM;
+		for (size_t k = 0; k < s->nkinds; k++) {
+			const char *cells[2] = { s->kinds[k].kind, num[0] };
+
+			if (s->kinds[k].n == 0)
+				continue;
+			snprintf(num[0], sizeof(num[0]), "%zu", s->kinds[k].n);
+			if (table_add(t, cells, NULL) < 0)
+				goto err;
+		}
+		table_flush(t, stdout);
+		table_free(t);
+		putchar('\n');
+	}
+	puts(verdict);
+	return 0;
+err:
+	table_free(t);
+	return -ENOMEM;
+}
+
+/* ---- JSON ---------------------------------------------------------------- */
+
+static void jr_json_kinds(const struct jr_kind *k, size_t n)
+{
+	bool first = true;
+
+	putchar('{');
+	for (size_t i = 0; i < n; i++) {
+		if (k[i].n == 0)
+			continue;
+		if (!first)
+			putchar(',');
+		report_json_string(stdout, k[i].kind, strlen(k[i].kind));
+		printf(":%zu", k[i].n);
+		first = false;
+	}
+	putchar('}');
+}
+
+static void jr_json(const struct jr *r, const struct jr_sum *s,
+		    const char *verdict)
+{
+	fputs("{\"job\":", stdout);
+	report_json_string(stdout, r->job, strlen(r->job));
+	fputs(",\"verdict\":", stdout);
+	report_json_string(stdout, verdict, strlen(verdict));
+	printf(",\"clean\":%s,\"complete\":%s,\"ranks\":%zu,"
+	       "\"processes\":%zu,\"operations\":%" PRIu64
+	       ",\"lost\":%" PRIu64 ",\"findings\":%zu,"
+	       "\"occurrences\":%" PRIu64 ",\"by_kind\":",
+	       s->findings == 0 ? "true" : "false",
+	       s->lost == 0 ? "true" : "false", s->ranks, r->nprocs, s->events,
+	       s->lost, s->findings, s->occurrences);
+	jr_json_kinds(s->kinds, s->nkinds);
+	fputs(",\"by_rank\":[", stdout);
+	for (size_t i = 0; i < r->nprocs; i++) {
+		const struct jr_proc *p = &r->procs[i];
+		struct jr_kind k[16];
+		size_t nk = 0;
+
+		printf("%s{\"rank\":", i ? "," : "");
+		if (p->has_rank)
+			printf("%" PRIu32, p->rank);
+		else
+			fputs("null", stdout);
+		fputs(",\"pid\":", stdout);
+		if (p->has_pid)
+			printf("%" PRIu32, p->pid);
+		else
+			fputs("null", stdout);
+		fputs(",\"state\":", stdout);
+		if (p->state != NULL)
+			report_json_string(stdout, p->state, strlen(p->state));
+		else
+			fputs("null", stdout);
+		printf(",\"operations\":%" PRIu64 ",\"lost\":%" PRIu64
+		       ",\"findings\":%zu,\"by_kind\":",
+		       p->events, p->lost, p->nfinds);
+		for (size_t j = 0; j < p->nfinds; j++)
+			jr_count_kind(k, &nk, 16, r->finds[p->finds[j]]->kind);
+		jr_json_kinds(k, nk);
+		fputs(",\"ids\":[", stdout);
+		for (size_t j = 0; j < p->nfinds; j++)
+			printf("%s%" PRId64, j ? "," : "",
+			       r->finds[p->finds[j]]->id);
+		fputs("]}", stdout);
+	}
+	fputs("]}\n", stdout);
+}
+
+/* ---- JUnit --------------------------------------------------------------- */
+
+/*
+ * `s` as XML character data or an attribute value: markup characters as
+ * entities; in attributes, tab, newline and CR as references (which
+ * survive attribute normalisation); other control characters, bytes that
+ * are not valid UTF-8 and U+FFFE/U+FFFF (none allowed in XML 1.0, not even
+ * as references) as U+FFFD.
+ */
+static void xml_put(FILE *f, const char *s, bool attr)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	while (*p != '\0') {
+		unsigned c = *p, need, cp, i;
+
+		if (c < 0x80) {
+			if (c == '&')
+				fputs("&amp;", f);
+			else if (c == '<')
+				fputs("&lt;", f);
+			else if (c == '>')
+				fputs("&gt;", f);
+			else if (c == '"' && attr)
+				fputs("&quot;", f);
+			else if ((c == '\t' || c == '\n' || c == '\r') && attr)
+				fprintf(f, "&#%u;", c);
+			else if (c < 0x20 && c != '\t' && c != '\n' &&
+				 c != '\r')
+				fputs("\xef\xbf\xbd", f);
+			else if (c == 0x7f)
+				fputs("\xef\xbf\xbd", f);
+			else
+				fputc((int)c, f);
+			p++;
+			continue;
+		}
+		need = c >= 0xf0 && c <= 0xf4 ? 3 :
+		       c >= 0xe0	      ? (c <= 0xef ? 2 : 0) :
+		       c >= 0xc2 && c <= 0xdf ? 1 :
+						0;
+		cp = need == 3 ? c & 0x07 : need == 2 ? c & 0x0f : c & 0x1f;
+		for (i = 1; i <= need; i++) {
+			if ((p[i] & 0xc0) != 0x80)
+				break;
+			cp = cp << 6 | (p[i] & 0x3f);
+		}
+		if (need == 0 || i <= need || (need == 2 && cp < 0x800) ||
+		    (need == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
+		    (cp >= 0xd800 && cp <= 0xdfff) || cp == 0xfffe ||
+		    cp == 0xffff || (cp >= 0x80 && cp < 0xa0)) {
+			fputs("\xef\xbf\xbd", f);
+			p++;
+			continue;
+		}
+		fwrite(p, 1, need + 1, f);
+		p += need + 1;
+	}
+}
+
+static void jr_junit_failure(FILE *f, const Npusan__Finding *pf)
+{
+	struct report_finding rf;
+	char *text = NULL, *msg = NULL;
+	size_t len = 0;
+	FILE *m;
+
+	client_finding(pf, &rf); /* checked as the reply came */
+	if (rf.has_previous)
+		(void)!asprintf(&msg, "%s: %s / %s", rf.kind,
+				rf.access.op ? rf.access.op : "?",
+				rf.previous.op ? rf.previous.op : "?");
+	else
+		(void)!asprintf(&msg, "%s: %s", rf.kind,
+				rf.access.op ? rf.access.op : "?");
+	fputs("      <failure type=\"", f);
+	xml_put(f, rf.kind, true);
+	fputs("\" message=\"", f);
+	xml_put(f, msg ? msg : rf.kind, true);
+	fputs("\">", f);
+	m = open_memstream(&text, &len);
+	if (m != NULL) {
+		report_text(m, false, &rf);
+		if (fclose(m) == 0)
+			xml_put(f, text, false);
+	}
+	fputs("</failure>\n", f);
+	free(text);
+	free(msg);
+}
+
+static void jr_junit_body(FILE *f, const struct jr *r, const struct jr_sum *s,
+			  const char *verdict)
+{
+	size_t failed = 0;
+	char name[64];
+
+	for (size_t i = 0; i < r->nprocs; i++)
+		failed += r->procs[i].nfinds > 0;
+	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+		   "<testsuites name=\"npusan\" tests=\"%zu\" "
+		   "failures=\"%zu\" errors=\"0\">\n"
+		   "  <testsuite name=\"npusan job ",
+		r->nprocs, failed);
+	xml_put(f, r->job, true);
+	fprintf(f, "\" tests=\"%zu\" failures=\"%zu\" errors=\"0\" "
+		   "skipped=\"0\">\n"
+		   "    <properties>\n"
+		   "      <property name=\"ranks\" value=\"%zu\"/>\n"
+		   "      <property name=\"operations\" value=\"%" PRIu64
+		   "\"/>\n"
+		   "      <property name=\"lost\" value=\"%" PRIu64 "\"/>\n"
+		   "      <property name=\"findings\" value=\"%zu\"/>\n"
+		   "    </properties>\n",
+		r->nprocs, failed, s->ranks, s->events, s->lost, s->findings);
+	for (size_t i = 0; i < r->nprocs; i++) {
+		const struct jr_proc *p = &r->procs[i];
+
+		proc_name(p, name, sizeof(name));
+		fputs("    <testcase classname=\"npusan.", f);
+		xml_put(f, r->job, true);
+		fprintf(f, "\" name=\"%s\"%s\n", name, p->nfinds ? ">" : "/>");
+		for (size_t j = 0; j < p->nfinds; j++)
+			jr_junit_failure(f, r->finds[p->finds[j]]);
+		if (p->nfinds)
+			fputs("    </testcase>\n", f);
+	}
+	fputs("    <system-out>", f);
+	xml_put(f, verdict, false);
+	fputs("</system-out>\n  </testsuite>\n</testsuites>\n", f);
+}
+
+/* Writes the JUnit file: a temporary file beside it, renamed over it.
+ * 0; a negative errno (nothing is left behind). */
+static int jr_junit(const struct jr *r, const struct jr_sum *s,
+		    const char *verdict)
+{
+	size_t n = strlen(r->junit);
+	char *tmp = malloc(n + 16);
+	mode_t mask;
+	FILE *f;
+	int fd, err;
+
+	if (tmp == NULL)
+		return -ENOMEM;
+	snprintf(tmp, n + 16, "%s.tmp.XXXXXX", r->junit);
+	fd = mkstemp(tmp);
+	if (fd < 0) {
+		err = -errno;
+		free(tmp);
+		return err;
+	}
+	mask = umask(0);
+	umask(mask);
+	f = fdopen(fd, "w");
+	if (f == NULL) {
+		err = -errno;
+		close(fd);
+		goto err;
+	}
+	jr_junit_body(f, r, s, verdict);
+	err = fflush(f) != 0 || ferror(f) ? -EIO : 0;
+	if (err == 0 && (fchmod(fd, 0666 & ~mask) < 0 || fsync(fd) < 0))
+		err = -errno;
+	if (fclose(f) != 0 && err == 0)
+		err = -EIO;
+	if (err == 0 && rename(tmp, r->junit) < 0)
+		err = -errno;
+	if (err == 0) {
+		free(tmp);
+		return 0;
+	}
+err:
+	unlink(tmp);
+	free(tmp);
+	return err;
+}
+
+/* ---- the command --------------------------------------------------------- */
+
+static int parse_opts(int argc, char **argv, struct client_opts *co,
+		      struct jr *r)
+{
+	static const struct option longopts[] = {
+		{ "job", required_argument, NULL, 'J' },
+		{ "junit", required_argument, NULL, 'U' },
+		{ "error-exitcode", required_argument, NULL, 'x' },
+		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
+		CLIENT_LONGOPTS,
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t v;
+	int c, status;
+
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'J':
+			r->job = optarg;
+			break;
+		case 'U':
+			if (optarg[0] == '\0') {
+				fprintf(stderr, JR_CMD ": --junit needs a "
+						       "file name\n");
+				return CLI_USAGE;
+			}
+			r->junit = optarg;
+			break;
+		case 'x':
+			if (client_parse_u64(optarg, 0, 255, &v) < 0) {
+				fprintf(stderr, JR_CMD ": --error-exitcode "
+						       "needs a number from 0 "
+						       "to 255, not '%s'\n",
+					optarg);
+				return CLI_USAGE;
+			}
+			r->error_exitcode = (int)v;
+			break;
+		case CLIENT_OPT_JSON:
+			r->json = true;
+			break;
+		default:
+			status = client_option(JR_CMD, c, jr_usage, argv, co);
+			if (status >= 0)
+				return status;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, JR_CMD ": unexpected argument '%s'\n"
+				       "Try '" JR_CMD " --help'.\n",
+			argv[optind]);
+		return CLI_USAGE;
+	}
+	if (r->job == NULL || r->job[0] == '\0') {
+		fprintf(stderr, JR_CMD ": which job? Give --job JOB\n"
+				       "Try '" JR_CMD " --help'.\n");
+		return CLI_USAGE;
+	}
+	return -1;
+}
+
+static int jr_run(struct jr *r, const struct client_opts *co)
+{
+	Npusan__FindingsRequest freq = NPUSAN__FINDINGS_REQUEST__INIT;
+	Npusan__ListRequest lreq = NPUSAN__LIST_REQUEST__INIT;
+	Npusan__Query q = NPUSAN__QUERY__INIT;
+	struct jr_sum s;
+	char *verdict;
+	int status, err;
+
+	freq.job = (char *)r->job;
+	q.q_case = NPUSAN__QUERY__Q_FINDINGS;
+	q.findings = &freq;
+	status = client_query(co, JR_CMD, &q, jr_findings_cb, r);
+	if (status != CLI_OK)
+		return status;
+	lreq.job = (char *)r->job;
+	q.q_case = NPUSAN__QUERY__Q_LIST;
+	q.list = &lreq;
+	status = client_query(co, JR_CMD, &q, jr_list_cb, r);
+	if (status != CLI_OK)
+		return status;
+	if (r->nprocs == 0 && r->nfinds == 0) {
+		fputs(JR_CMD ": no process of job '", stderr);
+		client_put_clean(stderr, r->job);
+		fputs("' is known to the daemon (was it run under npusan, "
+		      "and is the job's name right?)\n",
+		      stderr);
+		return CLI_USAGE;
+	}
+	if (jr_assign(r) < 0)
+		goto oom;
+	jr_sum(r, &s);
+	verdict = jr_verdict(r, &s);
+	if (verdict == NULL)
+		goto oom;
+	if (r->junit != NULL && (err = jr_junit(r, &s, verdict)) < 0) {
+		fprintf(stderr, JR_CMD ": cannot write %s: %s\n", r->junit,
+			strerror(-err));
+		free(verdict);
+		return CLI_USAGE;
+	}
+	if (r->json)
+		jr_json(r, &s, verdict);
+	else if (jr_text(r, &s, verdict) < 0) {
+		free(verdict);
+		goto oom;
+	}
+	free(verdict);
+	return s.findings > 0 ? r->error_exitcode : CLI_OK;
+oom:
+	fprintf(stderr, JR_CMD ": out of memory\n");
+	return CLI_DAEMON;
+}
+
+int cli_report(int argc, char **argv)
+{
+	struct client_opts co;
+	struct jr r = { .error_exitcode = CLI_FINDINGS };
+	int status;
+
+	client_opts_init(&co);
+	status = parse_opts(argc, argv, &co, &r);
+	if (status >= 0)
+		return status;
+	status = jr_run(&r, &co);
+	for (size_t i = 0; i < r.nprocs; i++)
+		free(r.procs[i].finds);
+	free(r.procs);
+	free(r.finds);
+	for (size_t i = 0; i < r.nmsgs; i++)
+		npusan__from_daemon__free_unpacked(r.msgs[i], NULL);
+	free(r.msgs);
+	return client_end_output(JR_CMD, status);
+}

@@ -1,0 +1,533 @@
+/*
+ * test_report.c - `npusanctl report --job J` and the daemon's finding log
+ * lines, end to end as test_daemon.c runs the product: npusand (at its
+ * default log level, stderr into a file) on a socket in a temporary
+ * directory, npusan-replay pushing known traces, npusanctl asking.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+struct daemon {
+	char *dir;
+	char sock[PATH_MAX];
+	char db[PATH_MAX];
+	pid_t pid;
+};
+
+static void nap_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static bool sock_answers(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	ck_assert_uint_lt(strlen(path), sizeof(sa.sun_path));
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+/* Starts npusand on d's socket and database; returns once it answers. */
+static void daemon_start(struct daemon *d)
+{
+	char *bin = strdup(tu_bin("daemon/npusand")), log[PATH_MAX + 8];
+	int fd;
+
+	snprintf(log, sizeof(log), "%s/npusand.log", d->dir);
+	d->pid = fork();
+	ck_assert_int_ge(d->pid, 0);
+	if (d->pid == 0) {
+		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		dup2(fd, 2);
+		/* The default log level: finding lines must show there. */
+		execl(bin, bin, "--socket", d->sock, "--db", d->db,
+		      (char *)NULL);
+		_exit(127);
+	}
+	free(bin);
+	for (int i = 0; i < 1000 && !sock_answers(d->sock); i++)
+		nap_ms(10);
+	ck_assert_msg(sock_answers(d->sock), "npusand did not start");
+}
+
+static int daemon_stop(struct daemon *d, int sig)
+{
+	int status;
+
+	kill(d->pid, sig);
+	ck_assert_int_eq(waitpid(d->pid, &status, 0), d->pid);
+	return status;
+}
+
+static void daemon_init(struct daemon *d)
+{
+	d->dir = tu_tmpdir();
+	snprintf(d->sock, sizeof(d->sock), "%s/npusand.sock", d->dir);
+	snprintf(d->db, sizeof(d->db), "%s/npusan.db", d->dir);
+	setenv("NPUSAN_SOCKET", d->sock, 1);
+	unsetenv("NPUSAN");
+	unsetenv("NPUSAN_RECORD");
+	daemon_start(d);
+}
+
+/* A rank that makes no mistake (rank 1 of job demo). */
+static const char clean_trace[] =
+	"npusan-trace 1\n"
+	"process pid=1 job=demo rank=1\n"
+	"alloc ptr=0x1000 size=64 stream=0\n"
+	"stream_create stream=1\n"
+	"launch stream=0 op=fill write=0x1000+64\n"
+	"stream_wait stream=1 on=0\n"
+	"launch stream=1 op=use read=0x1000+64\n"
+	"device_sync\n"
+	"free ptr=0x1000\n";
+
+/* Lines of `text` that contain `needle`. */
+static unsigned count_lines(const char *text, const char *needle)
+{
+	unsigned n = 0;
+
+	for (const char *l = text; l && *l; l = strchr(l, '\n')) {
+		const char *end;
+
+		if (*l == '\n')
+			l++;
+		end = strchr(l, '\n');
+		if (end == NULL)
+			end = l + strlen(l);
+		for (const char *p = l; p + strlen(needle) <= end; p++) {
+			if (strncmp(p, needle, strlen(needle)) == 0) {
+				n++;
+				break;
+			}
+		}
+	}
+	return n;
+}
+
+/* `npusanctl ARGS...` (NULL-terminated); its stdout and stderr in *out
+ * and *err (either NULL to discard). */
+static int ctlv(char **out, char **err, ...)
+{
+	const char *argv[16];
+	char *bin = strdup(tu_bin("npusanctl"));
+	va_list ap;
+	int n = 1, st;
+
+	argv[0] = bin;
+	va_start(ap, err);
+	while ((argv[n] = va_arg(ap, const char *)) != NULL)
+		ck_assert_int_lt(++n, 16);
+	va_end(ap);
+	st = tu_run(argv, NULL, out, err);
+	free(bin);
+	return st;
+}
+
+/* Runs npusan-replay on `a` and `b` (b may be NULL). */
+static void replay(const char *a, const char *b)
+{
+	char *rep = strdup(tu_bin("agent/npusan-replay"));
+	const char *argv[] = { rep, a, b, NULL };
+
+	ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 0);
+	free(rep);
+}
+
+/* Polls `npusanctl list --json --job JOB` until `n` processes exited, so
+ * that their operation counts are final. */
+static void wait_exited(const char *job, unsigned n)
+{
+	char *out = NULL;
+
+	for (int i = 0; i < 500; i++) {
+		free(out);
+		out = NULL;
+		ctlv(&out, NULL, "list", "--json", "--job", job, NULL);
+		if (out != NULL && count_lines(out, "\"exited\"") == n)
+			break;
+		nap_ms(20);
+	}
+	ck_assert_msg(out && count_lines(out, "\"exited\"") == n, "%s", out);
+	free(out);
+}
+
+/* Polls the findings of `job` until there are `n`. */
+static void wait_findings(const char *job, unsigned n)
+{
+	char *out = NULL;
+
+	for (int i = 0; i < 500; i++) {
+		free(out);
+		out = NULL;
+		ctlv(&out, NULL, "findings", "--json", "--job", job, NULL);
+		if (out != NULL && count_lines(out, "\"kind\"") >= n)
+			break;
+		nap_ms(20);
+	}
+	ck_assert_msg(out && count_lines(out, "\"kind\"") == n, "%s", out);
+	free(out);
+}
+
+/* The whole of file `path` (caller frees); NULL when it does not exist. */
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *text;
+	long n;
+
+	if (f == NULL)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	text = calloc(1, (size_t)n + 1);
+	ck_assert_int_eq(fread(text, 1, (size_t)n, f), n);
+	fclose(f);
+	return text;
+}
+
+/* Occurrences of `needle` in `text`. */
+static unsigned count_str(const char *text, const char *needle)
+{
+	unsigned n = 0;
+
+	for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
+		n++;
+	return n;
+}
+
+/* Entries of directory `dir` whose names contain `part`. */
+static unsigned dir_count(const char *dir, const char *part)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	unsigned n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL)
+		n += strstr(e->d_name, part) != NULL;
+	closedir(d);
+	return n;
+}
+
+/* Python's XML parser over `path`: the number of elements named `tag`
+ * (or -1 when the file is not XML); -2 without python3. */
+static int xml_count(const char *path, const char *tag)
+{
+	const char *py = access("/usr/bin/python3", X_OK) == 0 ?
+				 "/usr/bin/python3" :
+				 NULL;
+	char code[512], *out = NULL;
+	const char *argv[4];
+	int st, n;
+
+	if (py == NULL)
+		return -2;
+	snprintf(code, sizeof(code),
+		 "import sys, xml.etree.ElementTree as E\n"
+		 "try:\n t = E.parse(sys.stdin)\n"
+		 "except E.ParseError as e:\n print(-1); sys.exit(0)\n"
+		 "print(len(list(t.iter('%s'))))\n",
+		 tag);
+	argv[0] = py;
+	argv[1] = "-c";
+	argv[2] = code;
+	argv[3] = NULL;
+	{
+		char *text = slurp(path);
+
+		ck_assert_ptr_nonnull(text);
+		st = tu_run(argv, text, &out, NULL);
+		free(text);
+	}
+	ck_assert_int_eq(st, 0);
+	n = atoi(out);
+	free(out);
+	return n;
+}
+
+/* demo.trace as rank 0 and a clean rank 1 of job demo: exit 1, the
+ * verdict, the JSON, a JUnit file with a testcase per rank and a failure
+ * per finding, and exactly one log line per finding row. */
+START_TEST(report_job_with_findings)
+{
+	char demo[PATH_MAX], junit[PATH_MAX + 16], *clean, *out, *err, *xml,
+		*log;
+	struct daemon d;
+
+	daemon_init(&d);
+	snprintf(demo, sizeof(demo), "%s/examples/demo.trace",
+		 NPUSAN_SOURCE_DIR);
+	clean = tu_write_file("clean.trace", clean_trace);
+	replay(demo, clean);
+	wait_findings("demo", 2);
+	wait_exited("demo", 2);
+	snprintf(junit, sizeof(junit), "%s/out.xml", d.dir);
+
+	ck_assert_int_eq(ctlv(&out, &err, "report", "--job", "demo",
+			      "--junit", junit, NULL),
+			 1);
+	ck_assert_msg(strstr(out, "npusan: job demo: 2 findings (1 data race, "
+				  "1 missing record_stream) on rank 0; 2 "
+				  "ranks, 36 operations, 0 lost\n") != NULL,
+		      "%s", out);
+	ck_assert_str_eq(err, "");
+	free(out);
+	free(err);
+
+	/* --error-exitcode, and --json. */
+	ck_assert_int_eq(ctlv(NULL, NULL, "report", "--job", "demo",
+			      "--error-exitcode", "7", NULL),
+			 7);
+	ck_assert_int_eq(ctlv(&out, NULL, "report", "--job", "demo", "--json",
+			      NULL),
+			 1);
+	ck_assert_uint_eq(count_lines(out, "{"), 1);
+	ck_assert_ptr_nonnull(strstr(out, "{\"job\":\"demo\",\"verdict\":"
+					  "\"npusan: job demo: 2 findings"));
+	ck_assert_ptr_nonnull(strstr(out, "\"clean\":false,\"complete\":true,"
+					  "\"ranks\":2,\"processes\":2,"
+					  "\"operations\":36,\"lost\":0,"
+					  "\"findings\":2,\"occurrences\":2,"
+					  "\"by_kind\":{\"data_race\":1,"
+					  "\"missing_record_stream\":1},"
+					  "\"by_rank\":[{\"rank\":0,"));
+	ck_assert_ptr_nonnull(strstr(out, "\"operations\":29,\"lost\":0,"
+					  "\"findings\":2,"));
+	ck_assert_ptr_nonnull(strstr(out, "{\"rank\":1,"));
+	ck_assert_ptr_nonnull(strstr(out, "\"operations\":7,\"lost\":0,"
+					  "\"findings\":0,\"by_kind\":{},"
+					  "\"ids\":[]}]}\n"));
+	free(out);
+
+	/* The JUnit file: one testcase per rank, one failure per finding,
+	 * each with its report; no temporary file left beside it. */
+	xml = slurp(junit);
+	ck_assert_ptr_nonnull(xml);
+	ck_assert_uint_eq(count_str(xml, "<testcase "), 2);
+	ck_assert_uint_eq(count_str(xml, "<failure "), 2);
+	ck_assert_uint_eq(count_str(xml, "</failure>"), 2);
+	ck_assert_ptr_nonnull(strstr(xml, "name=\"rank 0 (pid "));
+	ck_assert_ptr_nonnull(strstr(xml, "name=\"rank 1 (pid "));
+	ck_assert_ptr_nonnull(strstr(xml, "message=\"data_race: "
+					  "hccl::all_reduce / aten::mm\""));
+	ck_assert_ptr_nonnull(strstr(xml, "type=\"missing_record_stream\""));
+	ck_assert_ptr_nonnull(strstr(xml, "npusan detected a possible data "
+					  "race"));
+	/* The clean rank's testcase is empty. */
+	ck_assert_ptr_nonnull(strstr(xml, "rank 1 (pid "));
+	ck_assert_ptr_null(strstr(strstr(xml, "rank 1 (pid "), "<failure"));
+	if (xml_count(junit, "failure") != -2) {
+		ck_assert_int_eq(xml_count(junit, "failure"), 2);
+		ck_assert_int_eq(xml_count(junit, "testcase"), 2);
+		ck_assert_int_eq(xml_count(junit, "testsuite"), 1);
+	}
+	ck_assert_uint_eq(dir_count(d.dir, "out.xml"), 1);
+	free(xml);
+
+	/* One log line per finding row, at the default log level. */
+	ck_assert_int_eq(WEXITSTATUS(daemon_stop(&d, SIGTERM)), 0);
+	snprintf(junit, sizeof(junit), "%s/npusand.log", d.dir);
+	log = slurp(junit);
+	ck_assert_ptr_nonnull(log);
+	ck_assert_msg(count_lines(log, ": finding id=") == 2, "%s", log);
+	ck_assert_uint_eq(count_lines(log, "info: finding id=1 kind=data_race "
+					   "job=demo rank=0 pid="),
+			  1);
+	ck_assert_uint_eq(count_lines(log, "info: finding id=2 kind="
+					   "missing_record_stream job=demo "
+					   "rank=0 pid="),
+			  1);
+	ck_assert_uint_eq(count_lines(log, "op=hccl::all_reduce "
+					   "previous_op=aten::mm stream=1 "
+					   "previous_stream=0 ptr=0x"),
+			  1);
+	/* The clean rank registered, and has no finding line. */
+	ck_assert_uint_eq(count_lines(log, "job demo rank 1"), 1);
+	ck_assert_uint_eq(count_lines(log, "rank=1"), 0);
+	ck_assert_uint_eq(count_lines(log, "finding id=3"), 0);
+	free(log);
+	free(clean);
+	free(d.dir);
+}
+END_TEST
+
+/* The same race twice in one process is one row with count 2: one log
+ * line, not two. Markup and quotes in the job and the operator are
+ * escaped in the log line and in the JUnit file, which stays XML. */
+START_TEST(report_repeat_logs_once_and_escapes)
+{
+	static const char trace[] =
+		"npusan-trace 1\n"
+		"process pid=1 job=\"a<&\\\"b c\" rank=0\n"
+		"alloc ptr=0x1000 size=64 stream=0\n"
+		"stream_create stream=1\n"
+		"launch stream=0 op=\"fill <&\\\"]]>x\" write=0x1000+64\n"
+		"launch stream=1 op=use read=0x1000+64\n"
+		"alloc ptr=0x2000 size=64 stream=0\n"
+		"launch stream=0 op=\"fill <&\\\"]]>x\" write=0x2000+64\n"
+		"launch stream=1 op=use read=0x2000+64\n";
+	char junit[PATH_MAX + 16], *t = tu_write_file("rep.trace", trace),
+				   *out, *xml, *log;
+	struct daemon d;
+
+	daemon_init(&d);
+	replay(t, NULL);
+	wait_findings("a<&\"b c", 1);
+	wait_exited("a<&\"b c", 1);
+	ck_assert_int_eq(ctlv(&out, NULL, "findings", "--json", NULL), 1);
+	ck_assert_ptr_nonnull(strstr(out, "\"count\":2"));
+	free(out);
+	snprintf(junit, sizeof(junit), "%s/escaped.xml", d.dir);
+	ck_assert_int_eq(ctlv(&out, NULL, "report", "--job", "a<&\"b c",
+			      "--junit", junit, NULL),
+			 1);
+	ck_assert_ptr_nonnull(strstr(out, "npusan: job a<&\"b c: 1 finding "
+					  "(1 data race) on rank 0; 1 rank, 7 "
+					  "operations, 0 lost\n"));
+	free(out);
+	xml = slurp(junit);
+	ck_assert_ptr_nonnull(strstr(xml, "name=\"npusan job a&lt;&amp;&quot;b "
+					  "c\""));
+	ck_assert_ptr_nonnull(strstr(xml, "message=\"data_race: use / fill "
+					  "&lt;&amp;&quot;]]&gt;x\""));
+	ck_assert_ptr_null(strstr(xml, "]]>x"));
+	if (xml_count(junit, "failure") != -2)
+		ck_assert_int_eq(xml_count(junit, "failure"), 1);
+	free(xml);
+	daemon_stop(&d, SIGTERM);
+	snprintf(junit, sizeof(junit), "%s/npusand.log", d.dir);
+	log = slurp(junit);
+	ck_assert_msg(count_lines(log, ": finding id=") == 1, "%s", log);
+	ck_assert_uint_eq(count_lines(log, "finding id=1 kind=data_race "
+					   "job=\"a<&\\\"b c\" rank=0 pid="),
+			  1);
+	ck_assert_uint_eq(count_lines(log, "op=use previous_op=\"fill "
+					   "<&\\\"]]>x\" stream=1"),
+			  1);
+	free(log);
+	free(t);
+	free(d.dir);
+}
+END_TEST
+
+/* A clean job exits 0 and says so; an unknown job is bad input (2), and
+ * no JUnit file is written for it. */
+START_TEST(report_clean_and_unknown_job)
+{
+	char junit[PATH_MAX + 16], *clean, *out, *err, *log;
+	struct daemon d;
+
+	daemon_init(&d);
+	clean = tu_write_file("clean.trace", clean_trace);
+	replay(clean, NULL);
+	wait_exited("demo", 1);
+	snprintf(junit, sizeof(junit), "%s/clean.xml", d.dir);
+	ck_assert_int_eq(ctlv(&out, NULL, "report", "--job", "demo",
+			      "--junit", junit, NULL),
+			 0);
+	ck_assert_ptr_nonnull(strstr(out, "npusan: job demo: clean; 1 rank, 7 "
+					  "operations, 0 lost\n"));
+	free(out);
+	out = slurp(junit);
+	ck_assert_uint_eq(count_str(out, "<testcase "), 1);
+	ck_assert_uint_eq(count_str(out, "<failure"), 0);
+	free(out);
+	ck_assert_int_eq(ctlv(&out, NULL, "report", "--job", "demo", "--json",
+			      NULL),
+			 0);
+	ck_assert_ptr_nonnull(strstr(out, "\"clean\":true,"));
+	ck_assert_ptr_nonnull(strstr(out, "\"findings\":0,"));
+	free(out);
+
+	snprintf(junit, sizeof(junit), "%s/none.xml", d.dir);
+	ck_assert_int_eq(ctlv(&out, &err, "report", "--job", "nosuchjob",
+			      "--junit", junit, NULL),
+			 2);
+	ck_assert_str_eq(out, "");
+	ck_assert_ptr_nonnull(strstr(err, "no process of job 'nosuchjob'"));
+	ck_assert_int_eq(access(junit, F_OK), -1);
+	free(out);
+	free(err);
+	/* Usage errors. */
+	ck_assert_int_eq(ctlv(NULL, NULL, "report", NULL), 2);
+	ck_assert_int_eq(ctlv(NULL, NULL, "report", "--job", "demo",
+			      "--error-exitcode", "256", NULL),
+			 2);
+	ck_assert_int_eq(ctlv(NULL, NULL, "report", "--job", "demo", "extra",
+			      NULL),
+			 2);
+	/* A JUnit file that cannot be written. */
+	ck_assert_int_eq(ctlv(NULL, &err, "report", "--job", "demo", "--junit",
+			      "/nonexistent/dir/x.xml", NULL),
+			 2);
+	ck_assert_ptr_nonnull(strstr(err, "cannot write"));
+	free(err);
+	daemon_stop(&d, SIGTERM);
+	snprintf(junit, sizeof(junit), "%s/npusand.log", d.dir);
+	log = slurp(junit);
+	ck_assert_uint_eq(count_lines(log, "finding id="), 0);
+	free(log);
+	free(clean);
+	free(d.dir);
+}
+END_TEST
+
+START_TEST(report_without_daemon_exits_3)
+{
+	char *dir = tu_tmpdir(), sock[PATH_MAX], junit[PATH_MAX], *err;
+
+	snprintf(sock, sizeof(sock), "%s/none.sock", dir);
+	snprintf(junit, sizeof(junit), "%s/x.xml", dir);
+	setenv("NPUSAN_SOCKET", sock, 1);
+	ck_assert_int_eq(ctlv(NULL, &err, "report", "--job", "demo", "--junit",
+			      junit, NULL),
+			 3);
+	ck_assert_ptr_nonnull(strstr(err, sock));
+	ck_assert_int_eq(access(junit, F_OK), -1);
+	free(err);
+	free(dir);
+}
+END_TEST
+
+static Suite *report_suite(void)
+{
+	Suite *s = suite_create("report");
+	TCase *tc = tcase_create("report");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, report_job_with_findings);
+	tcase_add_test(tc, report_repeat_logs_once_and_escapes);
+	tcase_add_test(tc, report_clean_and_unknown_job);
+	tcase_add_test(tc, report_without_daemon_exits_3);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_main(report_suite());
+}
