@@ -7,8 +7,11 @@ set -eu
 
 build="cmake gcc make pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev check libmicrohttpd-dev"
 # python3-torch brings PyTorch's CUDA Sanitizer, the reference the
-# differential test compares npusan's engine with.
-test_extra="python3-torch"
+# differential test compares npusan's engine with; prometheus brings
+# promtool, which checks the metrics exposition and the alerting rules;
+# systemd brings systemd-analyze and systemd-socket-activate, for the units
+# and socket activation. Without them those tests skip.
+test_extra="python3-torch prometheus systemd"
 
 case "${1:-build}" in
 build) want="$build" ;;
