@@ -111,9 +111,11 @@ int ringread_map(int fd, struct ringread **out, const char **why)
 		free(r);
 		return -ENOMEM;
 	}
-	/* Relaxed: our own position, written only by us; starting where a
-	 * previous consumer stopped lets a restarted daemon go on. */
-	r->tail = ring_load_relaxed(&r->hdr->tail);
+	/* Starting where a previous consumer stopped lets a restarted daemon
+	 * go on. Acquire: pairs with that consumer's release store in
+	 * ringread_publish(), so its `consumed` count, stored before, is
+	 * seen below. */
+	r->tail = ring_load_acquire(&r->hdr->tail);
 	if (r->tail % RING_ALIGN != 0) {
 		/* Records would be read across the end of the data area. */
 		*why = "ring tail is not a multiple of 8";
@@ -121,6 +123,9 @@ int ringread_map(int fd, struct ringread **out, const char **why)
 		return -EINVAL;
 	}
 	r->head = r->tail;
+	/* Relaxed: written by consumers only, the last of which is gone or is
+	 * us; a producer's scribble there only skews its own statistics. */
+	r->n.ops = r->n.ops_at_map = ring_load_relaxed(&r->hdr->consumed);
 	/* Relaxed: a liveness hint. Beating at once tells blocked producers
 	 * that a consumer exists before its first drain. */
 	r->beat = ring_load_relaxed(&r->hdr->beat) + 1;
@@ -185,6 +190,10 @@ static void ringread_publish(struct ringread *r, uint64_t pos)
 		ringread_zero(r, r->tail, pos);
 		r->n.bytes += pos - r->tail;
 		r->tail = pos;
+		/* Relaxed: ordered before the tail by the release store below,
+		 * so a consumer that maps the ring after us (and loads the tail
+		 * we left) sees at least this count (DESIGN 7 of ring.h). */
+		ring_store_relaxed(&r->hdr->consumed, r->n.ops);
 		/* Release: pairs with the producers' acquire load of tail in
 		 * ring__refresh_tail(); the zeroing above comes first. */
 		ring_store_release(&r->hdr->tail, pos);
@@ -285,6 +294,9 @@ int ringread_drain(struct ringread *r, unsigned max, unsigned flags,
 		len -= sizeof(*rec);
 		memcpy(r->copy, rec + 1, len);
 		r->n.records++;
+		if (ring_word_type(word) == RING_REC_OP ||
+		    ring_word_type(word) == RING_REC_LAUNCH)
+			r->n.ops++;
 		calls++;
 		err = cb(arg, ring_word_type(word), r->copy, len);
 	}

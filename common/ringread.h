@@ -69,6 +69,9 @@ struct ringread_counters {
 	uint64_t tail;      /* our position */
 	uint64_t dropped;   /* records the producers dropped (untrusted) */
 	uint64_t records;   /* records delivered, pads and lost excluded */
+	uint64_t ops;       /* operation records taken by every consumer of
+			       the ring, ever (proto/ring.h DESIGN 7) */
+	uint64_t ops_at_map; /* what `ops` was when we mapped the ring */
 	uint64_t bytes;     /* bytes consumed */
 	uint64_t lost_bytes; /* bytes skipped as lost */
 	uint64_t corrupt;   /* corrupt headers met */

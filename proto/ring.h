@@ -35,6 +35,13 @@
  *    next producer to reserve moves `pending` into a gap operation placed
  *    just before its own record, so the consumer sees where records were
  *    lost and how many.
+ * 7. `consumed` counts the operation records (RING_REC_OP, RING_REC_LAUNCH)
+ *    every consumer of the ring has taken, ever; the consumer stores it
+ *    just before it publishes a new tail. A consumer that maps a ring
+ *    another one drained before (a restarted daemon) goes on counting from
+ *    it, and compares it with what the previous one saved, to know how
+ *    many operations were taken but never accounted for. It was reserved
+ *    (zero) space in the first layout, so version 1 still describes it.
  *
  * All integers are in the host's byte order: producer and consumer share the
  * host.
@@ -84,7 +91,8 @@ struct ring_header {
 	alignas(128) _Atomic uint64_t dropped; /* producers: records dropped, ever */
 	_Atomic uint64_t pending; /* producers: dropped, not yet in a gap record */
 	alignas(128) _Atomic uint64_t beat; /* consumer: bumped at map and every drain */
-	uint8_t reserved[RING_HEADER_SIZE - 520];
+	_Atomic uint64_t consumed; /* consumer: operation records taken, ever */
+	uint8_t reserved[RING_HEADER_SIZE - 528];
 };
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
@@ -99,6 +107,7 @@ _Static_assert(offsetof(struct ring_header, tail) == 256, "layout v1");
 _Static_assert(offsetof(struct ring_header, dropped) == 384, "layout v1");
 _Static_assert(offsetof(struct ring_header, pending) == 392, "layout v1");
 _Static_assert(offsetof(struct ring_header, beat) == 512, "layout v1");
+_Static_assert(offsetof(struct ring_header, consumed) == 520, "layout v1");
 
 /*
  * A record header. `word` packs the length in 8-byte units (bits 0-23),
