@@ -20,7 +20,19 @@
  * 4. Rings are never unmapped while the process runs: a thread may be
  *    pushing into one at any time, also during exit. After fork() the child
  *    abandons its parent's rings (AGENT_FORKED) and its first call makes its
- *    own, with a new generation, so every definition is sent again.
+ *    own, with a new generation, so every definition is sent again. So does
+ *    a lost connection to the daemon: the next one may be a new daemon.
+ * 5. While the daemon's ring exists, the lifetimes of streams, events and
+ *    allocations are kept (live.h), and their records are pushed under the
+ *    lock that keeps them. The daemon's ring is DETACHED (NPUSAN=dormant, or
+ *    `npusanctl detach`), ATTACHING or ATTACHED. An attach, on the
+ *    registration thread, makes it ATTACHING, so that lifetimes go to the
+ *    ring again, pushes the snapshot of what is live and then a gap, and
+ *    only then makes it ATTACHED: every other operation reaches the daemon
+ *    after the gap, which is what makes the analysis start clean. A daemon
+ *    that takes the ring over from another one gets the same snapshot and
+ *    gap. With no other ring, a detached agent's state is AGENT_DORMANT,
+ *    where only lifetime calls do anything.
  */
 #include "npusan.h"
 
@@ -38,6 +50,7 @@
 
 #include "identity.h"
 #include "intern.h"
+#include "live.h"
 #include "op.h"
 #include "recorder.h"
 #include "register.h"
@@ -52,15 +65,26 @@
 #define AGENT_BLOCK_TIMEOUT_MS 5000
 
 enum agent_state {
-	AGENT_OFF,    /* disabled: every call returns at once */
-	AGENT_ON,     /* rings ready */
-	AGENT_FORKED, /* in a child of fork(): the next call restarts */
+	AGENT_OFF = NPUSAN_STATE_OFF_,	       /* every call returns at once */
+	AGENT_ON = NPUSAN_STATE_ON_,	       /* some ring takes every operation */
+	AGENT_FORKED = NPUSAN_STATE_FORKED_,   /* in a child of fork(): the next
+						  call restarts */
+	AGENT_DORMANT = NPUSAN_STATE_DORMANT_, /* the daemon's ring only, and
+						  detached (DESIGN 5) */
+};
+
+/* What a ring takes (DESIGN 5); the recorder's is always ATTACHED. */
+enum agent_attach {
+	AGENT_DETACHED,	 /* nothing */
+	AGENT_ATTACHING, /* lifetimes and the snapshot */
+	AGENT_ATTACHED,	 /* everything */
 };
 
 struct agent_ring {
 	/* Set (release) after gen, cleared only in a forked child. */
 	_Atomic(struct ring *) ring;
-	uint32_t gen; /* this ring's generation, never 0 */
+	_Atomic uint32_t gen; /* this ring's generation, never 0 */
+	_Atomic int attach;   /* enum agent_attach */
 };
 
 NPUSAN_EXPORT int npusan_state_ = AGENT_OFF;
@@ -72,11 +96,14 @@ static struct {
 	struct agent_ring rings[INTERN_RINGS];
 	struct stack_config stacks;
 	struct recorder *recorder;
-	uint32_t next_gen;
+	_Atomic uint32_t next_gen;
 	bool want_daemon; /* NPUSAN=1 or npusan_init(): also after fork() */
+	bool want_dormant; /* register detached: also after fork() */
 	bool atfork_done;
 } agent;
 static pthread_mutex_t agent_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Serialises attach, detach and the snapshot (DESIGN 5). */
+static pthread_mutex_t agent_attach_lock = PTHREAD_MUTEX_INITIALIZER;
 
 _Static_assert(sizeof(struct npusan_range) == sizeof(struct ring_range),
 	       "ranges are copied into the ring as they are");
@@ -114,18 +141,37 @@ static inline struct ring *agent_ring_get(int slot)
 				    memory_order_acquire);
 }
 
+/* Relaxed: a thread that races a new generation (a fork, or a lost
+ * daemon) may send a record of the old one without its definition; the
+ * consumer then shows the id, never a wrong name. */
+static uint32_t agent_gen(int slot)
+{
+	return atomic_load_explicit(&agent.rings[slot].gen,
+				    memory_order_relaxed);
+}
+
+/* A generation never used before, never 0. */
+static uint32_t agent_next_gen(void)
+{
+	/* Relaxed: only uniqueness matters. */
+	uint32_t g = atomic_fetch_add_explicit(&agent.next_gen, 1,
+					       memory_order_relaxed) + 1;
+
+	return g != 0 ? g : agent_next_gen();
+}
+
 static bool agent_defined(struct intern_head *h, int slot)
 {
 	/* Acquire: pairs with the release store in agent_mark(), after
 	 * which the definition is in the ring ahead of our record. */
 	return atomic_load_explicit(&h->sent[slot], memory_order_acquire) ==
-	       agent.rings[slot].gen;
+	       agent_gen(slot);
 }
 
 static void agent_mark(struct intern_head *h, int slot)
 {
 	/* Release: pairs with the acquire load in agent_defined(). */
-	atomic_store_explicit(&h->sent[slot], agent.rings[slot].gen,
+	atomic_store_explicit(&h->sent[slot], agent_gen(slot),
 			      memory_order_release);
 }
 
@@ -198,7 +244,10 @@ __attribute__((noinline)) static uint32_t agent_stack(uint32_t stack)
 
 	if (stack != NPUSAN_STACK_NATIVE)
 		return stack;
-	if (agent.stacks.depth == 0)
+	/* Dormant, an allocation costs a lock, not a stack walk: its stack
+	 * matters only if an attach ever comes. Relaxed: a hint. */
+	if (agent.stacks.depth == 0 ||
+	    agent_state_load(__ATOMIC_RELAXED) == AGENT_DORMANT)
 		return 0;
 	n = stack_capture(agent.stacks.method, pcs, agent.stacks.depth, 3);
 	return n > 0 ? intern_native(pcs, (size_t)n) : 0;
@@ -206,46 +255,73 @@ __attribute__((noinline)) static uint32_t agent_stack(uint32_t stack)
 
 /* ---- pushing ----------------------------------------------------------- */
 
-static bool agent_wake(void) __attribute__((noinline, cold));
+static int agent_wake(void) __attribute__((noinline, cold));
 
-/* Whether calls should push now; starts a forked child's agent. */
+/* Whether every call should push now; starts a forked child's agent. */
 static inline bool agent_on(void)
 {
-	/* Acquire: pairs with the release store in agent_start(); the rings
-	 * are set up before the state says so. */
+	/* Acquire: pairs with the release stores in agent_start() and
+	 * agent_attach(); the rings are set up before the state says so. */
 	int s = agent_state_load(__ATOMIC_ACQUIRE);
 
 	if (likely(s == AGENT_ON))
 		return true;
-	return s == AGENT_FORKED && agent_wake();
+	return s == AGENT_FORKED && agent_wake() == AGENT_ON;
 }
 
-/* The ring `slot` when it exists and `stack` is defined on it (a stack that
- * cannot be defined is sent as none). */
-static struct ring *agent_ring_for(int slot, uint32_t *stack)
+/* Whether lifetime calls do anything now (DESIGN 5). */
+static inline bool agent_live(void)
+{
+	/* Acquire: as in agent_on(). */
+	int s = agent_state_load(__ATOMIC_ACQUIRE);
+
+	if (likely(s == AGENT_ON || s == AGENT_DORMANT))
+		return true;
+	if (s != AGENT_FORKED)
+		return false;
+	s = agent_wake();
+	return s == AGENT_ON || s == AGENT_DORMANT;
+}
+
+static int agent_attach_load(int slot)
+{
+	/* Acquire: pairs with the release stores in agent_attach(); a thread
+	 * that sees ATTACHED reserves after the snapshot's gap. */
+	return atomic_load_explicit(&agent.rings[slot].attach,
+				    memory_order_acquire);
+}
+
+/* The ring `slot` when it exists and takes records of `level` (an enum
+ * agent_attach), with `stack` defined on it (a stack that cannot be defined
+ * is sent as none); else NULL. */
+static struct ring *agent_ring_for(int slot, int level, uint32_t *stack)
 {
 	struct ring *r = agent_ring_get(slot);
 
-	if (r != NULL && *stack != 0 && agent_define_stack(slot, *stack) < 0)
+	if (r == NULL || agent_attach_load(slot) < level)
+		return NULL;
+	if (*stack != 0 && agent_define_stack(slot, *stack) < 0)
 		*stack = 0;
 	return r;
 }
 
-static void agent_push_op(const struct ring_op *op)
+static void agent_push_op_to(int slot, int level, const struct ring_op *op)
 {
 	struct ring_slot rs;
-	struct ring *r;
-	uint32_t stack;
+	uint32_t stack = op->stack;
+	struct ring *r = agent_ring_for(slot, level, &stack);
 
-	for (int slot = 0; slot < INTERN_RINGS; slot++) {
-		stack = op->stack;
-		r = agent_ring_for(slot, &stack);
-		if (r == NULL || ring_reserve(r, RING_REC_OP, sizeof(*op), &rs))
-			continue;
-		memcpy(rs.payload, op, sizeof(*op));
-		((struct ring_op *)rs.payload)->stack = stack;
-		ring_commit(&rs);
-	}
+	if (r == NULL || ring_reserve(r, RING_REC_OP, sizeof(*op), &rs))
+		return;
+	memcpy(rs.payload, op, sizeof(*op));
+	((struct ring_op *)rs.payload)->stack = stack;
+	ring_commit(&rs);
+}
+
+static void agent_push_op(const struct ring_op *op, int level)
+{
+	for (int slot = 0; slot < INTERN_RINGS; slot++)
+		agent_push_op_to(slot, level, op);
 }
 
 static void agent_op(enum op_kind kind, uint64_t a, uint64_t b)
@@ -254,7 +330,36 @@ static void agent_op(enum op_kind kind, uint64_t a, uint64_t b)
 		return;
 	struct ring_op op = { .kind = (uint8_t)kind, .a = a, .b = b };
 
-	agent_push_op(&op);
+	agent_push_op(&op, AGENT_ATTACHED);
+}
+
+/* live.h's push function for a lifetime record. */
+static void agent_push_lifetime_cb(void *arg)
+{
+	agent_push_op(arg, AGENT_ATTACHING);
+}
+
+/* Whether lifetimes are kept: while the daemon's ring exists. */
+static bool agent_keeps_lifetimes(void)
+{
+	return agent_ring_get(AGENT_DAEMON) != NULL;
+}
+
+/* A stream or event created or destroyed (DESIGN 5). */
+static void agent_lifetime(enum op_kind kind, uint64_t id)
+{
+	if (!agent_live())
+		return;
+	struct ring_op op = { .kind = (uint8_t)kind, .a = id };
+
+	if (!agent_keeps_lifetimes())
+		agent_push_op(&op, AGENT_ATTACHING);
+	else if (kind == OP_STREAM_CREATE)
+		live_stream_create(id, agent_push_lifetime_cb, &op);
+	else if (kind == OP_EVENT_CREATE)
+		live_event_create(id, agent_push_lifetime_cb, &op);
+	else
+		live_event_destroy(id, agent_push_lifetime_cb, &op);
 }
 
 static void agent_push_launch(int slot, uint64_t stream, uint32_t name,
@@ -264,7 +369,7 @@ static void agent_push_launch(int slot, uint64_t stream, uint32_t name,
 {
 	struct ring_launch *l;
 	struct ring_slot rs;
-	struct ring *r = agent_ring_for(slot, &stack);
+	struct ring *r = agent_ring_for(slot, AGENT_ATTACHED, &stack);
 
 	if (r == NULL)
 		return;
@@ -327,35 +432,52 @@ static __attribute__((noinline)) void agent_alloc(uint64_t ptr, uint64_t size,
 						  uint32_t stack)
 {
 	struct ring_op op = { .kind = OP_ALLOC, .a = ptr, .b = size };
+	struct live_alloc a = { .ptr = ptr, .size = size, .stream = stream };
 
 	if (stream != NPUSAN_NO_STREAM) {
 		op.flags = RING_OP_HAS_STREAM;
 		op.c = stream;
+		a.has_stream = true;
 	}
-	op.stack = agent_stack(stack);
-	agent_push_op(&op);
+	op.stack = a.stack = agent_stack(stack);
+	if (agent_keeps_lifetimes())
+		live_alloc(&a, agent_push_lifetime_cb, &op);
+	else
+		agent_push_op(&op, AGENT_ATTACHING);
 }
 
 NPUSAN_EXPORT void npusan_alloc(uint64_t ptr, uint64_t size, uint64_t stream,
 				uint32_t stack)
 {
-	if (agent_on())
+	if (agent_live())
 		agent_alloc(ptr, size, stream, stack);
+}
+
+NPUSAN_EXPORT void npusan_free(uint64_t ptr)
+{
+	if (!agent_live())
+		return;
+	struct ring_op op = { .kind = OP_FREE, .a = ptr };
+
+	if (agent_keeps_lifetimes())
+		live_free(ptr, agent_push_lifetime_cb, &op);
+	else
+		agent_push_op(&op, AGENT_ATTACHING);
 }
 
 NPUSAN_EXPORT void npusan_stream_create(uint64_t stream)
 {
-	agent_op(OP_STREAM_CREATE, stream, 0);
+	agent_lifetime(OP_STREAM_CREATE, stream);
 }
 
 NPUSAN_EXPORT void npusan_event_create(uint64_t event)
 {
-	agent_op(OP_EVENT_CREATE, event, 0);
+	agent_lifetime(OP_EVENT_CREATE, event);
 }
 
 NPUSAN_EXPORT void npusan_event_destroy(uint64_t event)
 {
-	agent_op(OP_EVENT_DESTROY, event, 0);
+	agent_lifetime(OP_EVENT_DESTROY, event);
 }
 
 NPUSAN_EXPORT void npusan_event_record(uint64_t event, uint64_t stream)
@@ -388,11 +510,6 @@ NPUSAN_EXPORT void npusan_device_sync(void)
 	agent_op(OP_DEVICE_SYNC, 0, 0);
 }
 
-NPUSAN_EXPORT void npusan_free(uint64_t ptr)
-{
-	agent_op(OP_FREE, ptr, 0);
-}
-
 NPUSAN_EXPORT void npusan_record_stream(uint64_t ptr, uint64_t stream)
 {
 	agent_op(OP_RECORD_STREAM, ptr, stream);
@@ -413,7 +530,7 @@ NPUSAN_EXPORT void npusan_gap(uint64_t lost)
 		op.flags = RING_OP_HAS_LOST;
 	else
 		op.a = 0;
-	agent_push_op(&op);
+	agent_push_op(&op, AGENT_ATTACHED);
 }
 
 NPUSAN_EXPORT uint32_t npusan_intern(const char *s)
@@ -429,6 +546,139 @@ NPUSAN_EXPORT uint32_t npusan_intern_stack(const uint32_t *frames, size_t n)
 NPUSAN_EXPORT int npusan_enabled(void)
 {
 	return agent_on();
+}
+
+NPUSAN_EXPORT int npusan_attached(void)
+{
+	return agent_live() && agent_ring_get(AGENT_DAEMON) != NULL &&
+	       agent_attach_load(AGENT_DAEMON) == AGENT_ATTACHED;
+}
+
+/* ---- attach and detach (DESIGN 5) --------------------------------------- */
+
+static void agent_snap_stream_cb(uint64_t stream, void *arg)
+{
+	struct ring_op op = { .kind = OP_STREAM_CREATE, .a = stream };
+
+	(void)arg;
+	agent_push_op_to(AGENT_DAEMON, AGENT_ATTACHING, &op);
+}
+
+static void agent_snap_event_cb(uint64_t event, void *arg)
+{
+	struct ring_op op = { .kind = OP_EVENT_CREATE, .a = event };
+
+	(void)arg;
+	agent_push_op_to(AGENT_DAEMON, AGENT_ATTACHING, &op);
+}
+
+static void agent_snap_alloc_cb(const struct live_alloc *a, void *arg)
+{
+	struct ring_op op = { .kind = OP_ALLOC, .a = a->ptr, .b = a->size,
+			      .stack = a->stack };
+
+	(void)arg;
+	if (a->has_stream) {
+		op.flags = RING_OP_HAS_STREAM;
+		op.c = a->stream;
+	}
+	agent_push_op_to(AGENT_DAEMON, AGENT_ATTACHING, &op);
+}
+
+/* What is live, then a gap of `lost` (NPUSAN_LOST_UNKNOWN: unknown), to the
+ * daemon's ring alone: the recorder saw everything. */
+static void agent_snapshot(uint64_t lost)
+{
+	const struct live_snapshot_cbs cbs = {
+		.stream = agent_snap_stream_cb,
+		.event = agent_snap_event_cb,
+		.alloc = agent_snap_alloc_cb,
+	};
+	struct ring_op gap = { .kind = OP_GAP };
+
+	live_snapshot(&cbs);
+	if (lost != NPUSAN_LOST_UNKNOWN) {
+		gap.flags = RING_OP_HAS_LOST;
+		gap.a = lost;
+	}
+	agent_push_op_to(AGENT_DAEMON, AGENT_ATTACHING, &gap);
+}
+
+static void agent_attach_store(int v)
+{
+	/* Release: pairs with the acquire load in agent_attach_load(). */
+	atomic_store_explicit(&agent.rings[AGENT_DAEMON].attach, v,
+			      memory_order_release);
+}
+
+/* Moves the state from `from` to `to` if it is `from`. */
+static void agent_state_move(int from, int to)
+{
+	/* Release: pairs with the acquire loads in agent_on() and
+	 * agent_live(); the ring's attach state is stored before. */
+	__atomic_compare_exchange_n(&npusan_state_, &from, to, false,
+				    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
+static void agent_attach(void)
+{
+	pthread_mutex_lock(&agent_attach_lock);
+	if (agent_ring_get(AGENT_DAEMON) != NULL &&
+	    agent_attach_load(AGENT_DAEMON) == AGENT_DETACHED) {
+		agent_attach_store(AGENT_ATTACHING);
+		agent_snapshot(NPUSAN_LOST_UNKNOWN);
+		agent_attach_store(AGENT_ATTACHED);
+		register_set_dormant(false);
+		agent_state_move(AGENT_DORMANT, AGENT_ON);
+	}
+	pthread_mutex_unlock(&agent_attach_lock);
+}
+
+static void agent_detach(void)
+{
+	pthread_mutex_lock(&agent_attach_lock);
+	if (agent_attach_load(AGENT_DAEMON) == AGENT_ATTACHED) {
+		agent_attach_store(AGENT_DETACHED);
+		register_set_dormant(true);
+		if (agent_ring_get(AGENT_RECORDER) == NULL)
+			agent_state_move(AGENT_ON, AGENT_DORMANT);
+	}
+	pthread_mutex_unlock(&agent_attach_lock);
+}
+
+/* A daemon took the ring again, perhaps a new one that knows nothing of
+ * this process: the same snapshot and gap as an attach. The gap lost
+ * nothing of ours (drops have their own gaps), hence 0. */
+static void agent_resync(void)
+{
+	pthread_mutex_lock(&agent_attach_lock);
+	if (agent_attach_load(AGENT_DAEMON) == AGENT_ATTACHED)
+		agent_snapshot(0);
+	pthread_mutex_unlock(&agent_attach_lock);
+}
+
+/* register.h's event callback, on the registration thread. */
+static void agent_register_cb(enum register_event ev, void *arg)
+{
+	(void)arg;
+	switch (ev) {
+	case REGISTER_UP:
+		break;
+	case REGISTER_UP_AGAIN:
+		agent_resync();
+		break;
+	case REGISTER_DOWN:
+		/* DESIGN 4: definitions again for whoever drains next. */
+		atomic_store_explicit(&agent.rings[AGENT_DAEMON].gen,
+				      agent_next_gen(), memory_order_relaxed);
+		break;
+	case REGISTER_ATTACH:
+		agent_attach();
+		break;
+	case REGISTER_DETACH:
+		agent_detach();
+		break;
+	}
 }
 
 /* ---- start-up ---------------------------------------------------------- */
@@ -473,8 +723,8 @@ static uint32_t agent_ring_flags(void)
 	return 0;
 }
 
-/* Creates the ring of `slot`. 0 or -errno. */
-static int agent_ring_new(int slot, uint32_t flags)
+/* Creates the ring of `slot`, taking records of `attach`. 0 or -errno. */
+static int agent_ring_new(int slot, uint32_t flags, int attach)
 {
 	struct ring *r;
 	int err = ring_create(agent_ring_size(), flags, AGENT_BLOCK_TIMEOUT_MS,
@@ -482,9 +732,12 @@ static int agent_ring_new(int slot, uint32_t flags)
 
 	if (err < 0)
 		return err;
-	agent.rings[slot].gen = ++agent.next_gen ? agent.next_gen
-						 : ++agent.next_gen;
-	/* Release: pairs with the acquire load in agent_ring_get(). */
+	atomic_store_explicit(&agent.rings[slot].gen, agent_next_gen(),
+			      memory_order_relaxed);
+	atomic_store_explicit(&agent.rings[slot].attach, attach,
+			      memory_order_relaxed);
+	/* Release: pairs with the acquire load in agent_ring_get(); the
+	 * generation and attach state above come first. */
 	atomic_store_explicit(&agent.rings[slot].ring, r,
 			      memory_order_release);
 	return 0;
@@ -494,7 +747,9 @@ static int agent_start_daemon(void)
 {
 	struct register_cfg cfg = { 0 };
 	struct ring *r;
-	int err = agent_ring_new(AGENT_DAEMON, agent_ring_flags());
+	int err = agent_ring_new(AGENT_DAEMON, agent_ring_flags(),
+				 agent.want_dormant ? AGENT_DETACHED :
+						      AGENT_ATTACHED);
 
 	if (err < 0)
 		return err;
@@ -503,6 +758,8 @@ static int agent_start_daemon(void)
 	cfg.ring_size = r->capacity;
 	cfg.ring_header_size = RING_HEADER_SIZE;
 	cfg.ring_flags = r->flags;
+	cfg.dormant = agent.want_dormant;
+	cfg.event_cb = agent_register_cb;
 	err = register_start(&cfg);
 	if (err < 0) {
 		/* Nobody could ever drain it: no ring rather than one that
@@ -551,7 +808,7 @@ static int agent_start_recorder(const char *tmpl, bool child)
 
 	if (!agent_record_path(tmpl, child, path, sizeof(path)))
 		return child ? 0 : -ENAMETOOLONG;
-	err = agent_ring_new(AGENT_RECORDER, RING_F_BLOCK);
+	err = agent_ring_new(AGENT_RECORDER, RING_F_BLOCK, AGENT_ATTACHED);
 	if (err < 0)
 		return err;
 	identity_from_env(&id);
@@ -604,29 +861,29 @@ static int agent_start(bool daemon, bool child)
 
 		err = err < 0 ? err : rerr;
 	}
-	if (agent_ring_get(AGENT_DAEMON) == NULL &&
-	    agent_ring_get(AGENT_RECORDER) == NULL)
+	if (agent_ring_get(AGENT_RECORDER) == NULL &&
+	    (agent_ring_get(AGENT_DAEMON) == NULL ||
+	     agent_attach_load(AGENT_DAEMON) != AGENT_ATTACHED)) {
+		if (agent_ring_get(AGENT_DAEMON) != NULL)
+			agent_state_store(AGENT_DORMANT, __ATOMIC_RELEASE);
 		return err;
+	}
 	/* Release: pairs with the acquire load in agent_on(). */
 	agent_state_store(AGENT_ON, __ATOMIC_RELEASE);
 	return err;
 }
 
-/* In a forked child, on its first call: start again with new rings. */
-static bool agent_wake(void)
+/* In a forked child, on its first call: start again with new rings.
+ * Returns the state it leaves. */
+static int agent_wake(void)
 {
-	int err = 0;
-
 	pthread_mutex_lock(&agent_lock);
-	if (agent_state_load(__ATOMIC_RELAXED) ==
-	    AGENT_FORKED) {
+	if (agent_state_load(__ATOMIC_RELAXED) == AGENT_FORKED) {
 		agent_state_store(AGENT_OFF, __ATOMIC_RELAXED);
-		err = agent_start(agent.want_daemon, true);
+		(void)agent_start(agent.want_daemon, true);
 	}
 	pthread_mutex_unlock(&agent_lock);
-	return err == 0 &&
-	       agent_state_load(__ATOMIC_ACQUIRE) ==
-		       AGENT_ON;
+	return agent_state_load(__ATOMIC_ACQUIRE);
 }
 
 static bool agent_env_says(const char *want)
@@ -651,6 +908,8 @@ NPUSAN_EXPORT int npusan_init(void)
 	case AGENT_ON:
 		if (agent_ring_get(AGENT_DAEMON) == NULL)
 			err = agent_start_daemon();
+		break;
+	case AGENT_DORMANT: /* NPUSAN=dormant: an attach decides */
 		break;
 	default: /* AGENT_FORKED: the first call starts it */
 		break;
@@ -678,9 +937,18 @@ NPUSAN_EXPORT int npusan_wait_drained(unsigned timeout_ms)
 		r = agent_ring_get(slot);
 		if (r == NULL)
 			continue;
-		if (ring_load_relaxed(&r->hdr->beat) == 0 && !agent_drained(r))
-			return -ENOTCONN;
-		for (unsigned ms = 0; !agent_drained(r); ms++) {
+		/* Relaxed: the beat only tells whether a consumer ever was. */
+		if (ring_load_relaxed(&r->hdr->beat) == 0) {
+			if (!agent_drained(r))
+				return -ENOTCONN;
+			continue;
+		}
+		/* A daemon that is gone takes nothing: wait for the next one
+		 * to register, and for what its registration pushed. */
+		for (unsigned ms = 0; !agent_drained(r) ||
+				      (slot == AGENT_DAEMON &&
+				       !register_connected());
+		     ms++) {
 			if (ms >= timeout_ms)
 				return -ETIMEDOUT;
 			nanosleep(&nap, NULL);
@@ -691,17 +959,23 @@ NPUSAN_EXPORT int npusan_wait_drained(unsigned timeout_ms)
 
 /* ---- fork and exit ----------------------------------------------------- */
 
+/* Lock order: agent_lock, agent_attach_lock, then the modules' own, as the
+ * registration thread takes the last two. */
 static void agent_atfork_prepare(void)
 {
 	pthread_mutex_lock(&agent_lock);
+	pthread_mutex_lock(&agent_attach_lock);
 	intern_atfork_prepare();
 	recorder_atfork_prepare(agent.recorder);
+	live_atfork_prepare();
 }
 
 static void agent_atfork_parent(void)
 {
+	live_atfork_parent();
 	recorder_atfork_parent(agent.recorder);
 	intern_atfork_parent();
+	pthread_mutex_unlock(&agent_attach_lock);
 	pthread_mutex_unlock(&agent_lock);
 }
 
@@ -710,9 +984,15 @@ static void agent_atfork_parent(void)
  * recorder. */
 static void agent_atfork_child(void)
 {
+	int s = agent_state_load(__ATOMIC_RELAXED);
+
+	live_atfork_child();
 	intern_atfork_child();
-	if (agent_state_load(__ATOMIC_RELAXED) ==
-	    AGENT_ON) {
+	if (s == AGENT_ON || s == AGENT_DORMANT) {
+		/* The child is analysed as its parent was at the fork. */
+		if (agent_ring_get(AGENT_DAEMON) != NULL)
+			agent.want_dormant = agent_attach_load(AGENT_DAEMON) !=
+					     AGENT_ATTACHED;
 		register_atfork_child();
 		recorder_atfork_child(agent.recorder);
 		agent.recorder = NULL;
@@ -723,6 +1003,7 @@ static void agent_atfork_child(void)
 		}
 		agent_state_store(AGENT_FORKED, __ATOMIC_RELAXED);
 	}
+	pthread_mutex_unlock(&agent_attach_lock);
 	pthread_mutex_unlock(&agent_lock);
 }
 
@@ -732,16 +1013,18 @@ __attribute__((constructor)) static void agent_ctor(void)
 	const char *v = getenv("NPUSAN");
 	int err;
 
-	if (v != NULL && *v != '\0' && strcmp(v, "0") != 0 &&
-	    strcmp(v, "1") != 0)
-		agent_log("npusan: NPUSAN=%s not understood (0 or 1); the "
-			  "agent stays off", v);
-	if (!agent_env_says("1") && (record == NULL || *record == '\0'))
+	bool daemon = agent_env_says("1") || agent_env_says("dormant");
+
+	if (v != NULL && *v != '\0' && strcmp(v, "0") != 0 && !daemon)
+		agent_log("npusan: NPUSAN=%s not understood (0, 1 or "
+			  "dormant); the agent stays off", v);
+	if (!daemon && (record == NULL || *record == '\0'))
 		return;
 	if (agent_env_says("0"))
 		return;
 	pthread_mutex_lock(&agent_lock);
-	agent.want_daemon = agent_env_says("1");
+	agent.want_daemon = daemon;
+	agent.want_dormant = agent_env_says("dormant");
 	err = agent_start(agent.want_daemon, false);
 	pthread_mutex_unlock(&agent_lock);
 	if (err < 0)

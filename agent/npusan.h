@@ -16,6 +16,11 @@
  * Environment:
  *   NPUSAN=1                 enable and register with the daemon (else the
  *                            agent is off unless npusan_init() is called)
+ *   NPUSAN=dormant           register, but push nothing until the daemon
+ *                            attaches the process (npusanctl attach); only
+ *                            allocations, frees, and stream and event
+ *                            creations are kept, for the snapshot an
+ *                            attach sends
  *   NPUSAN_SOCKET=PATH       the daemon's socket (default: the per-user or
  *                            system socket, see the README)
  *   NPUSAN_RECORD=PATH       also write a v1 text trace; "%p" is the pid
@@ -57,9 +62,17 @@ struct npusan_range {
 };
 
 /*
- * The agent's state, exported only for npusan_active(); never write it.
+ * The agent's state, exported only for the inline checks below; never
+ * write it. Its values are the agent's own, named here for those checks.
  */
 extern int npusan_state_;
+
+#define NPUSAN_STATE_OFF_ 0     /* off: every call returns at once */
+#define NPUSAN_STATE_ON_ 1      /* every operation is pushed */
+#define NPUSAN_STATE_FORKED_ 2  /* a child of fork(): the next call starts
+				   the child's own agent */
+#define NPUSAN_STATE_DORMANT_ 3 /* registered, not attached: only
+				   lifetimes are kept */
 
 /*
  * Whether calling npusan_*() now can do anything. A call into a disabled
@@ -67,14 +80,33 @@ extern int npusan_state_;
  * that guards its calls with this inline check pays one load instead:
  *
  *	if (npusan_active())
- *		npusan_launch(stream, op, reads, 2, writes, 2, NPUSAN_STACK_NONE);
+ *		npusan_alloc(ptr, size, stream, NPUSAN_STACK_NATIVE);
  *
  * It is also true in a child just after fork(), so that the child's first
- * call can start the child's own agent.
+ * call can start the child's own agent, and while dormant, when the
+ * lifetimes of streams, events and allocations are still kept.
  */
 static inline int npusan_active(void)
 {
-	return __atomic_load_n(&npusan_state_, __ATOMIC_RELAXED) != 0;
+	return __atomic_load_n(&npusan_state_, __ATOMIC_RELAXED) !=
+	       NPUSAN_STATE_OFF_;
+}
+
+/*
+ * Whether launches, records, waits, syncs, record_stream, flush and gap
+ * can do anything now: npusan_active(), less the dormant state, which
+ * takes only npusan_stream_create(), npusan_event_create(),
+ * npusan_event_destroy(), npusan_alloc() and npusan_free(). The guard for
+ * the hottest calls, so that a dormant agent costs one load per launch:
+ *
+ *	if (npusan_pushing())
+ *		npusan_launch(stream, op, reads, 2, writes, 2, NPUSAN_STACK_NONE);
+ */
+static inline int npusan_pushing(void)
+{
+	int s = __atomic_load_n(&npusan_state_, __ATOMIC_RELAXED);
+
+	return s == NPUSAN_STATE_ON_ || s == NPUSAN_STATE_FORKED_;
 }
 
 /*
@@ -87,6 +119,13 @@ int npusan_init(void);
 
 /* 1 when operations are being recorded, else 0. */
 int npusan_enabled(void);
+
+/*
+ * 1 when the daemon has this process attached: every operation goes to
+ * its ring (NPUSAN=1, or NPUSAN=dormant after `npusanctl attach`, once the
+ * snapshot of what was live is in the ring), else 0.
+ */
+int npusan_attached(void);
 
 /*
  * The id of a string (an operator name or a stack frame), at least 1; the
@@ -145,9 +184,11 @@ void npusan_gap(uint64_t lost);
 
 /*
  * Waits up to `timeout_ms` until every operation pushed so far has been
- * taken by the daemon (and, with NPUSAN_RECORD, written to the trace file).
- * 0; -ETIMEDOUT; -ENOTCONN when no daemon has the ring; 0 at once when the
- * agent is off. For short-lived processes and replay; it may block.
+ * taken by the daemon (and, with NPUSAN_RECORD, written to the trace file);
+ * after a daemon went away, until a new one has registered the process and
+ * taken them. 0; -ETIMEDOUT; -ENOTCONN when no daemon ever had the ring; 0
+ * at once when the agent is off or dormant. For short-lived processes and
+ * replay; it may block.
  */
 int npusan_wait_drained(unsigned timeout_ms);
 

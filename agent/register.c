@@ -6,7 +6,8 @@
  * in poll() on the socket and on an eventfd register_stop() writes to.
  *
  * DESIGN
- * 1. The Register message is built and packed once, in register_start():
+ * 1. The Register message is built and packed once, in register_start(),
+ *    in its two forms (dormant or not; register_set_dormant() picks one):
  *    the identity of a process does not change while it lives, and the
  *    thread never reads the environment (getenv races with setenv).
  * 2. Whoever runs the state machine owns `state`, the timers and the
@@ -69,8 +70,10 @@ enum reg_log_level { REG_LOG_OFF, REG_LOG_INFO, REG_LOG_DEBUG };
 static struct {
 	/* Set by register_start(), read-only while the thread runs. */
 	int memfd;
-	uint8_t *msg; /* the packed ToDaemon{register} */
-	size_t msg_len;
+	uint8_t *msg[2]; /* the packed ToDaemon{register}: [1] dormant */
+	size_t msg_len[2];
+	void (*event_cb)(enum register_event ev, void *arg);
+	void *cb_arg;
 	char *socket_path;  /* cfg->socket_path, or NULL: resolve */
 	char *env_socket;   /* $NPUSAN_SOCKET at start, or NULL */
 	char *env_xdg;	    /* $XDG_RUNTIME_DIR at start, or NULL */
@@ -81,6 +84,7 @@ static struct {
 
 	/* Owned by whoever runs the state machine (DESIGN 2). */
 	enum reg_state state;
+	bool ever_up; /* a daemon accepted this ring before */
 	unsigned backoff_ms;
 	int64_t timer_ms; /* IDLE: next attempt; PENDING: reply deadline */
 	uint64_t rng;
@@ -90,6 +94,7 @@ static struct {
 	atomic_int sock;
 	atomic_int wake;
 	atomic_bool connected;
+	atomic_bool dormant;
 } reg = { .sock = -1, .wake = -1, .memfd = -1 };
 
 static uint8_t reg_rx[REG_RX_MAX];
@@ -169,8 +174,8 @@ static unsigned reg_rand(void)
 
 /* ---- the Register message ---------------------------------------------- */
 
-/* Packs `r` in its envelope into reg.msg. 0, -ENOMEM or -EMSGSIZE. */
-static int reg_pack(Npusan__Register *r)
+/* Packs `r` in its envelope into reg.msg[i]. 0, -ENOMEM or -EMSGSIZE. */
+static int reg_pack(Npusan__Register *r, int i)
 {
 	Npusan__ToDaemon env = NPUSAN__TO_DAEMON__INIT;
 	size_t len;
@@ -180,20 +185,22 @@ static int reg_pack(Npusan__Register *r)
 	len = npusan__to_daemon__get_packed_size(&env);
 	if (len > FRAME_MAX)
 		return -EMSGSIZE;
-	reg.msg = malloc(len > 0 ? len : 1);
-	if (reg.msg == NULL)
+	reg.msg[i] = malloc(len > 0 ? len : 1);
+	if (reg.msg[i] == NULL)
 		return -ENOMEM;
-	reg.msg_len = npusan__to_daemon__pack(&env, reg.msg);
+	reg.msg_len[i] = npusan__to_daemon__pack(&env, reg.msg[i]);
 	return 0;
 }
 
-/* The Register of this process and `cfg`'s ring, into reg.msg. */
+/* The Register of this process and `cfg`'s ring into reg.msg, attached
+ * and dormant: the identity is the same, only that flag changes. */
 static int reg_build(const struct register_cfg *cfg)
 {
 	Npusan__Register r = NPUSAN__REGISTER__INIT;
 	char host[256], exe[PATH_MAX];
 	struct identity id;
 	ssize_t n;
+	int err;
 
 	r.has_protocol_version = 1;
 	r.protocol_version = REGISTER_PROTOCOL_VERSION;
@@ -224,7 +231,11 @@ static int reg_build(const struct register_cfg *cfg)
 	r.ring_size = cfg->ring_size;
 	r.ring_header_size = cfg->ring_header_size;
 	r.ring_flags = cfg->ring_flags;
-	return reg_pack(&r);
+	r.has_dormant = 1;
+	r.dormant = 0;
+	err = reg_pack(&r, 0);
+	r.dormant = 1;
+	return err < 0 ? err : reg_pack(&r, 1);
 }
 
 /* ---- configuration ----------------------------------------------------- */
@@ -266,12 +277,14 @@ static enum reg_log_level reg_parse_log(const char *v)
 /* Frees what register_start() allocated, a parent's leftovers included. */
 static void reg_free(void)
 {
-	free(reg.msg);
+	for (int i = 0; i < 2; i++) {
+		free(reg.msg[i]);
+		reg.msg[i] = NULL;
+		reg.msg_len[i] = 0;
+	}
 	free(reg.socket_path);
 	free(reg.env_socket);
 	free(reg.env_xdg);
-	reg.msg = NULL;
-	reg.msg_len = 0;
 	reg.socket_path = reg.env_socket = reg.env_xdg = NULL;
 }
 
@@ -281,6 +294,9 @@ static int reg_config(const struct register_cfg *cfg)
 
 	reg.log = reg_parse_log(getenv("NPUSAN_LOG"));
 	reg.memfd = cfg->memfd;
+	reg.event_cb = cfg->event_cb;
+	reg.cb_arg = cfg->arg;
+	atomic_store(&reg.dormant, cfg->dormant);
 	reg.socket_path = reg_strdup(cfg->socket_path, &err);
 	reg.env_socket = reg_strdup(getenv("NPUSAN_SOCKET"), &err);
 	reg.env_xdg = reg_strdup(getenv("XDG_RUNTIME_DIR"), &err);
@@ -337,18 +353,27 @@ static void reg_schedule_retry(void)
 	reg.state = REG_IDLE;
 }
 
+static void reg_event(enum register_event ev)
+{
+	if (reg.event_cb != NULL)
+		reg.event_cb(ev, reg.cb_arg);
+}
+
 /* Gives up the connection (err says why) and schedules the next attempt. */
 static void reg_drop(int err)
 {
 	char eb[128];
+	bool was_up = reg.state == REG_UP;
 
-	if (reg.state == REG_UP)
+	if (was_up)
 		reg.backoff_ms = REG_BACKOFF_MIN_MS; /* a restart: be quick */
 	reg_log(REG_LOG_DEBUG, "connection to %s lost: %s", reg.path,
 		reg_strerror(err, eb, sizeof(eb)));
 	atomic_store(&reg.connected, false);
 	reg_close_sock();
 	reg_schedule_retry();
+	if (was_up)
+		reg_event(REGISTER_DOWN);
 }
 
 /* Connects and sends the Register; PENDING on success, else a retry. */
@@ -356,10 +381,11 @@ static void reg_attempt(int timeout_ms)
 {
 	char eb[128];
 	int err = reg_connect();
+	int i = atomic_load(&reg.dormant) ? 1 : 0;
 
 	if (err == 0)
-		err = frame_send(atomic_load(&reg.sock), reg.msg, reg.msg_len,
-				 reg.memfd, timeout_ms);
+		err = frame_send(atomic_load(&reg.sock), reg.msg[i],
+				 reg.msg_len[i], reg.memfd, timeout_ms);
 	if (err < 0) {
 		reg_log(REG_LOG_DEBUG, "cannot register with %s: %s",
 			reg.path[0] ? reg.path : "(no socket)",
@@ -377,10 +403,17 @@ static void reg_on_reply(const Npusan__RegisterReply *rr)
 	char why[256];
 
 	if (rr->has_accepted && rr->accepted) {
+		bool again = reg.ever_up;
+
 		reg.state = REG_UP;
+		reg.ever_up = true;
 		reg.backoff_ms = REG_BACKOFF_MIN_MS;
-		atomic_store(&reg.connected, true);
 		reg_log(REG_LOG_INFO, "registered with %s", reg.path);
+		/* Before `connected`: whoever waits for it (and a drained
+		 * ring, npusan_wait_drained()) then also waits for what the
+		 * callback pushes for a new daemon. */
+		reg_event(again ? REGISTER_UP_AGAIN : REGISTER_UP);
+		atomic_store(&reg.connected, true);
 		return;
 	}
 	reg_clean(rr->error, why, sizeof(why));
@@ -390,10 +423,20 @@ static void reg_on_reply(const Npusan__RegisterReply *rr)
 	reg.state = REG_REFUSED;
 }
 
+/* A Control while UP: attach or detach. */
+static void reg_on_control(const Npusan__Control *c)
+{
+	bool attach = c->has_attach && c->attach;
+
+	reg_log(REG_LOG_INFO, "%s by %s", attach ? "attached" : "detached",
+		reg.path);
+	reg_event(attach ? REGISTER_ATTACH : REGISTER_DETACH);
+}
+
 /*
  * Reads one frame from the daemon, waiting at most `timeout_ms`: the reply
- * while PENDING; while UP, nothing is defined yet (attach and detach come
- * later), so frames are only checked. EOF or garbage drops the connection.
+ * while PENDING, a Control while UP; anything else is checked and ignored.
+ * EOF or garbage drops the connection.
  */
 static void reg_receive(int timeout_ms)
 {
@@ -416,6 +459,9 @@ static void reg_receive(int timeout_ms)
 	if (reg.state == REG_PENDING &&
 	    m->msg_case == NPUSAN__FROM_DAEMON__MSG_REGISTER_REPLY)
 		reg_on_reply(m->register_reply);
+	else if (reg.state == REG_UP &&
+		 m->msg_case == NPUSAN__FROM_DAEMON__MSG_CONTROL)
+		reg_on_control(m->control);
 	npusan__from_daemon__free_unpacked(m, NULL);
 }
 
@@ -500,6 +546,7 @@ int register_start(const struct register_cfg *cfg)
 	reg_free(); /* what a parent left before fork() */
 	reg.rng = (uint64_t)getpid() << 32 ^ (uint64_t)reg_now_ms() ^ 1;
 	reg.state = REG_IDLE;
+	reg.ever_up = false;
 	err = reg_config(cfg);
 	wake = err == 0 ? eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) : -1;
 	if (err == 0 && wake < 0)
@@ -524,6 +571,11 @@ bool register_connected(void)
 	return atomic_load(&reg.connected);
 }
 
+void register_set_dormant(bool dormant)
+{
+	atomic_store(&reg.dormant, dormant);
+}
+
 void register_atfork_child(void)
 {
 	int fd = atomic_exchange(&reg.sock, -1);
@@ -536,6 +588,7 @@ void register_atfork_child(void)
 	atomic_store(&reg.connected, false);
 	reg.thread_running = false;
 	reg.started = false;
+	reg.ever_up = false;
 	reg.state = REG_IDLE;
 }
 
@@ -557,7 +610,9 @@ void register_stop(void)
 		close(wake);
 	atomic_store(&reg.connected, false);
 	reg.started = false;
+	reg.ever_up = false;
 	reg.state = REG_IDLE;
 	reg.memfd = -1;
+	reg.event_cb = NULL;
 	reg_free();
 }

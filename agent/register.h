@@ -28,6 +28,16 @@
 /* register_cfg.sync_timeout_ms when it is 0. */
 #define REGISTER_SYNC_TIMEOUT_MS 5
 
+/* What register_cfg.event_cb hears of. */
+enum register_event {
+	REGISTER_UP,	   /* a daemon accepted the ring, the first one */
+	REGISTER_UP_AGAIN, /* accepted again, after the connection was lost:
+			      a new daemon may have the ring */
+	REGISTER_DOWN,	   /* the accepted connection was lost */
+	REGISTER_ATTACH,   /* the daemon asks for every operation */
+	REGISTER_DETACH,   /* the daemon asks for none */
+};
+
 struct register_cfg {
 	int memfd;		   /* the ring's memfd; register dups nothing,
 				      the caller keeps it open until
@@ -39,6 +49,16 @@ struct register_cfg {
 				      again at every retry */
 	unsigned sync_timeout_ms;  /* how long register_start() may wait for
 				      a first answer; 0: the default */
+	bool dormant;		   /* registers as not pushing (see
+				      register_set_dormant()) */
+	/*
+	 * Called on the thread running the state machine (register_start()'s
+	 * caller for its first attempt, else the registration thread), never
+	 * with a lock of this module held; NULL for none. It must not call
+	 * register_start() or register_stop().
+	 */
+	void (*event_cb)(enum register_event ev, void *arg);
+	void *arg;
 };
 
 /*
@@ -54,8 +74,15 @@ struct register_cfg {
  */
 int register_start(const struct register_cfg *cfg);
 
-/* Whether a daemon accepted us and that connection is still up. */
+/* Whether a daemon accepted us, the event callback for it returned, and
+ * that connection is still up. */
 bool register_connected(void);
+
+/*
+ * What the next Register says: whether the agent pushes nothing (dormant)
+ * or everything. Any thread.
+ */
+void register_set_dormant(bool dormant);
 
 /*
  * For the child of fork(), from a pthread_atfork() child handler:

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #define REPLAY_OK 0
 #define REPLAY_FAILED 1
 #define REPLAY_USAGE 2
+#define REPLAY_MAX_PAUSES 16
 
 struct replay {
 	struct symtab *syms;
@@ -33,6 +35,8 @@ struct replay {
 	struct u64map stacks; /* trace stack id -> agent stack id */
 	double rate;          /* operations per second, 0: as fast as possible */
 	unsigned wait_ms;
+	uint64_t pauses[REPLAY_MAX_PAUSES]; /* --pause-at, ascending */
+	unsigned npauses;
 	const char *path;
 };
 
@@ -45,6 +49,12 @@ static const char replay_usage[] =
 	"  --rate OPS   replay at most OPS operations per second per trace\n"
 	"  --wait MS    at the end, wait up to MS milliseconds for the daemon\n"
 	"               to take every operation (default 10000; 0: do not wait)\n"
+	"  --pause-at N after the Nth operation of each trace, wait (--wait)\n"
+	"               until the daemon took everything, stop (SIGSTOP), and\n"
+	"               once continued (SIGCONT) wait until the agent is\n"
+	"               attached and the daemon took everything again: a point\n"
+	"               at which to attach, or to restart or pause the daemon;\n"
+	"               up to 16 times\n"
 	"  --help       show this help\n"
 	"\n"
 	"The agent's environment applies (NPUSAN_SOCKET, NPUSAN_RECORD, ...);\n"
@@ -144,6 +154,18 @@ static void replay_pace(const struct replay *rp, const struct timespec *start,
 	nanosleep(&nap, NULL);
 }
 
+/* A --pause-at point (see the usage). */
+static void replay_pause(const struct replay *rp)
+{
+	struct timespec nap = { 0, 1000000 };
+
+	(void)npusan_wait_drained(rp->wait_ms);
+	kill(getpid(), SIGSTOP);
+	for (unsigned ms = 0; ms < rp->wait_ms && !npusan_attached(); ms++)
+		nanosleep(&nap, NULL);
+	(void)npusan_wait_drained(rp->wait_ms);
+}
+
 /* Takes the trace's identity before the agent reads the environment. */
 static void replay_identity(const struct trace_process *p)
 {
@@ -164,7 +186,8 @@ static int replay_trace(struct replay *rp, struct trace_reader *r)
 {
 	struct timespec start;
 	struct op op;
-	uint64_t n = 0;
+	uint64_t n = 0, done = 0;
+	unsigned pause = 0;
 	int ret, err;
 
 	/* The header and process line come before the first op. */
@@ -182,6 +205,11 @@ static int replay_trace(struct replay *rp, struct trace_reader *r)
 		if (rp->rate > 0)
 			replay_pace(rp, &start, n++);
 		replay_op(rp, &op);
+		done++;
+		while (pause < rp->npauses && rp->pauses[pause] == done) {
+			replay_pause(rp);
+			pause++;
+		}
 	}
 	if (ret < 0) {
 		fprintf(stderr, "npusan-replay: %s\n", trace_reader_error(r));
@@ -220,11 +248,32 @@ static int replay_child(struct replay *rp)
 	return ret;
 }
 
+/* One --pause-at: a number from 1 up, above the one before. 0 or -1. */
+static int replay_parse_pause(struct replay *rp, const char *v)
+{
+	unsigned long long n;
+	char *end;
+
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (rp->npauses == REPLAY_MAX_PAUSES || v[0] < '0' || v[0] > '9' ||
+	    *end != '\0' || errno != 0 || n == 0 ||
+	    (rp->npauses > 0 && n <= rp->pauses[rp->npauses - 1])) {
+		fprintf(stderr, "npusan-replay: --pause-at needs an operation "
+			"number from 1 up, each above the last, at most %d "
+			"times, not '%s'\n", REPLAY_MAX_PAUSES, v);
+		return -1;
+	}
+	rp->pauses[rp->npauses++] = n;
+	return 0;
+}
+
 static int replay_parse(int argc, char **argv, struct replay *rp)
 {
 	static const struct option opts[] = {
 		{ "rate", required_argument, NULL, 'r' },
 		{ "wait", required_argument, NULL, 'w' },
+		{ "pause-at", required_argument, NULL, 'p' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -248,6 +297,10 @@ static int replay_parse(int argc, char **argv, struct replay *rp)
 					"milliseconds, not '%s'\n", optarg);
 				return -1;
 			}
+			break;
+		case 'p':
+			if (replay_parse_pause(rp, optarg) < 0)
+				return -1;
 			break;
 		case 'h':
 			fputs(replay_usage, stdout);

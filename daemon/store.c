@@ -173,6 +173,11 @@ static const char *const store_migrations[] = {
 	"CREATE TRIGGER findings_removed AFTER DELETE ON findings BEGIN"
 	" UPDATE processes SET findings = findings - 1"
 	"  WHERE id = OLD.process_id; END;",
+	/* 2: gaps in a process's analysis, and where in its ring the
+	 * counters were taken, for a daemon that takes the ring over. */
+	"ALTER TABLE processes ADD COLUMN gaps INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE processes ADD COLUMN ring_ops INTEGER NOT NULL"
+	" DEFAULT 0;",
 };
 
 #define STORE_SCHEMA_VERSION \
@@ -205,12 +210,15 @@ struct item {
 	union {
 		struct {
 			int64_t id;
-			uint64_t events, lost;
+			struct store_counters c;
 			int64_t last_ms;
 			enum store_state st;
 		} update;
 		struct store_finding finding; /* strings follow the item */
-		const struct store_process *reg;
+		struct {
+			const struct store_process *p;
+			struct store_counters was;
+		} reg;
 		int64_t prune_before_ms;
 	} u;
 };
@@ -497,16 +505,17 @@ static int prepare_all(struct store *s, char **errmsg)
 		{ &s->wdb, &s->w_register,
 		  "INSERT INTO processes (host, pid, start_time, uid, exe, job,"
 		  " rank, local_rank, world_size, state, first_ms, last_ms)"
-		  " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?)"
+		  " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 		  " ON CONFLICT (host, pid, start_time) DO UPDATE SET"
 		  " uid = excluded.uid, exe = excluded.exe, job = excluded.job,"
 		  " rank = excluded.rank, local_rank = excluded.local_rank,"
-		  " world_size = excluded.world_size, state = 'running',"
+		  " world_size = excluded.world_size, state = excluded.state,"
 		  " last_ms = max(last_ms, excluded.last_ms)"
-		  " RETURNING id" },
+		  " RETURNING id, events, lost, gaps, ring_ops" },
 		{ &s->wdb, &s->w_update,
-		  "UPDATE processes SET events = ?2, lost = ?3,"
-		  " last_ms = max(last_ms, ?4), state = ?5 WHERE id = ?1" },
+		  "UPDATE processes SET events = ?2, lost = ?3, gaps = ?4,"
+		  " ring_ops = ?5, last_ms = max(last_ms, ?6), state = ?7"
+		  " WHERE id = ?1" },
 		{ &s->wdb, &s->w_finding,
 		  "INSERT INTO findings (process_id, dedup_key, kind,"
 		  " detected_at, ptr, alloc_ptr, alloc_size, alloc_stream,"
@@ -636,7 +645,7 @@ int store_open(const struct store_opts *o, struct store **out, char **errmsg)
 	 */
 	rc = db_exec(s, s->wdb,
 		     "UPDATE processes SET state = 'exited'"
-		     " WHERE state = 'running'",
+		     " WHERE state IN ('running', 'dormant')",
 		     "mark processes exited", errmsg);
 	if (rc < 0)
 		goto err;
@@ -728,8 +737,9 @@ static int enqueue_sync(struct store *s, struct item *it)
 	return it->rc;
 }
 
-int store_process_update(struct store *s, int64_t id, uint64_t events,
-			 uint64_t lost, int64_t last_ms, enum store_state st)
+int store_process_update(struct store *s, int64_t id,
+			 const struct store_counters *c, int64_t last_ms,
+			 enum store_state st)
 {
 	struct item *it;
 
@@ -741,8 +751,7 @@ int store_process_update(struct store *s, int64_t id, uint64_t events,
 	it->type = ITEM_UPDATE;
 	it->bytes = sizeof(*it);
 	it->u.update.id = id;
-	it->u.update.events = events;
-	it->u.update.lost = lost;
+	it->u.update.c = *c;
 	it->u.update.last_ms = last_ms;
 	it->u.update.st = st;
 	return enqueue(s, it);
@@ -829,13 +838,19 @@ int store_finding_submit(struct store *s, const struct store_finding *f)
 }
 
 int store_process_register(struct store *s, const struct store_process *p,
-			   int64_t *id)
+			   int64_t *id, struct store_counters *was)
 {
-	struct item it = { .type = ITEM_REGISTER, .u.reg = p };
-	int rc = enqueue_sync(s, &it);
+	struct item it = { .type = ITEM_REGISTER, .u.reg.p = p };
+	int rc;
 
-	if (rc == 0)
+	if (p->state != STORE_RUNNING && p->state != STORE_DORMANT)
+		return -EINVAL;
+	rc = enqueue_sync(s, &it);
+	if (rc == 0) {
 		*id = it.result;
+		if (was != NULL)
+			*was = it.u.reg.was;
+	}
 	return rc;
 }
 
@@ -1220,8 +1235,10 @@ static int w_finding(struct store *s, const struct store_finding *f,
 	return rc;
 }
 
+static uint64_t col_u64(sqlite3_stmt *st, int c);
+
 static int w_register(struct store *s, const struct store_process *p,
-		      int64_t *id)
+		      int64_t *id, struct store_counters *was)
 {
 	sqlite3_stmt *st = s->w_register;
 	int rc;
@@ -1244,11 +1261,17 @@ static int w_register(struct store *s, const struct store_process *p,
 		sqlite3_bind_int64(st, 9, p->world_size);
 	else
 		sqlite3_bind_null(st, 9);
-	sqlite3_bind_int64(st, 10, p->first_ms);
-	sqlite3_bind_int64(st, 11, p->last_ms);
+	sqlite3_bind_text(st, 10, store_state_name(p->state), -1,
+			  SQLITE_STATIC);
+	sqlite3_bind_int64(st, 11, p->first_ms);
+	sqlite3_bind_int64(st, 12, p->last_ms);
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_ROW) {
 		*id = sqlite3_column_int64(st, 0);
+		was->events = col_u64(st, 1);
+		was->lost = col_u64(st, 2);
+		was->gaps = col_u64(st, 3);
+		was->ring_ops = col_u64(st, 4);
 		rc = sqlite3_step(st);
 	}
 	sqlite3_reset(st);
@@ -1260,10 +1283,12 @@ static int w_update(struct store *s, const struct item *it)
 	sqlite3_stmt *st = s->w_update;
 
 	sqlite3_bind_int64(st, 1, it->u.update.id);
-	bind_u64(st, 2, it->u.update.events);
-	bind_u64(st, 3, it->u.update.lost);
-	sqlite3_bind_int64(st, 4, it->u.update.last_ms);
-	sqlite3_bind_text(st, 5, store_state_name(it->u.update.st), -1,
+	bind_u64(st, 2, it->u.update.c.events);
+	bind_u64(st, 3, it->u.update.c.lost);
+	bind_u64(st, 4, it->u.update.c.gaps);
+	bind_u64(st, 5, it->u.update.c.ring_ops);
+	sqlite3_bind_int64(st, 6, it->u.update.last_ms);
+	sqlite3_bind_text(st, 7, store_state_name(it->u.update.st), -1,
 			  SQLITE_STATIC);
 	return step_done(st);
 }
@@ -1316,7 +1341,7 @@ static int w_item(struct store *s, struct item *it, bool *wrote)
 		rc = w_finding(s, &it->u.finding, &it->logline);
 		break;
 	case ITEM_REGISTER:
-		rc = w_register(s, it->u.reg, &it->result);
+		rc = w_register(s, it->u.reg.p, &it->result, &it->u.reg.was);
 		break;
 	case ITEM_PRUNE:
 		rc = w_prune(s, it->u.prune_before_ms, &it->result);
@@ -1648,7 +1673,7 @@ static uint64_t col_u64(sqlite3_stmt *st, int c)
 #define PROCESS_COLS                                                      \
 	"p.id, p.host, p.pid, p.start_time, p.uid, p.exe, p.job, p.rank," \
 	" p.local_rank, p.world_size, p.state, p.events, p.lost,"         \
-	" p.findings, p.first_ms, p.last_ms"
+	" p.findings, p.first_ms, p.last_ms, p.gaps"
 
 /* The process of the row's columns from `c`: 0; -1 for a state this
  * daemon does not know. */
@@ -1685,6 +1710,7 @@ static int row_process(sqlite3_stmt *st, int c, struct store_process *p)
 	p->findings = col_u64(st, c + 13);
 	p->first_ms = sqlite3_column_int64(st, c + 14);
 	p->last_ms = sqlite3_column_int64(st, c + 15);
+	p->gaps = col_u64(st, c + 16);
 	return 0;
 }
 

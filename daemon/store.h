@@ -24,7 +24,8 @@
 /* X(enum suffix, name in queries and the database) */
 #define STORE_STATES(X)           \
 	X(RUNNING, "running")     \
-	X(EXITED, "exited")
+	X(EXITED, "exited")       \
+	X(DORMANT, "dormant")
 
 enum store_state {
 #define STORE_STATE_ENUM(name, str) STORE_##name,
@@ -50,6 +51,8 @@ struct store_process {
 	enum store_state state;
 	uint64_t events;   /* operations analysed */
 	uint64_t lost;     /* operations lost */
+	uint64_t gaps;     /* gaps in the analysis (lost operations, attaches,
+			      daemon restarts) */
 	uint64_t findings; /* finding rows; filled by queries, ignored on write */
 	int64_t first_ms;  /* first and last activity, Unix ms */
 	int64_t last_ms;
@@ -113,23 +116,35 @@ int store_open(const struct store_opts *o, struct store **out, char **errmsg);
 /* Commits what is queued, stops the writer, closes. Accepts NULL. */
 void store_close(struct store *s);
 
-/*
- * Records a process registering (synchronously: the caller needs the id).
- * A process already stored with the same host, pid and start time (it
- * registered with an earlier daemon) gets its row back, state running.
- * 0 with the id in p->id's place (*id); -EIO.
- */
-int store_process_register(struct store *s, const struct store_process *p,
-			   int64_t *id);
+/* A process's counters, totals since it first registered. */
+struct store_counters {
+	uint64_t events;   /* operations analysed */
+	uint64_t lost;     /* operations lost */
+	uint64_t gaps;     /* gaps in the analysis */
+	uint64_t ring_ops; /* operations its ring had handed out when these
+			      were taken (ringread_counters.ops): what a
+			      daemon that takes the ring over compares with */
+};
 
 /*
- * Queues new counters and state for process `id` (events and lost are
- * totals, not increments). Never blocks on the disk. 0; -ENOMEM (also
- * when writes have piled up waiting for the disk); -EINVAL when `st` is
- * out of range.
+ * Records a process registering (synchronously: the caller needs the id),
+ * in state p->state (running or dormant). A process already stored with
+ * the same host, pid and start time (it registered with an earlier daemon)
+ * gets its row back in that state, and its counters as last stored in
+ * *was (zero for a new process; `was` may be NULL).
+ * 0 with the id in *id; -EIO; -EINVAL for a state other than those two.
  */
-int store_process_update(struct store *s, int64_t id, uint64_t events,
-			 uint64_t lost, int64_t last_ms, enum store_state st);
+int store_process_register(struct store *s, const struct store_process *p,
+			   int64_t *id, struct store_counters *was);
+
+/*
+ * Queues new counters and state for process `id`. Never blocks on the
+ * disk. 0; -ENOMEM (also when writes have piled up waiting for the disk);
+ * -EINVAL when `st` is out of range.
+ */
+int store_process_update(struct store *s, int64_t id,
+			 const struct store_counters *c, int64_t last_ms,
+			 enum store_state st);
 
 /*
  * Queues a finding: a new row, or, when the process already has a finding

@@ -998,7 +998,7 @@ static void populate(const char *path, int64_t ids[2])
 			.state = STORE_RUNNING, .first_ms = ms, .last_ms = ms,
 		};
 
-		ck_assert_int_eq(store_process_register(st, &p, &ids[k]), 0);
+		ck_assert_int_eq(store_process_register(st, &p, &ids[k], NULL), 0);
 		for (unsigned i = 0; i < (k ? POP_FEW : POP_MANY); i++) {
 			struct store_finding f = {
 				.process_id = ids[k],

@@ -69,11 +69,20 @@ static struct store_process proc(uint32_t pid, const char *job,
 	return p;
 }
 
+/* Counters to update a process with; store_process_update() copies them. */
+static const struct store_counters *cnt(uint64_t events, uint64_t lost)
+{
+	static _Thread_local struct store_counters c;
+
+	c = (struct store_counters){ .events = events, .lost = lost };
+	return &c;
+}
+
 static int64_t reg(struct store *s, const struct store_process *p)
 {
 	int64_t id = 0;
 
-	ck_assert_int_eq(store_process_register(s, p, &id), 0);
+	ck_assert_int_eq(store_process_register(s, p, &id, NULL), 0);
 	ck_assert_int_gt(id, 0);
 	return id;
 }
@@ -260,7 +269,7 @@ START_TEST(store_register_returns_same_row_again)
 	int64_t a, b, c;
 
 	a = reg(s, &p);
-	ck_assert_int_eq(store_process_update(s, a, 10, 1, NOW_MS + 5,
+	ck_assert_int_eq(store_process_update(s, a, cnt(10, 1), NOW_MS + 5,
 					      STORE_EXITED), 0);
 	ck_assert_int_eq(store_flush(s), 0);
 	p.last_ms = NOW_MS + 9;
@@ -293,7 +302,7 @@ START_TEST(store_register_after_queued_update_stays_running)
 	struct procs v;
 	int64_t a = reg(s, &p);
 
-	ck_assert_int_eq(store_process_update(s, a, 1, 0, NOW_MS,
+	ck_assert_int_eq(store_process_update(s, a, cnt(1, 0), NOW_MS,
 					      STORE_EXITED), 0);
 	ck_assert_int_eq(reg(s, &p), a);
 	ck_assert_int_eq(store_flush(s), 0);
@@ -317,12 +326,12 @@ START_TEST(store_update_visible_after_flush)
 	p.host = NULL;
 	p.exe = NULL;
 	id = reg(s, &p);
-	ck_assert_int_eq(store_process_update(s, id, 5, 0, NOW_MS + 1,
+	ck_assert_int_eq(store_process_update(s, id, cnt(5, 0), NOW_MS + 1,
 					      STORE_RUNNING), 0);
-	ck_assert_int_eq(store_process_update(s, id, UINT64_MAX, 3,
+	ck_assert_int_eq(store_process_update(s, id, cnt(UINT64_MAX, 3),
 					      NOW_MS + 2, STORE_EXITED), 0);
 	/* last_ms never goes back. */
-	ck_assert_int_eq(store_process_update(s, id, UINT64_MAX, 4,
+	ck_assert_int_eq(store_process_update(s, id, cnt(UINT64_MAX, 4),
 					      NOW_MS + 1, STORE_EXITED), 0);
 	ck_assert_int_eq(store_flush(s), 0);
 	list(s, NULL, &v);
@@ -337,7 +346,7 @@ START_TEST(store_update_visible_after_flush)
 	ck_assert_int_eq(v.p[0].state, STORE_EXITED);
 	ck_assert_int_eq(v.p[0].first_ms, NOW_MS);
 	ck_assert_int_eq(v.p[0].last_ms, NOW_MS + 2);
-	ck_assert_int_eq(store_process_update(s, id, 0, 0, 0,
+	ck_assert_int_eq(store_process_update(s, id, cnt(0, 0), 0,
 					      STORE_STATE_COUNT), -EINVAL);
 	store_close(s);
 	free(path);
@@ -735,7 +744,7 @@ START_TEST(store_migrates_an_empty_file)
 	fclose(fp);
 	s = open_store(path, 0);
 	store_close(s);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 1);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 2);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM sqlite_master"
 				       " WHERE type = 'table' AND name IN"
 				       " ('processes', 'findings', 'strings',"
@@ -743,7 +752,33 @@ START_TEST(store_migrates_an_empty_file)
 	/* Opening again migrates nothing. */
 	s = open_store(path, 0);
 	store_close(s);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 1);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 2);
+	free(path);
+}
+END_TEST
+
+/* A database of the first schema keeps its processes and gains the
+ * counters of the second, at zero. */
+START_TEST(store_migrates_version_1_keeping_rows)
+{
+	char *path = db_path();
+	struct store_process p = proc(7, "j", 0, 1000);
+	struct store *s = open_store(path, 0);
+	struct procs v;
+
+	reg(s, &p);
+	store_close(s);
+	sql_exec(path, "ALTER TABLE processes DROP COLUMN gaps;"
+		       " ALTER TABLE processes DROP COLUMN ring_ops;"
+		       " PRAGMA user_version = 1");
+	s = open_store(path, 0);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 2);
+	list(s, NULL, &v);
+	ck_assert_int_eq(v.n, 1);
+	ck_assert_int_eq(v.p[0].pid, 7);
+	ck_assert_int_eq(v.p[0].gaps, 0);
+	ck_assert_int_eq(v.p[0].state, STORE_EXITED);
+	store_close(s);
 	free(path);
 }
 END_TEST
@@ -755,7 +790,7 @@ START_TEST(store_refuses_a_newer_schema)
 	struct store *s = NULL;
 	char *err = NULL;
 
-	sql_exec(path, "CREATE TABLE future (x); PRAGMA user_version = 2");
+	sql_exec(path, "CREATE TABLE future (x); PRAGMA user_version = 3");
 	ck_assert_int_eq(store_open(&o, &s, &err), -EIO);
 	ck_assert_ptr_null(s);
 	ck_assert_ptr_nonnull(err);
@@ -763,7 +798,7 @@ START_TEST(store_refuses_a_newer_schema)
 	ck_assert_ptr_nonnull(strstr(err, "newer"));
 	free(err);
 	/* Untouched. */
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 2);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 3);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM sqlite_master"
 				       " WHERE name = 'processes'"), 0);
 	free(path);
@@ -807,7 +842,7 @@ START_TEST(store_reopen_keeps_everything_committed)
 
 	f = race(id);
 	ck_assert_int_eq(store_finding_submit(s, &f), 0);
-	ck_assert_int_eq(store_process_update(s, id, 42, 1, NOW_MS + 3,
+	ck_assert_int_eq(store_process_update(s, id, cnt(42, 1), NOW_MS + 3,
 					      STORE_RUNNING), 0);
 	findings(s, NULL, &v); /* maybe not committed yet: no matter */
 	/* No flush: close commits what is queued. */
@@ -856,7 +891,7 @@ START_TEST(store_flushed_data_survives_sigkill)
 		char *err;
 
 		if (store_open(&o, &s, &err) != 0 ||
-		    store_process_register(s, &p, &id) != 0)
+		    store_process_register(s, &p, &id, NULL) != 0)
 			_exit(1);
 		for (int i = 0; i < 100; i++) {
 			f = race(id);
@@ -864,7 +899,7 @@ START_TEST(store_flushed_data_survives_sigkill)
 			if (store_finding_submit(s, &f) != 0)
 				_exit(1);
 		}
-		if (store_process_update(s, id, 77, 0, NOW_MS + 1,
+		if (store_process_update(s, id, cnt(77, 0), NOW_MS + 1,
 					 STORE_RUNNING) != 0 ||
 		    store_flush(s) != 0 || write(fds[1], "k", 1) != 1)
 			_exit(1);
@@ -935,9 +970,9 @@ START_TEST(store_prune_deletes_old_exited_processes)
 	f.has_previous = false;
 	f.has_alloc = false;
 	ck_assert_int_eq(store_finding_submit(s, &f), 0);
-	ck_assert_int_eq(store_process_update(s, ids[0], 1, 0, NOW_MS,
+	ck_assert_int_eq(store_process_update(s, ids[0], cnt(1, 0), NOW_MS,
 					      STORE_EXITED), 0);
-	ck_assert_int_eq(store_process_update(s, ids[1], 1, 0, NOW_MS,
+	ck_assert_int_eq(store_process_update(s, ids[1], cnt(1, 0), NOW_MS,
 					      STORE_EXITED), 0);
 	ck_assert_int_eq(store_flush(s), 0);
 	/* last_ms never goes back through the store: age them here. */
@@ -1010,7 +1045,7 @@ START_TEST(store_stats_counts)
 	ck_assert_uint_gt(st.db_bytes, 0);
 	a = reg(s, &p);
 	b = reg(s, &q);
-	ck_assert_int_eq(store_process_update(s, b, 0, 0, NOW_MS,
+	ck_assert_int_eq(store_process_update(s, b, cnt(0, 0), NOW_MS,
 					      STORE_EXITED), 0);
 	f = race(a);
 	ck_assert_int_eq(store_finding_submit(s, &f), 0);
@@ -1073,7 +1108,7 @@ START_TEST(store_commit_cb_called_after_commits)
 	ck_assert_int_eq(store_open(&o, &s, &err), 0);
 	ck_assert_int_eq(store_flush(s), 0);
 	ck_assert_int_eq(atomic_load(&c.n), 0);
-	ck_assert_int_eq(store_process_register(s, &p, &id), 0);
+	ck_assert_int_eq(store_process_register(s, &p, &id, NULL), 0);
 	n = atomic_load(&c.n);
 	f = race(id);
 	ck_assert_int_eq(store_finding_submit(s, &f), 0);
@@ -1105,7 +1140,7 @@ START_TEST(store_flush_commits_everything_queued)
 		f = race(id);
 		f.access.stream = (uint64_t)(i % 250);
 		ck_assert_int_eq(store_finding_submit(s, &f), 0);
-		ck_assert_int_eq(store_process_update(s, id, (uint64_t)i, 0,
+		ck_assert_int_eq(store_process_update(s, id, cnt((uint64_t)i, 0),
 						      NOW_MS, STORE_RUNNING),
 				 0);
 	}
@@ -1187,7 +1222,7 @@ START_TEST(store_full_disk_keeps_the_queue)
 	{
 		int64_t other;
 
-		ck_assert_int_eq(store_process_register(s, &p, &other), -EIO);
+		ck_assert_int_eq(store_process_register(s, &p, &other, NULL), -EIO);
 	}
 	store__max_pages(s, 1u << 30);
 	ck_assert_int_eq(store_flush(s), 0);
@@ -1220,6 +1255,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, store_finding_get_missing_is_enoent);
 	tcase_add_test(tc, store_list_recent_first_and_filters);
 	tcase_add_test(tc, store_migrates_an_empty_file);
+	tcase_add_test(tc, store_migrates_version_1_keeping_rows);
 	tcase_add_test(tc, store_refuses_a_newer_schema);
 	tcase_add_test(tc, store_refuses_what_is_not_a_database);
 	tcase_add_test(tc, store_reopen_keeps_everything_committed);
