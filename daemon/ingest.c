@@ -18,7 +18,15 @@
  * 4. A disconnected process is drained as long as it lives (an agent that
  *    closed its socket may still push); once it is gone, the last drain
  *    skips what it left unfinished, its drops become a gap, and the store
- *    records it exited.
+ *    records it exited. A process that registers again while it is still
+ *    drained here keeps its handle: a ring has one consumer.
+ * 5. Counters go on where the store left them, across daemon restarts.
+ *    A daemon that takes a ring over from another one (which died) finds
+ *    in the ring how many operations were ever taken from it, and in the
+ *    store how many the last stored counters had accounted for: the
+ *    difference were taken by the dead daemon and never stored, and are
+ *    counted lost. The engine needs no gap for them, being new; the agent
+ *    sends its snapshot and a gap when it registers again.
  */
 #include "ingest.h"
 
@@ -59,7 +67,10 @@ struct ingest_proc {
 	struct u64map repeats;  /* engine finding id -> index in pending */
 	struct finding *pending; /* the latest repeat of each, count = delta */
 	size_t npending, cap_pending;
-	uint64_t events, lost;
+	uint64_t events, lost, gaps;
+	/* enum store_state, running or dormant: the loop thread's (attach and
+	 * detach), read by the drain thread. */
+	_Atomic int state;
 	int64_t last_ms, updated_ms, checked_ms;
 	int64_t empty_mono_ms; /* when its ring was last found empty */
 	bool disconnected; /* under the thread's lock */
@@ -228,10 +239,13 @@ static void ingest_flush_repeats(struct ingest_proc *p)
 
 /* ---- draining ----------------------------------------------------------- */
 
-static void ingest_count_lost(struct ingest_proc *p, const struct op *op)
+/* A gap: one more, and the operations it says were lost (none counted
+ * when it does not know). */
+static void ingest_count_gap(struct ingest_proc *p, const struct op *op)
 {
-	uint64_t n = op->has_lost ? op->lost : 1;
+	uint64_t n = op->has_lost ? op->lost : 0;
 
+	p->gaps++;
 	p->lost += n;
 	atomic_fetch_add_explicit(&p->in->lost, n, memory_order_relaxed);
 }
@@ -244,12 +258,14 @@ static int ingest_record_cb(void *arg, unsigned type, const void *payload,
 
 	if (ringdec_record(p->dec, type, payload, len, &op) != 1)
 		return 0; /* a definition, or malformed: ringdec counts it */
+	/* A gap is no operation of the process's: it is counted apart. */
 	if (op.kind == OP_GAP)
-		ingest_count_lost(p, &op);
+		ingest_count_gap(p, &op);
+	else
+		p->events++;
 	/* An op the engine refuses (a stream beyond its limit) is skipped;
 	 * out of memory it forgets history itself, as a gap would. */
 	engine_feed(p->engine, &op);
-	p->events++;
 	return 0;
 }
 
@@ -292,10 +308,29 @@ static void ingest_backlog(struct ingest_proc *p, int64_t now,
 	*lag_ms = now - p->empty_mono_ms;
 }
 
+/* The counters as the store keeps them (DESIGN 5). */
+static void ingest_counters(const struct ingest_proc *p,
+			    struct store_counters *c)
+{
+	struct ringread_counters rc;
+
+	ringread_counters(p->rr, &rc);
+	*c = (struct store_counters){ .events = p->events, .lost = p->lost,
+				      .gaps = p->gaps, .ring_ops = rc.ops };
+}
+
+/* Queues the counters and `st`, or the state attach set for a process
+ * that runs on. */
 static void ingest_update(struct ingest_proc *p, enum store_state st)
 {
-	store_process_update(p->in->store, p->id, p->events, p->lost,
-			     p->last_ms, st);
+	struct store_counters c;
+
+	/* Relaxed: a state the loop thread set; an update that misses the
+	 * newest one is followed by another within INGEST_UPDATE_MS. */
+	if (st != STORE_EXITED)
+		st = atomic_load_explicit(&p->state, memory_order_relaxed);
+	ingest_counters(p, &c);
+	store_process_update(p->in->store, p->id, &c, p->last_ms, st);
 	p->updated_ms = ingest_now_ms();
 }
 
@@ -334,7 +369,7 @@ static void ingest_finish(struct ingest_proc *p)
 		;
 	gap.lost = ringread_take_pending(p->rr);
 	if (gap.lost != 0) {
-		ingest_count_lost(p, &gap);
+		ingest_count_gap(p, &gap);
 		engine_feed(p->engine, &gap);
 	}
 	ingest_flush_repeats(p);
@@ -535,6 +570,29 @@ static int ingest_proc_new(struct ingest *in, int fd, struct ingest_proc **out,
 	return 0;
 }
 
+/* The handle of a process still drained here (DESIGN 4), or NULL; found,
+ * it counts as connected again, so that it is not finished meanwhile. */
+static struct ingest_proc *ingest_find(struct ingest *in, uint32_t pid,
+				       uint64_t start_time)
+{
+	struct ingest_proc *found = NULL;
+
+	for (unsigned i = 0; i < in->nthreads && found == NULL; i++) {
+		struct ingest_thread *t = &in->threads[i];
+
+		pthread_mutex_lock(&t->lock);
+		for (struct ingest_proc *p = t->procs; p != NULL; p = p->next) {
+			if (p->pid == pid && p->start_time == start_time) {
+				p->disconnected = false;
+				found = p;
+				break;
+			}
+		}
+		pthread_mutex_unlock(&t->lock);
+	}
+	return found;
+}
+
 /* The drain thread with the fewest processes. */
 static struct ingest_thread *ingest_pick(struct ingest *in)
 {
@@ -554,11 +612,29 @@ int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 	struct ingest_proc *p;
 	int err;
 
+	struct store_counters was;
+	struct ringread_counters rc;
+	int64_t id;
+
 	*why = NULL;
+	p = ingest_find(in, sp->pid, sp->start_time);
+	if (p != NULL) {
+		err = store_process_register(in->store, sp, &id, NULL);
+		if (err < 0) {
+			ingest_disconnect(in, p); /* as it was */
+			return err;
+		}
+		/* Relaxed: see ingest_update(). */
+		atomic_store_explicit(&p->state, (int)sp->state,
+				      memory_order_relaxed);
+		close(fd);
+		*out = p;
+		return 0;
+	}
 	err = ingest_proc_new(in, fd, &p, why);
 	if (err < 0)
 		return err;
-	err = store_process_register(in->store, sp, &p->id);
+	err = store_process_register(in->store, sp, &p->id, &was);
 	if (err < 0) {
 		ingest_proc_free(p);
 		return err;
@@ -566,8 +642,16 @@ int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 	p->fd = fd;
 	p->pid = sp->pid;
 	p->start_time = sp->start_time;
-	p->events = sp->events;
-	p->lost = sp->lost;
+	atomic_store_explicit(&p->state, (int)sp->state, memory_order_relaxed);
+	p->events = was.events;
+	p->lost = was.lost;
+	p->gaps = was.gaps;
+	ringread_counters(p->rr, &rc);
+	if (rc.ops_at_map > was.ring_ops) {
+		p->lost += rc.ops_at_map - was.ring_ops;
+		atomic_fetch_add_explicit(&in->lost, rc.ops_at_map - was.ring_ops,
+					  memory_order_relaxed);
+	}
 	p->last_ms = ingest_now_ms();
 	p->empty_mono_ms = ingest_mono_ms();
 	atomic_fetch_add_explicit(&in->running, 1, memory_order_relaxed);
@@ -580,6 +664,17 @@ int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 	pthread_mutex_unlock(&t->lock);
 	*out = p;
 	return 0;
+}
+
+int64_t ingest_proc_id(const struct ingest_proc *p)
+{
+	return p->id;
+}
+
+void ingest_set_state(struct ingest_proc *p, enum store_state st)
+{
+	/* Relaxed: see ingest_update(), which stores it. */
+	atomic_store_explicit(&p->state, (int)st, memory_order_relaxed);
 }
 
 void ingest_disconnect(struct ingest *in, struct ingest_proc *p)

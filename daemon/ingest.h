@@ -39,14 +39,23 @@ int ingest_new(const struct ingest_opts *o, struct ingest **out);
 void ingest_free(struct ingest *in);
 
 /*
- * Starts watching the process `p` (its identity, as registered; copied)
- * whose ring is in memfd `fd`. On success ingest owns fd and *out is the
- * process's handle until ingest_disconnect(). 0; -EINVAL when the fd is not
- * a ring this daemon reads (*why says why, a static string); -EIO when the
- * store failed; -ENOMEM.
+ * Starts watching the process `p` (its identity, as registered, and its
+ * state, running or dormant; copied) whose ring is in memfd `fd`. On
+ * success ingest owns fd and *out is the process's handle until
+ * ingest_disconnect(); a process that registers again while its ring is
+ * still drained here gets its handle back, and fd is closed. 0; -EINVAL
+ * when the fd is not a ring this daemon reads (*why says why, a static
+ * string); -EIO when the store failed; -ENOMEM.
  */
 int ingest_register(struct ingest *in, const struct store_process *p, int fd,
 		    struct ingest_proc **out, const char **why);
+
+/* The store's id of the process. */
+int64_t ingest_proc_id(const struct ingest_proc *proc);
+
+/* The process was attached (STORE_RUNNING) or detached (STORE_DORMANT):
+ * the state its next update stores. Loop thread. */
+void ingest_set_state(struct ingest_proc *proc, enum store_state st);
 
 /*
  * The agent's connection closed. Once the process has exited (at once when

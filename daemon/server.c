@@ -126,6 +126,16 @@ struct conn {
 	size_t out_bytes;
 	struct ingest_proc *proc; /* AGENT: ours to disconnect */
 	struct cursor *cur;	  /* QUERY: a findings answer or follow */
+	struct agent_info *agent; /* AGENT: what attach needs to know */
+};
+
+/* An agent's process, as attach matches and answers it. */
+struct agent_info {
+	int64_t id; /* the store's */
+	bool has_rank;
+	uint32_t rank;
+	enum store_state state; /* running (attached) or dormant */
+	char job[WIRE_JOB_MAX + 1]; /* "" when none */
 };
 
 struct server {
@@ -199,6 +209,7 @@ static void conn_closed_cb(uv_handle_t *h)
 	wire_rx_reset(&c->rx);
 	conn_free_out(c);
 	free(c->cur);
+	free(c->agent);
 	free(c);
 	server_handle_closed(s);
 }
@@ -361,6 +372,7 @@ static void conn_on_register(struct conn *c, const Npusan__Register *r,
 			     int fd)
 {
 	struct wire_strings *strs = malloc(sizeof(*strs));
+	struct agent_info *ai = calloc(1, sizeof(*ai));
 	struct store_process p;
 	struct ingest_proc *proc;
 	const char *why = NULL;
@@ -368,7 +380,9 @@ static void conn_on_register(struct conn *c, const Npusan__Register *r,
 	uint64_t st = 0;
 	int err;
 
-	if (strs == NULL) {
+	if (strs == NULL || ai == NULL) {
+		free(strs);
+		free(ai);
 		if (fd >= 0)
 			close(fd);
 		conn_error(c, ENOMEM, "out of memory", true);
@@ -411,11 +425,19 @@ static void conn_on_register(struct conn *c, const Npusan__Register *r,
 	}
 	c->kind = CONN_AGENT;
 	c->proc = proc;
+	ai->id = ingest_proc_id(proc);
+	ai->has_rank = p.has_rank;
+	ai->rank = p.rank;
+	ai->state = p.state;
+	if (p.job != NULL)
+		snprintf(ai->job, sizeof(ai->job), "%s", p.job);
+	c->agent = ai;
 	if (p.has_rank)
 		snprintf(msg, sizeof(msg), "%" PRIu32, p.rank);
-	log_info("registered pid %d uid %u job %s rank %s exe %s",
+	log_info("registered pid %d uid %u job %s rank %s exe %s%s",
 		 (int)c->pid, (unsigned)c->uid, p.job ? p.job : "-",
-		 p.has_rank ? msg : "-", p.exe ? p.exe : "-");
+		 p.has_rank ? msg : "-", p.exe ? p.exe : "-",
+		 p.state == STORE_DORMANT ? " (dormant)" : "");
 	free(strs);
 	conn_register_reply(c, NULL);
 	return;
@@ -424,6 +446,7 @@ refuse:
 		close(fd);
 	conn_refuse(c, why);
 	free(strs);
+	free(ai);
 }
 
 /* ---- queries ----------------------------------------------------------- */
@@ -462,6 +485,8 @@ static void process_msg(const struct store_process *p, Npusan__Process *m)
 	m->has_first_ms = m->has_last_ms = 1;
 	m->first_ms = p->first_ms;
 	m->last_ms = p->last_ms;
+	m->has_gaps = 1;
+	m->gaps = p->gaps;
 }
 
 static void access_msg(const struct store_access *a, Npusan__Access *m)
@@ -820,6 +845,112 @@ static void conn_stats(struct conn *c)
 	conn_send_msg(c, &m);
 }
 
+/* ---- attach and detach ------------------------------------------------- */
+
+/* Whether agent connection `a` is one `r` names, and `c`'s peer may see. */
+static bool attach_matches(const struct conn *c, const struct conn *a,
+			   const Npusan__AttachRequest *r, const char *job)
+{
+	bool named = job != NULL && strcmp(a->agent->job, job) == 0;
+
+	for (size_t i = 0; i < r->n_pids && !named; i++)
+		named = (pid_t)r->pids[i] == a->pid;
+	return named && (c->uid == 0 || c->uid == a->uid);
+}
+
+/* Tells agent `a` to attach or detach; false when its connection closed. */
+static bool attach_send(struct conn *a, bool attach)
+{
+	Npusan__FromDaemon m = NPUSAN__FROM_DAEMON__INIT;
+	Npusan__Control ctl = NPUSAN__CONTROL__INIT;
+
+	ctl.has_attach = 1;
+	ctl.attach = attach;
+	m.msg_case = NPUSAN__FROM_DAEMON__MSG_CONTROL;
+	m.control = &ctl;
+	conn_send_msg(a, &m);
+	if (a->dead)
+		return false;
+	a->agent->state = attach ? STORE_RUNNING : STORE_DORMANT;
+	ingest_set_state(a->proc, a->agent->state);
+	log_info("%s pid %d", attach ? "attached" : "detached", (int)a->pid);
+	return true;
+}
+
+/* The reply's entry for agent `a`, borrowing its strings. */
+static void attach_process_msg(const struct conn *a, Npusan__Process *m)
+{
+	npusan__process__init(m);
+	m->has_id = m->has_pid = m->has_uid = 1;
+	m->id = a->agent->id;
+	m->pid = (uint32_t)a->pid;
+	m->uid = (uint32_t)a->uid;
+	m->job = a->agent->job[0] ? (char *)a->agent->job : NULL;
+	m->has_rank = a->agent->has_rank;
+	m->rank = a->agent->rank;
+	m->state = (char *)store_state_name(a->agent->state);
+}
+
+/* Which of the request's pids matched none of the `n` processes in `got`. */
+static size_t attach_unknown(const Npusan__AttachRequest *r,
+			     Npusan__Process *got, size_t n, uint32_t *out)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < r->n_pids; i++) {
+		bool found = false;
+
+		for (size_t j = 0; j < n && !found; j++)
+			found = got[j].pid == r->pids[i];
+		if (!found)
+			out[k++] = r->pids[i];
+	}
+	return k;
+}
+
+static void conn_attach(struct conn *c, const Npusan__AttachRequest *r)
+{
+	Npusan__FromDaemon m = NPUSAN__FROM_DAEMON__INIT;
+	Npusan__AttachReply ar = NPUSAN__ATTACH_REPLY__INIT;
+	char jobbuf[WIRE_JOB_MAX + 1];
+	const char *job = wire_clean(r->job, jobbuf, sizeof(jobbuf));
+	size_t n = 0, cap = c->srv->nconns;
+	Npusan__Process *procs = calloc(cap ? cap : 1, sizeof(*procs));
+	Npusan__Process **ptrs = calloc(cap ? cap : 1, sizeof(*ptrs));
+	uint32_t *unknown = calloc(r->n_pids ? r->n_pids : 1, sizeof(*unknown));
+	bool attach = !(r->has_detach && r->detach);
+
+	if (procs == NULL || ptrs == NULL || unknown == NULL) {
+		conn_error(c, ENOMEM, "out of memory", false);
+		goto out;
+	}
+	if (r->n_pids == 0 && job == NULL) {
+		conn_error(c, EINVAL, "attach needs pids or a job", false);
+		goto out;
+	}
+	for (struct conn *a = c->srv->conns; a != NULL && n < cap; a = a->next) {
+		if (a->kind != CONN_AGENT || a->agent == NULL || a->dead ||
+		    a->closing || !attach_matches(c, a, r, job))
+			continue;
+		if (!attach_send(a, attach))
+			continue;
+		attach_process_msg(a, &procs[n]);
+		ptrs[n] = &procs[n];
+		n++;
+	}
+	ar.n_processes = n;
+	ar.processes = ptrs;
+	ar.n_unknown_pids = attach_unknown(r, procs, n, unknown);
+	ar.unknown_pids = unknown;
+	m.msg_case = NPUSAN__FROM_DAEMON__MSG_ATTACH;
+	m.attach = &ar;
+	conn_send_msg(c, &m);
+out:
+	free(procs);
+	free(ptrs);
+	free(unknown);
+}
+
 static void conn_on_query(struct conn *c, const Npusan__Query *q)
 {
 	const char *why;
@@ -842,6 +973,9 @@ static void conn_on_query(struct conn *c, const Npusan__Query *q)
 		break;
 	case NPUSAN__QUERY__Q_SHOW:
 		conn_show(c, q->show);
+		break;
+	case NPUSAN__QUERY__Q_ATTACH:
+		conn_attach(c, q->attach);
 		break;
 	default: /* wire_query_check() left only stats */
 		conn_stats(c);

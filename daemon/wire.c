@@ -141,7 +141,7 @@ int wire_register_process(const Npusan__Register *r, struct wire_strings *strs,
 	p->local_rank = r->has_local_rank ? r->local_rank : 0;
 	p->has_world_size = r->has_world_size;
 	p->world_size = r->has_world_size ? r->world_size : 0;
-	p->state = STORE_RUNNING;
+	p->state = r->has_dormant && r->dormant ? STORE_DORMANT : STORE_RUNNING;
 	return 0;
 }
 
@@ -167,6 +167,10 @@ int wire_query_check(const Npusan__Query *q, const char **why)
 		break;
 	case NPUSAN__QUERY__Q_STATS:
 		if (q->stats != NULL)
+			return 0;
+		break;
+	case NPUSAN__QUERY__Q_ATTACH:
+		if (q->attach != NULL)
 			return 0;
 		break;
 	default:

@@ -111,7 +111,8 @@ struct wire_strings {
 
 /*
  * Checks a Register and fills *p from it: pid, start_time, host, exe, job,
- * ranks and world size, strings cleaned into *strs. The caller sets what
+ * ranks, world size and state (dormant or running), strings cleaned into
+ * *strs. The caller sets what
  * the message must not decide: uid (from SO_PEERCRED), state and times.
  * 0; -EPROTO for a protocol version other than WIRE_PROTOCOL_VERSION or a
  * missing pid (*why).

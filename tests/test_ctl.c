@@ -1215,9 +1215,10 @@ static void proc_init(Npusan__Process *p, uint32_t pid, const char *job,
 	p->has_rank = rank >= 0;
 	p->rank = rank >= 0 ? (uint32_t)rank : 0;
 	p->state = (char *)state;
-	p->has_events = p->has_lost = p->has_findings = true;
+	p->has_events = p->has_lost = p->has_findings = p->has_gaps = true;
 	p->events = events;
 	p->lost = lost;
+	p->gaps = lost > 0; /* the gap that lost them */
 	p->findings = findings;
 	p->has_first_ms = true;
 	p->first_ms = T0_MS;
@@ -1272,18 +1273,18 @@ START_TEST(ctl_list_groups_by_job_in_an_aligned_table)
 	fq_list(q, s.v + 2, 2, true);
 	ck_assert_msg(ctl_fq(q, &out, &err, "list", NULL) == 0, "%s", err);
 	ck_assert_str_eq(out,
-			 "JOB     PID  RANK  STATE     EVENTS  LOST  FINDINGS  "
-			 "AGE\n"
-			 "demo   4242     0  running       20     0         1  "
-			 "1d\n"
-			 "demo   4243     1  running  1500000     0         2  "
-			 "2m\n"
+			 "JOB     PID  RANK  STATE     EVENTS  LOST  GAPS  "
+			 "FINDINGS  AGE\n"
+			 "demo   4242     0  running       20     0     0  "
+			 "       1  1d\n"
+			 "demo   4243     1  running  1500000     0     0  "
+			 "       2  2m\n"
 			 "\n"
-			 "other    99     -  exited        10     3         0  "
-			 "3h\n"
+			 "other    99     -  exited        10     3     1  "
+			 "       0  3h\n"
 			 "\n"
-			 "-         7     -  exited         -     0         0  "
-			 "-\n");
+			 "-         7     -  exited         -     0     0  "
+			 "       0  -\n");
 	ck_assert_str_eq(err, "");
 	ck_assert_int_eq(fq_query(q)->q_case, NPUSAN__QUERY__Q_LIST);
 	ck_assert(!fq_query(q)->list->has_pid);
@@ -1316,7 +1317,7 @@ START_TEST(ctl_list_json_and_filters)
 	ck_assert_str_eq(out, "{\"id\":5243,\"pid\":4243,\"job\":\"demo\","
 			      "\"rank\":1,\"local_rank\":1,\"world_size\":8,"
 			      "\"state\":\"running\",\"events\":1500000,"
-			      "\"lost\":0,\"findings\":2,\"uid\":1000,"
+			      "\"lost\":0,\"gaps\":0,\"findings\":2,\"uid\":1000,"
 			      "\"host\":\"node\\\"1\",\"executable\":"
 			      "\"/usr/bin/python3\",\"start_time\":123456,"
 			      "\"first_seen\":\"" T0 "\",\"last_seen\":null}\n");
