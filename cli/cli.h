@@ -29,4 +29,12 @@ int cli_stats(int argc, char **argv);
 /* `report --job J` (cli/jobreport.c): a job's summary, JSON, JUnit XML. */
 int cli_report(int argc, char **argv);
 
+/* `run -- CMD` (cli/run.c): a job under npusan, then its findings. */
+int cli_run(int argc, char **argv);
+
+/* `attach` and `detach` (cli/attach.c): start and stop the analysis of
+ * running processes. */
+int cli_attach(int argc, char **argv);
+int cli_detach(int argc, char **argv);
+
 #endif

@@ -298,15 +298,9 @@ static int client_answer(const struct client_opts *o, const char *cmd,
 	return CLI_OK;
 }
 
-int client_query(const struct client_opts *o, const char *cmd,
-		 Npusan__Query *q, client_reply_cb cb, void *arg)
+int client_socket_path(const struct client_opts *o, const char *cmd,
+		       char path[PATHS_SOCKET_MAX + 1])
 {
-	char path[PATHS_SOCKET_MAX + 1] = "";
-	struct sigaction old_act[2];
-	sigset_t old, waitmask;
-	uint8_t *buf = NULL;
-	int fd = -1, err, status = CLI_DAEMON;
-
 	if (o->socket != NULL) {
 		if (strlen(o->socket) > PATHS_SOCKET_MAX) {
 			fprintf(stderr, "%s: the socket path is longer than "
@@ -314,13 +308,38 @@ int client_query(const struct client_opts *o, const char *cmd,
 				cmd, PATHS_SOCKET_MAX);
 			return CLI_USAGE;
 		}
-		snprintf(path, sizeof(path), "%s", o->socket);
-	} else if (paths_socket(path, sizeof(path)) < 0) {
+		snprintf(path, PATHS_SOCKET_MAX + 1, "%s", o->socket);
+	} else if (paths_socket(path, PATHS_SOCKET_MAX + 1) < 0) {
 		fprintf(stderr, "%s: the socket path in NPUSAN_SOCKET or "
 				"XDG_RUNTIME_DIR is longer than %d bytes\n",
 			cmd, PATHS_SOCKET_MAX);
 		return CLI_USAGE;
 	}
+	return CLI_OK;
+}
+
+int client_probe(const char *path, int timeout_ms)
+{
+	int fd, err = client_connect(path, timeout_ms, &fd);
+
+	if (err == 0)
+		close(fd);
+	return err;
+}
+
+int client_query(const struct client_opts *o, const char *cmd,
+		 Npusan__Query *q, client_reply_cb cb, void *arg)
+{
+	char path[PATHS_SOCKET_MAX + 1] = "";
+	struct sigaction old_act[2];
+	sigset_t old, waitmask;
+	uint8_t *buf = NULL;
+	int fd = -1, err, status;
+
+	status = client_socket_path(o, cmd, path);
+	if (status != CLI_OK)
+		return status;
+	status = CLI_DAEMON;
 	err = client_connect(path, o->timeout_ms, &fd);
 	if (err < 0) {
 		client_no_daemon(cmd, path, err);

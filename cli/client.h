@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "npusan.pb-c.h"
+#include "paths.h"
 #include "report.h"
 
 #define CLIENT_PROTOCOL_VERSION 1
@@ -61,6 +62,18 @@ typedef int (*client_reply_cb)(void *arg, Npusan__FromDaemon *m);
  */
 int client_query(const struct client_opts *o, const char *cmd,
 		 Npusan__Query *q, client_reply_cb cb, void *arg);
+
+/*
+ * The socket a query goes to (o->socket, else NPUSAN_SOCKET, else
+ * paths_socket()'s default) into `path`. CLI_OK; CLI_USAGE after saying
+ * that it is too long.
+ */
+int client_socket_path(const struct client_opts *o, const char *cmd,
+		       char path[PATHS_SOCKET_MAX + 1]);
+
+/* Whether something accepts connections on `path` within `timeout_ms`:
+ * 0, or the negative errno of connect(2) (-ECONNREFUSED, -ENOENT, ...). */
+int client_probe(const char *path, int timeout_ms);
 
 /* ---- options ------------------------------------------------------------ */
 

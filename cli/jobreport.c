@@ -23,6 +23,7 @@
 
 #include "cli.h"
 #include "client.h"
+#include "jobreport.h"
 #include "table.h"
 
 #define JR_CMD "npusanctl report"
@@ -77,6 +78,10 @@ struct jr_proc {
 
 struct jr {
 	const char *job;
+	const char *cmd;
+	/* jobreport_findings(): only what was active since, Unix ms; and no
+	 * process without a rank that did nothing (a launcher). */
+	int64_t since_ms;
 	bool json;
 	const char *junit;
 	int error_exitcode;
@@ -162,6 +167,12 @@ static int jr_list_cb(void *arg, Npusan__FromDaemon *m)
 		/* The daemon filters by job; a process of another is not
 		 * this job's, whatever a daemon sends. */
 		if (p->job == NULL || strcmp(p->job, r->job) != 0)
+			continue;
+		if (r->since_ms != 0 &&
+		    ((p->has_last_ms && p->last_ms < r->since_ms) ||
+		     (!p->has_rank && (!p->has_events || p->events == 0) &&
+		      (!p->has_lost || p->lost == 0) &&
+		      (!p->has_findings || p->findings == 0))))
 			continue;
 		jp = jr_add_proc(r);
 		if (jp == NULL)
@@ -773,25 +784,46 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 	return -1;
 }
 
-static int jr_run(struct jr *r, const struct client_opts *co)
+/* Asks for the job's findings, then its processes (see the top). */
+static int jr_fetch(struct jr *r, const struct client_opts *co)
 {
 	Npusan__FindingsRequest freq = NPUSAN__FINDINGS_REQUEST__INIT;
 	Npusan__ListRequest lreq = NPUSAN__LIST_REQUEST__INIT;
 	Npusan__Query q = NPUSAN__QUERY__INIT;
-	struct jr_sum s;
-	char *verdict;
-	int status, err;
+	int status;
 
 	freq.job = (char *)r->job;
+	freq.has_since_ms = r->since_ms != 0;
+	freq.since_ms = r->since_ms;
 	q.q_case = NPUSAN__QUERY__Q_FINDINGS;
 	q.findings = &freq;
-	status = client_query(co, JR_CMD, &q, jr_findings_cb, r);
+	status = client_query(co, r->cmd, &q, jr_findings_cb, r);
 	if (status != CLI_OK)
 		return status;
 	lreq.job = (char *)r->job;
 	q.q_case = NPUSAN__QUERY__Q_LIST;
 	q.list = &lreq;
-	status = client_query(co, JR_CMD, &q, jr_list_cb, r);
+	return client_query(co, r->cmd, &q, jr_list_cb, r);
+}
+
+static void jr_free(struct jr *r)
+{
+	for (size_t i = 0; i < r->nprocs; i++)
+		free(r->procs[i].finds);
+	free(r->procs);
+	free(r->finds);
+	for (size_t i = 0; i < r->nmsgs; i++)
+		npusan__from_daemon__free_unpacked(r->msgs[i], NULL);
+	free(r->msgs);
+}
+
+static int jr_run(struct jr *r, const struct client_opts *co)
+{
+	struct jr_sum s;
+	char *verdict;
+	int status, err;
+
+	status = jr_fetch(r, co);
 	if (status != CLI_OK)
 		return status;
 	if (r->nprocs == 0 && r->nfinds == 0) {
@@ -830,7 +862,7 @@ oom:
 int cli_report(int argc, char **argv)
 {
 	struct client_opts co;
-	struct jr r = { .error_exitcode = CLI_FINDINGS };
+	struct jr r = { .error_exitcode = CLI_FINDINGS, .cmd = JR_CMD };
 	int status;
 
 	client_opts_init(&co);
@@ -838,12 +870,47 @@ int cli_report(int argc, char **argv)
 	if (status >= 0)
 		return status;
 	status = jr_run(&r, &co);
-	for (size_t i = 0; i < r.nprocs; i++)
-		free(r.procs[i].finds);
-	free(r.procs);
-	free(r.finds);
-	for (size_t i = 0; i < r.nmsgs; i++)
-		npusan__from_daemon__free_unpacked(r.msgs[i], NULL);
-	free(r.msgs);
+	jr_free(&r);
 	return client_end_output(JR_CMD, status);
+}
+
+int jobreport_findings(const struct client_opts *co, const char *cmd,
+		       const char *job, int64_t since_ms, bool json,
+		       size_t *nfindings)
+{
+	struct jr r = { .job = job, .cmd = cmd, .since_ms = since_ms };
+	bool color = report_want_color(stdout);
+	struct report_finding f;
+	struct jr_sum s;
+	char *verdict = NULL;
+	int status = jr_fetch(&r, co);
+
+	*nfindings = 0;
+	if (status != CLI_OK)
+		goto out;
+	status = CLI_DAEMON;
+	if (jr_assign(&r) < 0)
+		goto oom;
+	jr_sum(&r, &s);
+	verdict = jr_verdict(&r, &s);
+	if (verdict == NULL)
+		goto oom;
+	for (size_t i = 0; i < r.nfinds; i++) {
+		/* Checked in jr_findings_cb(). */
+		(void)client_finding(r.finds[i], &f);
+		if (json)
+			report_json(stdout, &f);
+		else
+			report_text(stdout, color, &f);
+	}
+	fprintf(json ? stderr : stdout, "%s\n", verdict);
+	*nfindings = r.nfinds;
+	status = CLI_OK;
+	goto out;
+oom:
+	fprintf(stderr, "%s: out of memory\n", cmd);
+out:
+	free(verdict);
+	jr_free(&r);
+	return status;
 }

@@ -22,9 +22,12 @@ static const char list_usage[] =
 	"Usage: npusanctl list [OPTIONS]\n"
 	"\n"
 	"The processes npusand watches, grouped by job: pid, job, rank, state\n"
-	"(running or exited), operations analysed (EVENTS), operations lost\n"
-	"when a ring was full or no daemon ran (LOST), findings, and AGE, the\n"
-	"time since the process's last activity. '-' is unknown.\n"
+	"(running; dormant: registered, not analysed until 'npusanctl\n"
+	"attach'; or exited), operations analysed (EVENTS), operations lost\n"
+	"when a ring was full or a daemon died (LOST), gaps in the analysis\n"
+	"(GAPS: lost operations, attaches, daemon restarts; a finding never\n"
+	"spans one), findings, and AGE, the time since the process's last\n"
+	"activity. '-' is unknown.\n"
 	"\n"
 	"Options:\n"
 	"  --job JOB            only the processes of job JOB\n"
@@ -179,6 +182,7 @@ static void list_json(const Npusan__Process *p)
 	json_str("state", p->state);
 	json_u64("events", p->has_events, p->events);
 	json_u64("lost", p->has_lost, p->lost);
+	json_u64("gaps", p->has_gaps, p->gaps);
 	json_u64("findings", p->has_findings, p->findings);
 	json_u64("uid", p->has_uid, p->uid);
 	json_str("host", p->hostname);
@@ -193,8 +197,8 @@ static void list_json(const Npusan__Process *p)
 static int list_row_add(struct table *t, const Npusan__Process *p,
 			int64_t now)
 {
-	char num[6][24];
-	const char *cells[8], *paint[8] = { NULL };
+	char num[7][24];
+	const char *cells[9], *paint[9] = { NULL };
 
 	snprintf(num[0], sizeof(num[0]), "%" PRIu32, p->pid);
 	snprintf(num[1], sizeof(num[1]), "%" PRIu32, p->rank);
@@ -202,18 +206,20 @@ static int list_row_add(struct table *t, const Npusan__Process *p,
 	snprintf(num[3], sizeof(num[3]), "%" PRIu64, p->lost);
 	snprintf(num[4], sizeof(num[4]), "%" PRIu64, p->findings);
 	client_age(now - p->last_ms, num[5], sizeof(num[5]));
+	snprintf(num[6], sizeof(num[6]), "%" PRIu64, p->gaps);
 	cells[0] = p->job;
 	cells[1] = p->has_pid ? num[0] : NULL;
 	cells[2] = p->has_rank ? num[1] : NULL;
 	cells[3] = p->state;
 	cells[4] = p->has_events ? num[2] : NULL;
 	cells[5] = p->has_lost ? num[3] : NULL;
-	cells[6] = p->has_findings ? num[4] : NULL;
-	cells[7] = p->has_last_ms ? num[5] : NULL;
+	cells[6] = p->has_gaps ? num[6] : NULL;
+	cells[7] = p->has_findings ? num[4] : NULL;
+	cells[8] = p->has_last_ms ? num[5] : NULL;
 	if (p->has_lost && p->lost > 0)
 		paint[5] = LIST_RED;
 	if (p->has_findings && p->findings > 0)
-		paint[6] = LIST_RED;
+		paint[7] = LIST_RED;
 	return table_add(t, cells, paint);
 }
 
@@ -223,7 +229,8 @@ static int list_table(const struct list_row *rows, size_t n)
 		{ "JOB", TABLE_LEFT },	   { "PID", TABLE_RIGHT },
 		{ "RANK", TABLE_RIGHT },   { "STATE", TABLE_LEFT },
 		{ "EVENTS", TABLE_RIGHT }, { "LOST", TABLE_RIGHT },
-		{ "FINDINGS", TABLE_RIGHT }, { "AGE", TABLE_LEFT },
+		{ "GAPS", TABLE_RIGHT },   { "FINDINGS", TABLE_RIGHT },
+		{ "AGE", TABLE_LEFT },
 	};
 	int64_t now = client_now_ms();
 	struct table *t;

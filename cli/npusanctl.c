@@ -14,6 +14,8 @@ struct command {
 };
 
 static const struct command commands[] = {
+	{ "run", cli_run,
+	  "run a job under npusan, then report its findings" },
 	{ "analyze", cli_analyze,
 	  "analyse recorded traces offline and report findings" },
 	{ "list", cli_list, "the jobs and processes the daemon watches" },
@@ -23,6 +25,9 @@ static const struct command commands[] = {
 	{ "stats", cli_stats, "the daemon's uptime, throughput and database" },
 	{ "report", cli_report,
 	  "one job's summary and verdict; JSON or JUnit XML for CI" },
+	{ "attach", cli_attach,
+	  "start analysing running processes (NPUSAN=dormant)" },
+	{ "detach", cli_detach, "stop analysing running processes" },
 };
 
 static void usage(FILE *out)
@@ -40,10 +45,11 @@ static void usage(FILE *out)
 	fputs("\n"
 	      "Run 'npusanctl COMMAND --help' for a command's options.\n"
 	      "\n"
-	      "Exit status: 0 ok and no findings; 1 findings (analyze,\n"
+	      "Exit status: 0 ok and no findings; 1 findings (run, analyze,\n"
 	      "findings and report only); 2 usage error or bad input;\n"
-	      "3 no daemon answered or it refused the request (list,\n"
-	      "findings, show, stats, report).\n",
+	      "3 no daemon answered or it refused the request (run, list,\n"
+	      "findings, show, stats, report, attach, detach). 'run' exits\n"
+	      "with the command's own status when it failed.\n",
 	      out);
 }
 

@@ -1,0 +1,750 @@
+/*
+ * run.c - `npusanctl run -- CMD ARGS...`: runs a job under npusan and
+ * reports what it found, for CI and for trying npusan on a job.
+ *
+ * It makes sure a daemon answers, starting a private one when none does
+ * (and stopping it afterwards); runs CMD with the agent preloaded, enabled
+ * and the job named; forwards SIGINT and SIGTERM that are sent to it; waits
+ * for CMD and everything CMD started (a launcher that forks its ranks is
+ * the normal case: npusanctl is their subreaper); waits until the daemon
+ * has drained and stored each process of the job; then prints the job's
+ * findings and exits with CMD's failure, or --error-exitcode when CMD
+ * succeeded with findings.
+ *
+ * DESIGN
+ * 1. The private daemon is started before npusanctl becomes a subreaper,
+ *    by a double fork, so that it is nobody's child here: waiting for "no
+ *    children left" then means the job is over. Its pid comes back through
+ *    a pipe and its readiness through $NOTIFY_SOCKET, the same READY=1 that
+ *    systemd waits for, so "ready" means its store is open and its socket
+ *    listens.
+ * 2. A signal the terminal sends reaches the whole foreground process
+ *    group, CMD included, on its own; only a signal sent to npusanctl alone
+ *    (kill, a scheduler, a CI runner's timeout) is passed on to CMD, so
+ *    that Ctrl-C is not delivered twice.
+ * 3. CMD's exec failure comes back through a close-on-exec pipe, so that
+ *    a command that does not exist is told apart from one that exits 127.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <link.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "client.h"
+#include "jobreport.h"
+#include "paths.h"
+
+#define RUN_CMD "npusanctl run"
+/* How long a private daemon may take to say READY=1. */
+#define RUN_DAEMON_START_MS 15000
+/* How long a stopped private daemon may take to drain and exit. */
+#define RUN_DAEMON_STOP_MS 15000
+/* How long the daemon may take to finish the job's processes. */
+#define RUN_SETTLE_MS 30000
+
+#ifndef NPUSAN_SANITIZED
+#define NPUSAN_SANITIZED 0
+#endif
+
+static const char run_usage[] =
+	"Usage: npusanctl run [OPTIONS] -- CMD [ARGS...]\n"
+	"\n"
+	"Runs CMD under npusan and reports what it found. Makes sure a daemon\n"
+	"answers (starting a private one for this user when none does, and\n"
+	"stopping it afterwards), runs CMD with the agent preloaded\n"
+	"(LD_PRELOAD) and enabled (NPUSAN=1; NPUSAN=dormant is kept), its job\n"
+	"named (NPUSAN_JOB), and the npusan Python package on PYTHONPATH;\n"
+	"waits for CMD and every process it started; then prints the job's\n"
+	"findings, each in full, and a verdict line.\n"
+	"\n"
+	"Options:\n"
+	"  --job NAME           the job's name (default: $NPUSAN_JOB, else\n"
+	"                       CMD's name and npusanctl's pid)\n"
+	"  --json               the findings as JSON Lines (shared/spec/\n"
+	"                       findings.md) on standard output; the verdict\n"
+	"                       goes to standard error\n"
+	"  --error-exitcode N   exit with N (0-255) when CMD succeeded but\n"
+	"                       there are findings (default 1)\n"
+	CLIENT_OPTIONS_HELP
+	"\n"
+	"SIGINT and SIGTERM sent to npusanctl are passed on to CMD; the\n"
+	"findings are still printed.\n"
+	"\n"
+	"Exit status: CMD's own when it failed (128+N when signal N killed it);\n"
+	"else 1 (or --error-exitcode N) when there are findings; else 0.\n"
+	"127: CMD was not found (126: not executable); 2: usage error; 3: no\n"
+	"daemon could be reached or started, or it did not answer.\n";
+
+struct run {
+	const char *job;
+	char jobbuf[128];
+	int error_exitcode;
+	bool json;
+	char **argv; /* CMD and its arguments */
+	char socket[PATHS_SOCKET_MAX + 1];
+	bool default_socket; /* no --socket nor NPUSAN_SOCKET */
+	char lib[PATH_MAX];  /* libnpusan.so */
+	char daemon[PATH_MAX];
+	char pydir[PATH_MAX];
+	pid_t daemon_pid; /* the private daemon, or 0 */
+	pid_t child;
+	int64_t start_ms;
+};
+
+static volatile sig_atomic_t run_child_pid;
+
+static int64_t run_mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void run_nap_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* ---- where things are ---------------------------------------------------- */
+
+static bool run_exists(const char *path, int mode)
+{
+	return path[0] != '\0' && access(path, mode) == 0;
+}
+
+/*
+ * The agent, the daemon and the Python package: beside npusanctl in the
+ * build tree, else where `cmake --install` put them. $NPUSAN_LIBRARY names
+ * the agent explicitly.
+ */
+static int run_locate(struct run *r)
+{
+	static const char bin[] = NPUSAN_BINARY_DIR "/";
+	const char *lib = getenv("NPUSAN_LIBRARY");
+	char exe[PATH_MAX];
+	bool built;
+
+	if (realpath("/proc/self/exe", exe) == NULL) {
+		fprintf(stderr, RUN_CMD ": cannot find my own executable: %s\n",
+			strerror(errno));
+		return CLI_USAGE;
+	}
+	built = strncmp(exe, bin, sizeof(bin) - 1) == 0;
+	snprintf(r->lib, sizeof(r->lib), "%s",
+		 lib != NULL && lib[0] != '\0' ? lib :
+		 built ? NPUSAN_BINARY_DIR "/agent/libnpusan.so" :
+			 NPUSAN_INSTALL_LIBDIR "/libnpusan.so.0");
+	snprintf(r->daemon, sizeof(r->daemon), "%s/npusand",
+		 built ? NPUSAN_BINARY_DIR "/daemon" : dirname(exe));
+	if (!built && !run_exists(r->daemon, X_OK))
+		snprintf(r->daemon, sizeof(r->daemon), "%s",
+			 NPUSAN_INSTALL_BINDIR "/npusand");
+	snprintf(r->pydir, sizeof(r->pydir), "%s",
+		 built ? NPUSAN_SOURCE_DIR "/agent/python" :
+			 NPUSAN_INSTALL_PYDIR);
+	if (r->lib[0] != '/' || !run_exists(r->lib, R_OK)) {
+		fprintf(stderr, RUN_CMD ": cannot find the agent library "
+				"(looked for %s); name it with "
+				"NPUSAN_LIBRARY=/path/to/libnpusan.so\n",
+			r->lib);
+		return CLI_USAGE;
+	}
+	return CLI_OK;
+}
+
+/* ---- the daemon ---------------------------------------------------------- */
+
+/* The socket a private daemon of ours binds when none was named: where
+ * npusand binds by default (daemon/npusand.c), so that its own checks of
+ * the directory apply. */
+static int run_private_socket(struct run *r)
+{
+	char dir[PATH_MAX];
+
+	if (geteuid() == 0) {
+		snprintf(r->socket, sizeof(r->socket), "%s",
+			 PATHS_SYSTEM_SOCKET);
+		return 0;
+	}
+	if (paths_user_run_dir(getenv("XDG_RUNTIME_DIR"),
+			       (unsigned)getuid(), dir, sizeof(dir)) < 0 ||
+	    snprintf(r->socket, sizeof(r->socket), "%s/%s", dir,
+		     PATHS_SOCKET_NAME) >= (int)sizeof(r->socket))
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* A datagram socket for READY=1 under an abstract name, into *fd and
+ * `name` (the $NOTIFY_SOCKET value). 0 or -errno. */
+static int run_notify_socket(int *fd, char *name, size_t len)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int n;
+
+	if (s < 0)
+		return -errno;
+	n = snprintf(name, len, "@npusan-run-%d-%lld", (int)getpid(),
+		     (long long)run_mono_ms());
+	memcpy(sa.sun_path + 1, name + 1, (size_t)n - 1);
+	if (bind(s, (struct sockaddr *)&sa,
+		 (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+			     (size_t)n)) < 0) {
+		n = -errno;
+		close(s);
+		return n;
+	}
+	*fd = s;
+	return 0;
+}
+
+/* In the grandchild: becomes the daemon (DESIGN 1). Never returns. */
+static void run_exec_daemon(const struct run *r, const char *notify)
+{
+	char *argv[6] = { (char *)"npusand", (char *)"--log-level",
+			  (char *)"warn", NULL, NULL, NULL };
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	setsid();
+	if (null >= 0) {
+		dup2(null, STDIN_FILENO);
+		dup2(null, STDOUT_FILENO);
+	}
+	if (!r->default_socket) {
+		argv[3] = (char *)"--socket";
+		argv[4] = (char *)r->socket;
+	}
+	setenv("NOTIFY_SOCKET", notify, 1);
+	unsetenv("NPUSAN_SOCKET");
+	execv(r->daemon, argv);
+	fprintf(stderr, RUN_CMD ": cannot run %s: %s\n", r->daemon,
+		strerror(errno));
+	_exit(127);
+}
+
+/* Starts the daemon twice removed, its pid into r->daemon_pid. 0 or -errno. */
+static int run_spawn_daemon(struct run *r, const char *notify)
+{
+	int p[2], status;
+	pid_t mid, pid = 0;
+	ssize_t n;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	mid = fork();
+	if (mid < 0) {
+		close(p[0]);
+		close(p[1]);
+		return -errno;
+	}
+	if (mid == 0) {
+		pid = fork();
+		if (pid == 0)
+			run_exec_daemon(r, notify);
+		n = write(p[1], &pid, sizeof(pid));
+		_exit(n == sizeof(pid) && pid > 0 ? 0 : 1);
+	}
+	close(p[1]);
+	while (waitpid(mid, &status, 0) < 0 && errno == EINTR)
+		;
+	n = read(p[0], &pid, sizeof(pid));
+	close(p[0]);
+	if (n != sizeof(pid) || pid <= 0)
+		return -ECHILD;
+	r->daemon_pid = pid;
+	return 0;
+}
+
+/* Whether process `pid`, no child of ours, is gone (or a zombie). */
+static bool run_gone(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	return p != NULL && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+/* Waits for READY=1 from the daemon, or its death. 0; -ETIMEDOUT; -ESRCH. */
+static int run_wait_ready(const struct run *r, int nfd)
+{
+	int64_t deadline = run_mono_ms() + RUN_DAEMON_START_MS;
+	char buf[256];
+
+	while (run_mono_ms() < deadline) {
+		struct pollfd p = { .fd = nfd, .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&p, 1, 50) > 0) {
+			n = recv(nfd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+			if (n > 0) {
+				buf[n] = '\0';
+				if (strstr(buf, "READY=1") != NULL)
+					return 0;
+			}
+			continue;
+		}
+		if (run_gone(r->daemon_pid))
+			return -ESRCH;
+	}
+	return -ETIMEDOUT;
+}
+
+/* Sends SIGTERM to our daemon and waits until it has drained and exited. */
+static void run_stop_daemon(struct run *r)
+{
+	int64_t deadline = run_mono_ms() + RUN_DAEMON_STOP_MS;
+
+	if (r->daemon_pid <= 0)
+		return;
+	kill(r->daemon_pid, SIGTERM);
+	while (!run_gone(r->daemon_pid) && run_mono_ms() < deadline)
+		run_nap_ms(10);
+	if (!run_gone(r->daemon_pid))
+		fprintf(stderr, RUN_CMD ": the daemon (pid %d) did not stop "
+				"within %d s; it is left running\n",
+			(int)r->daemon_pid, RUN_DAEMON_STOP_MS / 1000);
+	r->daemon_pid = 0;
+}
+
+/* Makes sure a daemon answers on r->socket, starting ours. A status. */
+static int run_ensure_daemon(struct run *r)
+{
+	char notify[64];
+	int nfd = -1, err;
+
+	if (client_probe(r->socket, 1000) == 0)
+		return CLI_OK;
+	if (r->default_socket && run_private_socket(r) < 0) {
+		fprintf(stderr, RUN_CMD ": $XDG_RUNTIME_DIR is too long for a "
+				"socket path; use --socket\n");
+		return CLI_USAGE;
+	}
+	if (r->default_socket && client_probe(r->socket, 1000) == 0)
+		return CLI_OK;
+	if (!run_exists(r->daemon, X_OK)) {
+		fprintf(stderr, RUN_CMD ": no daemon answers on %s, and there "
+				"is no npusand to start (looked for %s)\n",
+			r->socket, r->daemon);
+		return CLI_DAEMON;
+	}
+	err = run_notify_socket(&nfd, notify, sizeof(notify));
+	if (err == 0) {
+		err = run_spawn_daemon(r, notify);
+		if (err == 0)
+			err = run_wait_ready(r, nfd);
+		close(nfd);
+	}
+	if (err == 0)
+		return CLI_OK;
+	fprintf(stderr, RUN_CMD ": cannot start a daemon on %s: %s\n",
+		r->socket, err == -ESRCH ? "it exited (see its message above)" :
+		err == -ETIMEDOUT ? "it did not become ready in time" :
+				    strerror(-err));
+	if (err == -ETIMEDOUT)
+		run_stop_daemon(r);
+	r->daemon_pid = 0;
+	return CLI_DAEMON;
+}
+
+/* ---- the job ------------------------------------------------------------- */
+
+/* The sanitizer runtime this npusanctl runs with, for a sanitized agent:
+ * it must be first in a program's initial libraries. */
+static int run_find_asan_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	if (info->dlpi_name != NULL && strstr(info->dlpi_name, "libasan.so")) {
+		snprintf(arg, PATH_MAX, "%s", info->dlpi_name);
+		return 1;
+	}
+	return 0;
+}
+
+/* `var` = `first` `sep` old value (or `first` alone). 0 or -ENOMEM. */
+static int run_prepend(const char *var, const char *first, char sep)
+{
+	const char *old = getenv(var);
+	char *v;
+	int err;
+
+	if (old == NULL || old[0] == '\0')
+		return setenv(var, first, 1) < 0 ? -errno : 0;
+	if (asprintf(&v, "%s%c%s", first, sep, old) < 0)
+		return -ENOMEM;
+	err = setenv(var, v, 1) < 0 ? -errno : 0;
+	free(v);
+	return err;
+}
+
+/* The environment CMD runs in; in the child. 0 or -errno. */
+static int run_environment(const struct run *r)
+{
+	const char *mode = getenv("NPUSAN");
+	char asan[PATH_MAX] = "";
+	int err = 0;
+
+	if (setenv("NPUSAN_JOB", r->job, 1) < 0 ||
+	    setenv("NPUSAN_SOCKET", r->socket, 1) < 0 ||
+	    setenv("NPUSAN_LIBRARY", r->lib, 1) < 0 ||
+	    setenv("NPUSAN", mode != NULL && strcmp(mode, "dormant") == 0 ?
+				     "dormant" : "1", 1) < 0)
+		return -errno;
+	err = run_prepend("LD_PRELOAD", r->lib, ' ');
+	if (err == 0 && NPUSAN_SANITIZED &&
+	    dl_iterate_phdr(run_find_asan_cb, asan) != 0)
+		err = run_prepend("LD_PRELOAD", asan, ' ');
+	if (err == 0 && run_exists(r->pydir, R_OK))
+		err = run_prepend("PYTHONPATH", r->pydir, ':');
+	return err;
+}
+
+/* In the child: CMD, or its exec error through `errfd` (DESIGN 3). */
+static void run_exec_cmd(const struct run *r, int errfd)
+{
+	int err = run_environment(r);
+	ssize_t n;
+
+	if (err == 0) {
+		execvp(r->argv[0], r->argv);
+		err = -errno;
+	}
+	n = write(errfd, &err, sizeof(err));
+	(void)n;
+	_exit(err == -ENOENT ? 127 : 126);
+}
+
+/* DESIGN 2: only what was sent to us alone is passed on. */
+static void run_forward_cb(int sig, siginfo_t *si, void *ctx)
+{
+	(void)ctx;
+	if (run_child_pid > 0 && si->si_code != SI_KERNEL)
+		kill((pid_t)run_child_pid, sig);
+}
+
+static void run_catch_signals(void)
+{
+	struct sigaction sa = { .sa_sigaction = run_forward_cb,
+				.sa_flags = SA_SIGINFO | SA_RESTART };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+/* CMD's wait status as an exit status. */
+static int run_exit_status(int status)
+{
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return 1;
+}
+
+/*
+ * Runs CMD and waits for it and every process it left (DESIGN 1). Its exit
+ * status into *cmd_status; CLI_OK, or the status to exit with when CMD
+ * could not be run (a message said why).
+ */
+static int run_job(struct run *r, int *cmd_status)
+{
+	int p[2], err = 0, status = 0;
+	ssize_t n;
+	pid_t w;
+
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
+		fprintf(stderr, RUN_CMD ": cannot become a subreaper (%s): "
+				"processes CMD leaves behind are not waited "
+				"for\n",
+			strerror(errno));
+	if (pipe2(p, O_CLOEXEC) < 0 || (r->child = fork()) < 0) {
+		fprintf(stderr, RUN_CMD ": cannot start %s: %s\n", r->argv[0],
+			strerror(errno));
+		return CLI_DAEMON;
+	}
+	if (r->child == 0)
+		run_exec_cmd(r, p[1]);
+	run_child_pid = r->child;
+	run_catch_signals();
+	close(p[1]);
+	n = read(p[0], &err, sizeof(err));
+	close(p[0]);
+	while ((w = waitpid(-1, &status, 0)) != -1 || errno == EINTR) {
+		if (w == r->child) {
+			*cmd_status = status;
+			run_child_pid = 0;
+		}
+	}
+	if (n == sizeof(err) && err < 0) {
+		fprintf(stderr, RUN_CMD ": cannot run '%s': %s\n", r->argv[0],
+			strerror(-err));
+		return err == -ENOENT ? 127 : 126;
+	}
+	return CLI_OK;
+}
+
+/* ---- the findings -------------------------------------------------------- */
+
+struct run_settle {
+	const char *job;
+	int64_t since_ms;
+	size_t busy; /* processes of the job not exited yet */
+};
+
+static int run_settle_cb(void *arg, Npusan__FromDaemon *m)
+{
+	struct run_settle *s = arg;
+	const Npusan__ListReply *lr = m->list;
+	bool done;
+
+	if (m->msg_case != NPUSAN__FROM_DAEMON__MSG_LIST) {
+		npusan__from_daemon__free_unpacked(m, NULL);
+		return -EBADMSG;
+	}
+	for (size_t i = 0; i < lr->n_processes; i++) {
+		const Npusan__Process *p = lr->processes[i];
+
+		if (p->job != NULL && strcmp(p->job, s->job) == 0 &&
+		    p->has_last_ms && p->last_ms >= s->since_ms &&
+		    p->state != NULL && strcmp(p->state, "exited") != 0)
+			s->busy++;
+	}
+	done = lr->has_done && lr->done;
+	npusan__from_daemon__free_unpacked(m, NULL);
+	return done ? CLIENT_DONE : CLIENT_MORE;
+}
+
+/*
+ * Waits until the daemon has drained and stored every process of the job
+ * (each shows exited): only then are its findings all there. A status.
+ */
+static int run_settle(const struct run *r, const struct client_opts *co)
+{
+	Npusan__ListRequest req = NPUSAN__LIST_REQUEST__INIT;
+	Npusan__Query q = NPUSAN__QUERY__INIT;
+	int64_t deadline = run_mono_ms() + RUN_SETTLE_MS;
+	struct run_settle s = { .job = r->job, .since_ms = r->start_ms };
+	int status;
+
+	req.job = (char *)r->job;
+	q.q_case = NPUSAN__QUERY__Q_LIST;
+	q.list = &req;
+	for (;;) {
+		s.busy = 0;
+		status = client_query(co, RUN_CMD, &q, run_settle_cb, &s);
+		if (status != CLI_OK || s.busy == 0)
+			return status;
+		if (run_mono_ms() >= deadline) {
+			fprintf(stderr, RUN_CMD ": %zu process%s of job %s "
+					"still not finished by the daemon "
+					"after %d s; its findings may be "
+					"incomplete\n",
+				s.busy, s.busy == 1 ? "" : "es", r->job,
+				RUN_SETTLE_MS / 1000);
+			return CLI_OK;
+		}
+		run_nap_ms(50);
+	}
+}
+
+/* Whether the daemon watches processes of other jobs (DESIGN: ours is
+ * stopped only when it serves this job alone). */
+static int run_others_cb(void *arg, Npusan__FromDaemon *m)
+{
+	struct run_settle *s = arg;
+	const Npusan__ListReply *lr = m->list;
+	bool done;
+
+	if (m->msg_case != NPUSAN__FROM_DAEMON__MSG_LIST) {
+		npusan__from_daemon__free_unpacked(m, NULL);
+		return -EBADMSG;
+	}
+	for (size_t i = 0; i < lr->n_processes; i++) {
+		const Npusan__Process *p = lr->processes[i];
+
+		if ((p->job == NULL || strcmp(p->job, s->job) != 0) &&
+		    p->state != NULL && strcmp(p->state, "exited") != 0)
+			s->busy++;
+	}
+	done = lr->has_done && lr->done;
+	npusan__from_daemon__free_unpacked(m, NULL);
+	return done ? CLIENT_DONE : CLIENT_MORE;
+}
+
+static void run_release_daemon(struct run *r, const struct client_opts *co)
+{
+	Npusan__ListRequest req = NPUSAN__LIST_REQUEST__INIT;
+	Npusan__Query q = NPUSAN__QUERY__INIT;
+	struct run_settle s = { .job = r->job };
+
+	if (r->daemon_pid <= 0)
+		return;
+	q.q_case = NPUSAN__QUERY__Q_LIST;
+	q.list = &req;
+	if (client_query(co, RUN_CMD, &q, run_others_cb, &s) == CLI_OK &&
+	    s.busy > 0) {
+		fprintf(stderr, RUN_CMD ": the daemon started for this job "
+				"(pid %d, %s) now watches other jobs too; it "
+				"is left running\n",
+			(int)r->daemon_pid, r->socket);
+		return;
+	}
+	run_stop_daemon(r);
+}
+
+/* ---- the command --------------------------------------------------------- */
+
+static int parse_opts(int argc, char **argv, struct client_opts *co,
+		      struct run *r)
+{
+	static const struct option longopts[] = {
+		{ "job", required_argument, NULL, 'J' },
+		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
+		{ "error-exitcode", required_argument, NULL, 'x' },
+		CLIENT_LONGOPTS,
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t v;
+	int c, status;
+
+	opterr = 0;
+	optind = 1;
+	/* '+': CMD's own options are not ours. */
+	while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'J':
+			if (optarg[0] == '\0') {
+				fprintf(stderr, RUN_CMD ": --job needs a "
+							"name\n");
+				return CLI_USAGE;
+			}
+			r->job = optarg;
+			break;
+		case CLIENT_OPT_JSON:
+			r->json = true;
+			break;
+		case 'x':
+			if (client_parse_u64(optarg, 0, 255, &v) < 0) {
+				fprintf(stderr, RUN_CMD ": --error-exitcode "
+							"needs a number from "
+							"0 to 255, not '%s'\n",
+					optarg);
+				return CLI_USAGE;
+			}
+			r->error_exitcode = (int)v;
+			break;
+		default:
+			status = client_option(RUN_CMD, c, run_usage, argv, co);
+			if (status >= 0)
+				return status;
+		}
+	}
+	if (optind == argc) {
+		fprintf(stderr, RUN_CMD ": what should run? Give -- CMD "
+					"[ARGS...]\nTry '" RUN_CMD
+					" --help'.\n");
+		return CLI_USAGE;
+	}
+	r->argv = argv + optind;
+	return -1;
+}
+
+/* The job's name: --job, else $NPUSAN_JOB, else CMD's and our pid. */
+static void run_name_job(struct run *r)
+{
+	const char *env = getenv("NPUSAN_JOB");
+	const char *base;
+
+	if (r->job != NULL)
+		return;
+	if (env != NULL && env[0] != '\0') {
+		r->job = env;
+		return;
+	}
+	base = strrchr(r->argv[0], '/');
+	base = base != NULL ? base + 1 : r->argv[0];
+	snprintf(r->jobbuf, sizeof(r->jobbuf), "%.100s-%d", base,
+		 (int)getpid());
+	r->job = r->jobbuf;
+}
+
+static int run_main(struct run *r, struct client_opts *co)
+{
+	int status, cmd_status = 0, job_status;
+	size_t nfindings = 0;
+	const char *env = getenv("NPUSAN_SOCKET");
+
+	status = run_locate(r);
+	if (status != CLI_OK)
+		return status;
+	r->default_socket = co->socket == NULL && (env == NULL || !env[0]);
+	status = client_socket_path(co, RUN_CMD, r->socket);
+	if (status == CLI_OK)
+		status = run_ensure_daemon(r);
+	if (status != CLI_OK)
+		return status;
+	co->socket = r->socket;
+	run_name_job(r);
+	r->start_ms = client_now_ms();
+	job_status = run_job(r, &cmd_status);
+	if (job_status == CLI_OK)
+		status = run_settle(r, co);
+	if (job_status == CLI_OK && status == CLI_OK)
+		status = jobreport_findings(co, RUN_CMD, r->job, r->start_ms,
+					    r->json, &nfindings);
+	run_release_daemon(r, co);
+	if (job_status != CLI_OK)
+		return job_status;
+	if (status != CLI_OK)
+		return status;
+	if (run_exit_status(cmd_status) != 0)
+		return run_exit_status(cmd_status);
+	return nfindings > 0 ? r->error_exitcode : CLI_OK;
+}
+
+int cli_run(int argc, char **argv)
+{
+	struct client_opts co;
+	struct run r = { .error_exitcode = CLI_FINDINGS };
+	int status;
+
+	client_opts_init(&co);
+	status = parse_opts(argc, argv, &co, &r);
+	if (status >= 0)
+		return status;
+	status = run_main(&r, &co);
+	return client_end_output(RUN_CMD, status);
+}
