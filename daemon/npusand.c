@@ -90,9 +90,9 @@ static const struct opt opts[] = {
 	  ", else /tmp/npusan-UID/" PATHS_SOCKET_NAME " (a directory of "
 	  "mode 0700 that must be the user's)" },
 	{ "db", 0, OPT_PATH, "PATH", 0, 0, NULL, offsetof(struct cfg, db),
-	  "the SQLite database; default " PATHS_SYSTEM_DB " as root or with "
-	  "--system, else $XDG_STATE_HOME/npusan/" PATHS_DB_NAME ", else "
-	  "~/.local/state/npusan/" PATHS_DB_NAME },
+	  "the SQLite database; default $NPUSAN_DB, else " PATHS_SYSTEM_DB
+	  " as root or with --system, else $XDG_STATE_HOME/npusan/"
+	  PATHS_DB_NAME ", else ~/.local/state/npusan/" PATHS_DB_NAME },
 	{ "retain-days", 0, OPT_UINT, "N", 0, 36500, "30",
 	  offsetof(struct cfg, retain_days),
 	  "forget exited processes and their findings N days after their "
@@ -338,7 +338,7 @@ struct paths {
  * created. 0, or a message on stderr and EXIT_START. */
 static int resolve_paths(const struct cfg *c, bool activated, struct paths *p)
 {
-	const char *env = getenv("NPUSAN_SOCKET");
+	const char *env = getenv("NPUSAN_SOCKET"), *db;
 	unsigned uid = (unsigned)getuid();
 	mode_t dmode;
 	char dir[PATH_MAX];
@@ -393,12 +393,13 @@ static int resolve_paths(const struct cfg *c, bool activated, struct paths *p)
 		}
 	}
 
-	if (c->db != NULL) {
-		if (strlen(c->db) >= sizeof(p->db)) {
+	db = c->db != NULL ? c->db : getenv("NPUSAN_DB");
+	if (db != NULL && db[0] != '\0') {
+		if (strlen(db) >= sizeof(p->db)) {
 			fprintf(stderr, "npusand: database path too long\n");
 			return EXIT_START;
 		}
-		strcpy(p->db, c->db);
+		strcpy(p->db, db);
 		dir_of(p->db, dir, sizeof(dir));
 	} else if (p->system) {
 		strcpy(p->db, PATHS_SYSTEM_DB);

@@ -5,88 +5,18 @@
  */
 #include <check.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "testutil.h"
 
-struct daemon {
-	char *dir;
-	char sock[PATH_MAX];
-	char db[PATH_MAX];
-	pid_t pid;
-};
-
-static void nap_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-
-	nanosleep(&ts, NULL);
-}
-
-static bool sock_answers(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	bool ok;
-
-	ck_assert_uint_lt(strlen(path), sizeof(sa.sun_path));
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-	close(fd);
-	return ok;
-}
-
-/* Starts npusand on d's socket and database; returns once it answers. */
-static void daemon_start(struct daemon *d)
-{
-	char *bin = strdup(tu_bin("daemon/npusand")), log[PATH_MAX + 8];
-	int fd;
-
-	snprintf(log, sizeof(log), "%s/npusand.log", d->dir);
-	d->pid = fork();
-	ck_assert_int_ge(d->pid, 0);
-	if (d->pid == 0) {
-		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-		dup2(fd, 2);
-		execl(bin, bin, "--socket", d->sock, "--db", d->db,
-		      "--log-level", "debug", (char *)NULL);
-		_exit(127);
-	}
-	free(bin);
-	for (int i = 0; i < 1000 && !sock_answers(d->sock); i++)
-		nap_ms(10);
-	ck_assert_msg(sock_answers(d->sock), "npusand did not start");
-}
-
-static int daemon_stop(struct daemon *d, int sig)
-{
-	int status;
-
-	kill(d->pid, sig);
-	ck_assert_int_eq(waitpid(d->pid, &status, 0), d->pid);
-	return status;
-}
-
-static void daemon_init(struct daemon *d)
-{
-	d->dir = tu_tmpdir();
-	snprintf(d->sock, sizeof(d->sock), "%s/npusand.sock", d->dir);
-	snprintf(d->db, sizeof(d->db), "%s/npusan.db", d->dir);
-	setenv("NPUSAN_SOCKET", d->sock, 1);
-	unsetenv("NPUSAN");
-	unsetenv("NPUSAN_RECORD");
-	daemon_start(d);
-}
+/* Debug lines in the daemon's log, for a failure to explain itself. */
+static const char *const DAEMON_ARGS[] = { "--log-level", "debug", NULL };
 
 /* `npusanctl ARGS...` (NULL-terminated); its stdout in *out. */
 static int ctl(char **out, const char *a0, const char *a1, const char *a2)
@@ -136,29 +66,6 @@ static const char clean_trace[] =
 	"launch stream=1 op=use read=0x1000+64\n"
 	"device_sync\n"
 	"free ptr=0x1000\n";
-
-/* Lines of `text` that contain `needle`. */
-static unsigned count_lines(const char *text, const char *needle)
-{
-	unsigned n = 0;
-
-	for (const char *l = text; l && *l; l = strchr(l, '\n')) {
-		const char *end;
-
-		if (*l == '\n')
-			l++;
-		end = strchr(l, '\n');
-		if (end == NULL)
-			end = l + strlen(l);
-		for (const char *p = l; p + strlen(needle) <= end; p++) {
-			if (strncmp(p, needle, strlen(needle)) == 0) {
-				n++;
-				break;
-			}
-		}
-	}
-	return n;
-}
 
 /* Removes `"key":VALUE` (and the comma before or after it) from `line`,
  * for every key in `keys`; VALUE is a number, null or a string without
@@ -219,9 +126,9 @@ static char *wait_findings(unsigned want)
 		free(out);
 		out = NULL;
 		ctl(&out, "findings", "--json", NULL);
-		if (out != NULL && count_lines(out, "\"kind\"") >= want)
+		if (out != NULL && tu_count_lines(out, "\"kind\"") >= want)
 			break;
-		nap_ms(20);
+		tu_nap_ms(20);
 	}
 	return out;
 }
@@ -232,10 +139,11 @@ START_TEST(daemon_finds_what_analyze_finds_in_each_rank)
 {
 	char *traces[4], *out, *list, *rep, *bin, *expect;
 	const char *argv[6];
-	struct daemon d;
+	struct tu_daemon d;
 	char want[64];
 
-	daemon_init(&d);
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, DAEMON_ARGS);
 	for (unsigned r = 0; r < 3; r++)
 		traces[r] = demo_for_rank(r);
 	traces[3] = tu_write_file("clean.trace", clean_trace);
@@ -246,14 +154,14 @@ START_TEST(daemon_finds_what_analyze_finds_in_each_rank)
 	argv[5] = NULL;
 	ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 0);
 	out = wait_findings(6);
-	ck_assert_uint_eq(count_lines(out, "\"kind\""), 6);
+	ck_assert_uint_eq(tu_count_lines(out, "\"kind\""), 6);
 	for (unsigned r = 0; r < 3; r++) {
 		snprintf(want, sizeof(want), "\"rank\":%u}", r);
-		ck_assert_uint_eq(count_lines(out, want), 2);
+		ck_assert_uint_eq(tu_count_lines(out, want), 2);
 	}
-	ck_assert_uint_eq(count_lines(out, "\"data_race\""), 3);
-	ck_assert_uint_eq(count_lines(out, "\"missing_record_stream\""), 3);
-	ck_assert_uint_eq(count_lines(out, "\"first_seen\""), 6);
+	ck_assert_uint_eq(tu_count_lines(out, "\"data_race\""), 3);
+	ck_assert_uint_eq(tu_count_lines(out, "\"missing_record_stream\""), 3);
+	ck_assert_uint_eq(tu_count_lines(out, "\"first_seen\""), 6);
 	/* Each rank's findings are exactly what analyze finds in its trace,
 	 * ids, pids and times aside. */
 	bin = strdup(tu_bin("npusanctl"));
@@ -278,16 +186,16 @@ START_TEST(daemon_finds_what_analyze_finds_in_each_rank)
 		free(list);
 		list = NULL;
 		ctl(&list, "list", "--json", NULL);
-		if (list && count_lines(list, "\"exited\"") == 4)
+		if (list && tu_count_lines(list, "\"exited\"") == 4)
 			break;
-		nap_ms(20);
+		tu_nap_ms(20);
 	}
-	ck_assert_msg(count_lines(list, "\"exited\"") == 4, "%s", list);
+	ck_assert_msg(tu_count_lines(list, "\"exited\"") == 4, "%s", list);
 	/* demo.trace holds 29 operations, the clean one 7; none was lost. */
-	ck_assert_msg(count_lines(list, "\"events\":29,") == 3, "%s", list);
-	ck_assert_msg(count_lines(list, "\"events\":7,") == 1, "%s", list);
-	ck_assert_uint_eq(count_lines(list, "\"lost\":0,"), 4);
-	ck_assert_int_eq(WEXITSTATUS(daemon_stop(&d, SIGTERM)), 0);
+	ck_assert_msg(tu_count_lines(list, "\"events\":29,") == 3, "%s", list);
+	ck_assert_msg(tu_count_lines(list, "\"events\":7,") == 1, "%s", list);
+	ck_assert_uint_eq(tu_count_lines(list, "\"lost\":0,"), 4);
+	ck_assert_int_eq(WEXITSTATUS(tu_daemon_stop(&d, SIGTERM)), 0);
 	free(list);
 	free(out);
 	free(bin);
@@ -303,21 +211,22 @@ START_TEST(daemon_killed_keeps_committed_findings)
 {
 	const char *argv[3];
 	char *trace = demo_for_rank(1), *rep, *out, *after;
-	struct daemon d;
+	struct tu_daemon d;
 
-	daemon_init(&d);
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, DAEMON_ARGS);
 	rep = strdup(tu_bin("agent/npusan-replay"));
 	argv[0] = rep;
 	argv[1] = trace;
 	argv[2] = NULL;
 	ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 0);
 	out = wait_findings(2);
-	ck_assert_uint_eq(count_lines(out, "\"kind\""), 2);
-	ck_assert(WIFSIGNALED(daemon_stop(&d, SIGKILL)));
-	daemon_start(&d);
+	ck_assert_uint_eq(tu_count_lines(out, "\"kind\""), 2);
+	ck_assert(WIFSIGNALED(tu_daemon_stop(&d, SIGKILL)));
+	tu_daemon_start(&d, DAEMON_ARGS);
 	ck_assert_int_eq(ctl(&after, "findings", "--json", NULL), 1);
-	ck_assert_uint_eq(count_lines(after, "\"kind\""), 2);
-	daemon_stop(&d, SIGTERM);
+	ck_assert_uint_eq(tu_count_lines(after, "\"kind\""), 2);
+	tu_daemon_stop(&d, SIGTERM);
 	free(after);
 	free(out);
 	free(rep);

@@ -17,7 +17,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,21 +24,12 @@
 #include "testutil.h"
 
 struct daemon {
-	char *dir;
-	char sock[PATH_MAX];
-	char db[PATH_MAX];
+	struct tu_daemon t;
 	char prom[PATH_MAX];
 	char listen[64];
 	unsigned port;
 	pid_t pid;
 };
-
-static void nap_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-
-	nanosleep(&ts, NULL);
-}
 
 /* A port nobody listens on now: the kernel's pick for port 0. */
 static unsigned free_port(void)
@@ -153,61 +143,29 @@ static char *scrape(const struct daemon *d)
 	return body;
 }
 
-static bool sock_answers(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	bool ok;
-
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-	close(fd);
-	return ok;
-}
-
 static void daemon_start(struct daemon *d)
 {
-	char *bin = strdup(tu_bin("daemon/npusand")), log[PATH_MAX + 8];
+	const char *args[5] = { "--metrics-listen", d->listen,
+				"--metrics-textfile", d->prom, NULL };
 	int fd;
 
-	d->dir = tu_tmpdir();
-	snprintf(d->sock, sizeof(d->sock), "%s/npusand.sock", d->dir);
-	snprintf(d->db, sizeof(d->db), "%s/npusan.db", d->dir);
-	snprintf(d->prom, sizeof(d->prom), "%s/npusan.prom", d->dir);
+	tu_daemon_init(&d->t);
+	snprintf(d->prom, sizeof(d->prom), "%s/npusan.prom", d->t.dir);
 	d->port = free_port();
 	snprintf(d->listen, sizeof(d->listen), "127.0.0.1:%u", d->port);
-	setenv("NPUSAN_SOCKET", d->sock, 1);
-	unsetenv("NPUSAN");
-	unsetenv("NPUSAN_RECORD");
-	snprintf(log, sizeof(log), "%s/npusand.log", d->dir);
-	d->pid = fork();
-	ck_assert_int_ge(d->pid, 0);
-	if (d->pid == 0) {
-		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-		dup2(fd, 2);
-		execl(bin, bin, "--socket", d->sock, "--db", d->db,
-		      "--metrics-listen", d->listen, "--metrics-textfile",
-		      d->prom, (char *)NULL);
-		_exit(127);
-	}
-	free(bin);
-	for (int i = 0; i < 1000 && !sock_answers(d->sock); i++)
-		nap_ms(10);
-	ck_assert_msg(sock_answers(d->sock), "npusand did not start");
+	tu_daemon_start(&d->t, args);
 	/* The metrics port opens after the socket: wait for it too. */
 	for (int i = 0; i < 1000 && (fd = http_connect(d->port)) < 0; i++)
-		nap_ms(10);
+		tu_nap_ms(10);
 	ck_assert_msg(fd >= 0, "npusand's metrics port did not open");
 	close(fd);
 }
 
 static int daemon_stop(struct daemon *d)
 {
-	int status;
+	int status = tu_daemon_stop(&d->t, SIGTERM);
 
-	kill(d->pid, SIGTERM);
-	ck_assert_int_eq(waitpid(d->pid, &status, 0), d->pid);
-	free(d->dir);
+	free(d->t.dir);
 	return status;
 }
 
@@ -336,7 +294,7 @@ START_TEST(metrics_scrape_rises_with_replay)
 		v = sample(after, "npusan_operations_analysed_total");
 		if (v > 0 && v < 116 && (distinct == 0 || v > seen[distinct - 1]))
 			seen[distinct++] = v;
-		nap_ms(100);
+		tu_nap_ms(100);
 	}
 	ck_assert_msg(distinct >= 2, "no rise seen while the replay ran");
 	ck_assert_int_eq(replay_wait(rep), 0);
@@ -346,7 +304,7 @@ START_TEST(metrics_scrape_rises_with_replay)
 		if (sample(after, "npusan_operations_analysed_total") >= 116 &&
 		    sample(after, "npusan_processes{state=\"exited\"}") == 4)
 			break;
-		nap_ms(100);
+		tu_nap_ms(100);
 	}
 	ck_assert_msg(sample(after, "npusan_findings_total{kind=\"data_race\"}")
 			      >= 4, "%s", after);

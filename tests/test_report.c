@@ -7,90 +7,19 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "testutil.h"
 
-struct daemon {
-	char *dir;
-	char sock[PATH_MAX];
-	char db[PATH_MAX];
-	pid_t pid;
-};
-
-static void nap_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-
-	nanosleep(&ts, NULL);
-}
-
-static bool sock_answers(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	bool ok;
-
-	ck_assert_uint_lt(strlen(path), sizeof(sa.sun_path));
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-	close(fd);
-	return ok;
-}
-
-/* Starts npusand on d's socket and database; returns once it answers. */
-static void daemon_start(struct daemon *d)
-{
-	char *bin = strdup(tu_bin("daemon/npusand")), log[PATH_MAX + 8];
-	int fd;
-
-	snprintf(log, sizeof(log), "%s/npusand.log", d->dir);
-	d->pid = fork();
-	ck_assert_int_ge(d->pid, 0);
-	if (d->pid == 0) {
-		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-		dup2(fd, 2);
-		/* The default log level: finding lines must show there. */
-		execl(bin, bin, "--socket", d->sock, "--db", d->db,
-		      (char *)NULL);
-		_exit(127);
-	}
-	free(bin);
-	for (int i = 0; i < 1000 && !sock_answers(d->sock); i++)
-		nap_ms(10);
-	ck_assert_msg(sock_answers(d->sock), "npusand did not start");
-}
-
-static int daemon_stop(struct daemon *d, int sig)
-{
-	int status;
-
-	kill(d->pid, sig);
-	ck_assert_int_eq(waitpid(d->pid, &status, 0), d->pid);
-	return status;
-}
-
-static void daemon_init(struct daemon *d)
-{
-	d->dir = tu_tmpdir();
-	snprintf(d->sock, sizeof(d->sock), "%s/npusand.sock", d->dir);
-	snprintf(d->db, sizeof(d->db), "%s/npusan.db", d->dir);
-	setenv("NPUSAN_SOCKET", d->sock, 1);
-	unsetenv("NPUSAN");
-	unsetenv("NPUSAN_RECORD");
-	daemon_start(d);
-}
+/* The default log level: finding lines must show there. */
+#define DAEMON_ARGS NULL
 
 /* A rank that makes no mistake (rank 1 of job demo). */
 static const char clean_trace[] =
@@ -103,29 +32,6 @@ static const char clean_trace[] =
 	"launch stream=1 op=use read=0x1000+64\n"
 	"device_sync\n"
 	"free ptr=0x1000\n";
-
-/* Lines of `text` that contain `needle`. */
-static unsigned count_lines(const char *text, const char *needle)
-{
-	unsigned n = 0;
-
-	for (const char *l = text; l && *l; l = strchr(l, '\n')) {
-		const char *end;
-
-		if (*l == '\n')
-			l++;
-		end = strchr(l, '\n');
-		if (end == NULL)
-			end = l + strlen(l);
-		for (const char *p = l; p + strlen(needle) <= end; p++) {
-			if (strncmp(p, needle, strlen(needle)) == 0) {
-				n++;
-				break;
-			}
-		}
-	}
-	return n;
-}
 
 /* `npusanctl ARGS...` (NULL-terminated); its stdout and stderr in *out
  * and *err (either NULL to discard). */
@@ -166,11 +72,11 @@ static void wait_exited(const char *job, unsigned n)
 		free(out);
 		out = NULL;
 		ctlv(&out, NULL, "list", "--json", "--job", job, NULL);
-		if (out != NULL && count_lines(out, "\"exited\"") == n)
+		if (out != NULL && tu_count_lines(out, "\"exited\"") == n)
 			break;
-		nap_ms(20);
+		tu_nap_ms(20);
 	}
-	ck_assert_msg(out && count_lines(out, "\"exited\"") == n, "%s", out);
+	ck_assert_msg(out && tu_count_lines(out, "\"exited\"") == n, "%s", out);
 	free(out);
 }
 
@@ -183,11 +89,11 @@ static void wait_findings(const char *job, unsigned n)
 		free(out);
 		out = NULL;
 		ctlv(&out, NULL, "findings", "--json", "--job", job, NULL);
-		if (out != NULL && count_lines(out, "\"kind\"") >= n)
+		if (out != NULL && tu_count_lines(out, "\"kind\"") >= n)
 			break;
-		nap_ms(20);
+		tu_nap_ms(20);
 	}
-	ck_assert_msg(out && count_lines(out, "\"kind\"") == n, "%s", out);
+	ck_assert_msg(out && tu_count_lines(out, "\"kind\"") == n, "%s", out);
 	free(out);
 }
 
@@ -276,9 +182,10 @@ START_TEST(report_job_with_findings)
 {
 	char demo[PATH_MAX], junit[PATH_MAX + 16], *clean, *out, *err, *xml,
 		*log;
-	struct daemon d;
+	struct tu_daemon d;
 
-	daemon_init(&d);
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, DAEMON_ARGS);
 	snprintf(demo, sizeof(demo), "%s/examples/demo.trace",
 		 NPUSAN_SOURCE_DIR);
 	clean = tu_write_file("clean.trace", clean_trace);
@@ -305,7 +212,7 @@ START_TEST(report_job_with_findings)
 	ck_assert_int_eq(ctlv(&out, NULL, "report", "--job", "demo", "--json",
 			      NULL),
 			 1);
-	ck_assert_uint_eq(count_lines(out, "{"), 1);
+	ck_assert_uint_eq(tu_count_lines(out, "{"), 1);
 	ck_assert_ptr_nonnull(strstr(out, "{\"job\":\"demo\",\"verdict\":"
 					  "\"npusan: job demo: 2 findings"));
 	ck_assert_ptr_nonnull(strstr(out, "\"clean\":false,\"complete\":true,"
@@ -349,26 +256,26 @@ START_TEST(report_job_with_findings)
 	free(xml);
 
 	/* One log line per finding row, at the default log level. */
-	ck_assert_int_eq(WEXITSTATUS(daemon_stop(&d, SIGTERM)), 0);
+	ck_assert_int_eq(WEXITSTATUS(tu_daemon_stop(&d, SIGTERM)), 0);
 	snprintf(junit, sizeof(junit), "%s/npusand.log", d.dir);
 	log = slurp(junit);
 	ck_assert_ptr_nonnull(log);
-	ck_assert_msg(count_lines(log, ": finding id=") == 2, "%s", log);
-	ck_assert_uint_eq(count_lines(log, "info: finding id=1 kind=data_race "
+	ck_assert_msg(tu_count_lines(log, ": finding id=") == 2, "%s", log);
+	ck_assert_uint_eq(tu_count_lines(log, "info: finding id=1 kind=data_race "
 					   "job=demo rank=0 pid="),
 			  1);
-	ck_assert_uint_eq(count_lines(log, "info: finding id=2 kind="
+	ck_assert_uint_eq(tu_count_lines(log, "info: finding id=2 kind="
 					   "missing_record_stream job=demo "
 					   "rank=0 pid="),
 			  1);
-	ck_assert_uint_eq(count_lines(log, "op=hccl::all_reduce "
+	ck_assert_uint_eq(tu_count_lines(log, "op=hccl::all_reduce "
 					   "previous_op=aten::mm stream=1 "
 					   "previous_stream=0 ptr=0x"),
 			  1);
 	/* The clean rank registered, and has no finding line. */
-	ck_assert_uint_eq(count_lines(log, "job demo rank 1"), 1);
-	ck_assert_uint_eq(count_lines(log, "rank=1"), 0);
-	ck_assert_uint_eq(count_lines(log, "finding id=3"), 0);
+	ck_assert_uint_eq(tu_count_lines(log, "job demo rank 1"), 1);
+	ck_assert_uint_eq(tu_count_lines(log, "rank=1"), 0);
+	ck_assert_uint_eq(tu_count_lines(log, "finding id=3"), 0);
 	free(log);
 	free(clean);
 	free(d.dir);
@@ -392,9 +299,10 @@ START_TEST(report_repeat_logs_once_and_escapes)
 		"launch stream=1 op=use read=0x2000+64\n";
 	char junit[PATH_MAX + 16], *t = tu_write_file("rep.trace", trace),
 				   *out, *xml, *log;
-	struct daemon d;
+	struct tu_daemon d;
 
-	daemon_init(&d);
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, DAEMON_ARGS);
 	replay(t, NULL);
 	wait_findings("a<&\"b c", 1);
 	wait_exited("a<&\"b c", 1);
@@ -418,14 +326,14 @@ START_TEST(report_repeat_logs_once_and_escapes)
 	if (xml_count(junit, "failure") != -2)
 		ck_assert_int_eq(xml_count(junit, "failure"), 1);
 	free(xml);
-	daemon_stop(&d, SIGTERM);
+	tu_daemon_stop(&d, SIGTERM);
 	snprintf(junit, sizeof(junit), "%s/npusand.log", d.dir);
 	log = slurp(junit);
-	ck_assert_msg(count_lines(log, ": finding id=") == 1, "%s", log);
-	ck_assert_uint_eq(count_lines(log, "finding id=1 kind=data_race "
+	ck_assert_msg(tu_count_lines(log, ": finding id=") == 1, "%s", log);
+	ck_assert_uint_eq(tu_count_lines(log, "finding id=1 kind=data_race "
 					   "job=\"a<&\\\"b c\" rank=0 pid="),
 			  1);
-	ck_assert_uint_eq(count_lines(log, "op=use previous_op=\"fill "
+	ck_assert_uint_eq(tu_count_lines(log, "op=use previous_op=\"fill "
 					   "<&\\\"]]>x\" stream=1"),
 			  1);
 	free(log);
@@ -439,9 +347,10 @@ END_TEST
 START_TEST(report_clean_and_unknown_job)
 {
 	char junit[PATH_MAX + 16], *clean, *out, *err, *log;
-	struct daemon d;
+	struct tu_daemon d;
 
-	daemon_init(&d);
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, DAEMON_ARGS);
 	clean = tu_write_file("clean.trace", clean_trace);
 	replay(clean, NULL);
 	wait_exited("demo", 1);
@@ -486,10 +395,10 @@ START_TEST(report_clean_and_unknown_job)
 			 2);
 	ck_assert_ptr_nonnull(strstr(err, "cannot write"));
 	free(err);
-	daemon_stop(&d, SIGTERM);
+	tu_daemon_stop(&d, SIGTERM);
 	snprintf(junit, sizeof(junit), "%s/npusand.log", d.dir);
 	log = slurp(junit);
-	ck_assert_uint_eq(count_lines(log, "finding id="), 0);
+	ck_assert_uint_eq(tu_count_lines(log, "finding id="), 0);
 	free(log);
 	free(clean);
 	free(d.dir);

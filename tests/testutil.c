@@ -14,8 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "trace.h"
@@ -194,6 +197,99 @@ char *tu_write_file(const char *name, const char *text)
 	ck_assert_uint_eq(fwrite(text, 1, strlen(text), f), strlen(text));
 	ck_assert_int_eq(fclose(f), 0);
 	return path;
+}
+
+void tu_nap_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+unsigned tu_count_lines(const char *text, const char *needle)
+{
+	size_t nl = strlen(needle);
+	unsigned n = 0;
+
+	for (const char *l = text; l != NULL && *l != '\0';) {
+		const char *end = strchr(l, '\n');
+
+		if (end == NULL)
+			end = l + strlen(l);
+		for (const char *p = l; p + nl <= end; p++) {
+			if (strncmp(p, needle, nl) == 0) {
+				n++;
+				break;
+			}
+		}
+		l = *end != '\0' ? end + 1 : end;
+	}
+	return n;
+}
+
+bool tu_sock_answers(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_uint_lt(strlen(path), sizeof(sa.sun_path));
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+void tu_daemon_init(struct tu_daemon *d)
+{
+	memset(d, 0, sizeof(*d));
+	d->dir = tu_tmpdir();
+	snprintf(d->sock, sizeof(d->sock), "%s/npusand.sock", d->dir);
+	snprintf(d->db, sizeof(d->db), "%s/npusan.db", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/npusand.log", d->dir);
+	setenv("NPUSAN_SOCKET", d->sock, 1);
+	setenv("NPUSAN_DB", d->db, 1);
+	unsetenv("NPUSAN");
+	unsetenv("NPUSAN_RECORD");
+}
+
+void tu_daemon_start(struct tu_daemon *d, const char *const *extra)
+{
+	const char *argv[32] = { tu_bin("daemon/npusand"), "--socket",
+				 d->sock, "--db", d->db };
+	size_t n = 5;
+	char *bin = strdup(argv[0]);
+	int fd;
+
+	argv[0] = bin;
+	for (; extra != NULL && *extra != NULL; extra++) {
+		ck_assert_uint_lt(n, 31);
+		argv[n++] = *extra;
+	}
+	d->pid = fork();
+	ck_assert_int_ge(d->pid, 0);
+	if (d->pid == 0) {
+		fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		dup2(fd, 2);
+		execv(bin, (char *const *)argv);
+		_exit(127);
+	}
+	free(bin);
+	for (int i = 0; i < 1000 && !tu_sock_answers(d->sock); i++)
+		tu_nap_ms(10);
+	ck_assert_msg(tu_sock_answers(d->sock), "npusand did not start");
+}
+
+int tu_daemon_stop(struct tu_daemon *d, int sig)
+{
+	int status;
+
+	kill(d->pid, sig);
+	ck_assert_int_eq(waitpid(d->pid, &status, 0), d->pid);
+	d->pid = 0;
+	return status;
 }
 
 int tu_main(Suite *s)

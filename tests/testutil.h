@@ -7,8 +7,10 @@
 #ifndef NPUSAN_TESTUTIL_H
 #define NPUSAN_TESTUTIL_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include <check.h>
 
@@ -40,6 +42,38 @@ char *tu_tmpdir(void);
 /* A fresh file under a private temporary directory holding `text`;
  * returns its path (caller frees). */
 char *tu_write_file(const char *name, const char *text);
+
+/* Sleeps `ms` milliseconds. */
+void tu_nap_ms(long ms);
+
+/* The number of lines of `text` that contain `needle` (0 for NULL). */
+unsigned tu_count_lines(const char *text, const char *needle);
+
+/* Whether something accepts connections on the Unix socket `path`. */
+bool tu_sock_answers(const char *path);
+
+/* A daemon of the test's own, in a temporary directory. */
+struct tu_daemon {
+	char *dir;
+	char sock[PATH_MAX];
+	char db[PATH_MAX];
+	char log[PATH_MAX]; /* its standard error */
+	pid_t pid;
+};
+
+/*
+ * Makes the temporary directory and names the socket, database and log in
+ * it; points NPUSAN_SOCKET and NPUSAN_DB at them (for the agent, npusanctl
+ * and any daemon npusanctl run starts) and unsets NPUSAN and NPUSAN_RECORD.
+ */
+void tu_daemon_init(struct tu_daemon *d);
+
+/* Starts npusand on d's socket and database with the NULL-terminated
+ * `extra` arguments (NULL for none); returns once it answers. */
+void tu_daemon_start(struct tu_daemon *d, const char *const *extra);
+
+/* Sends `sig` and reaps the daemon; its wait status. */
+int tu_daemon_stop(struct tu_daemon *d, int sig);
 
 /* The findings of one analysis, in detection order. */
 struct tu_findings {
