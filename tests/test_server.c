@@ -471,6 +471,10 @@ START_TEST(server_socket_activation)
 	for (int i = 0; i < 1000 && lstat(t.sock, &st) != 0; i++)
 		usleep(10000);
 	ck_assert_int_eq(lstat(t.sock, &st), 0);
+	/* It binds before it listens: the file alone does not take a
+	 * connection yet. */
+	for (int i = 0; i < 1000 && !tu_sock_answers(t.sock); i++)
+		usleep(10000);
 	fd = td_connect(&t);
 	send_stats_query(fd);
 	{
