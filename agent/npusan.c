@@ -903,6 +903,7 @@ NPUSAN_EXPORT int npusan_init(void)
 	agent.want_daemon = true;
 	switch (agent_state_load(__ATOMIC_RELAXED)) {
 	case AGENT_OFF:
+		agent.want_dormant = agent_env_says("dormant");
 		err = agent_start(true, false);
 		break;
 	case AGENT_ON:

@@ -110,8 +110,9 @@ static inline int npusan_pushing(void)
 }
 
 /*
- * Enables the agent as NPUSAN=1 does (unless NPUSAN=0): creates the ring
- * and starts registering with the daemon in the background. Idempotent.
+ * Enables the agent as NPUSAN=1 does (unless NPUSAN=0; with NPUSAN=dormant,
+ * as that does): creates the ring and starts registering with the daemon
+ * in the background. Idempotent.
  * Returns 0, or a negative errno when the ring could not be created (the
  * agent then stays off).
  */

@@ -18,6 +18,11 @@
  * The consumer is pinned to one CPU and each pushing thread to another when
  * the machine has enough; with fewer, they share and the figures say so.
  *
+ * A dormant agent (NPUSAN=dormant: registered, not attached) is timed the
+ * same way, a launch through the PLT and one behind npusan_pushing(); and
+ * so are an allocation and its free, which a dormant or attached agent
+ * keeps in its table of live allocations for the snapshot an attach sends.
+ *
  * Build in Release and run: see tests/bench/agent_bench.sh.
  */
 #include <errno.h>
@@ -83,7 +88,11 @@ struct bench_cfg {
 	uint32_t stack;	       /* the stack argument of each launch */
 	long iters;	       /* launches per thread per run */
 	double target_ns;      /* the per-call budget, 0: none */
-	bool guarded;	       /* each call behind `if (npusan_active())` */
+	bool guarded;	       /* each call behind `if (npusan_active())`, or
+				  with `dormant`, `if (npusan_pushing())` */
+	bool dormant;	       /* NPUSAN=dormant: registered, detached */
+	bool alloc_free;       /* time npusan_alloc() + npusan_free(), not
+				  launches; per call */
 };
 
 /* What one thread does in one run. */
@@ -270,6 +279,23 @@ static int bench_sync(struct bench_shm *shm)
 
 /* ---- the producer ------------------------------------------------------ */
 
+/* cfg->iters allocations and frees of distinct blocks, as a caching
+ * allocator hands them out; each thread its own addresses. */
+static BENCH_NOIPA void bench_alloc_loop(struct bench_thread *t)
+{
+	uint64_t base = 0x7e0000000000 + ((uint64_t)(uintptr_t)t << 20);
+	long n = t->cfg->iters / 2;
+
+	t->t0 = bench_now_ns();
+	for (long i = 0; i < n; i++) {
+		uint64_t p = base + (uint64_t)(i & 1023) * 4096;
+
+		npusan_alloc(p, 4096, 0, NPUSAN_STACK_NONE);
+		npusan_free(p);
+	}
+	t->t1 = bench_now_ns();
+}
+
 /* The timed loop: cfg->iters launches, back to back. */
 static BENCH_NOIPA void bench_loop(struct bench_thread *t)
 {
@@ -281,8 +307,19 @@ static BENCH_NOIPA void bench_loop(struct bench_thread *t)
 	long n = cfg->iters;
 	uint32_t op = t->op, stack = cfg->stack;
 
+	if (cfg->alloc_free) {
+		bench_alloc_loop(t);
+		return;
+	}
 	t->t0 = bench_now_ns();
-	if (cfg->guarded) {
+	if (cfg->guarded && cfg->dormant) {
+		for (long i = 0; i < n; i++) {
+			if (npusan_pushing())
+				npusan_launch((uint64_t)i & 3, op, reads, 2,
+					      writes, 2, stack);
+			bench_sink += (uintptr_t)i;
+		}
+	} else if (cfg->guarded) {
 		/* The inline check is a relaxed load of a variable the
 		 * compiler cannot assume constant, so it stays in the loop. */
 		for (long i = 0; i < n; i++) {
@@ -356,7 +393,7 @@ static int bench_run_once(const struct bench_cfg *cfg, uint32_t op,
 	}
 	out->push_ns = t1 - t0;
 	out->drain_ns = t1 - t0;
-	if (cfg->agent) {
+	if (cfg->agent && !cfg->dormant) {
 		int err = npusan_wait_drained(BENCH_TIMEOUT_MS);
 
 		out->drain_ns = bench_now_ns() - t0;
@@ -443,6 +480,8 @@ static int bench_agent_up(const struct bench_cfg *cfg, struct bench_shm *shm,
 		setenv("NPUSAN_RING_FULL", cfg->ring_full, 1);
 	if (cfg->stacks != NULL)
 		setenv("NPUSAN_STACKS", cfg->stacks, 1);
+	if (cfg->dormant)
+		setenv("NPUSAN", "dormant", 1);
 	err = npusan_init();
 	if (err < 0)
 		return err;
@@ -504,10 +543,12 @@ static int bench_config(const struct bench_cfg *cfg)
 			return 1;
 		}
 	}
-	if (npusan_enabled() != (cfg->agent ? 1 : 0)) {
+	if (npusan_enabled() != (cfg->agent && !cfg->dormant ? 1 : 0) ||
+	    npusan_active() != (cfg->agent ? 1 : 0)) {
 		fprintf(stderr, "agent_bench: %s: agent %s, expected %s\n",
-			cfg->label, npusan_enabled() ? "on" : "off",
-			cfg->agent ? "on" : "off");
+			cfg->label, npusan_enabled() ? "on" :
+				    npusan_active() ? "dormant" : "off",
+			cfg->dormant ? "dormant" : cfg->agent ? "on" : "off");
 		return 1;
 	}
 	op = npusan_intern("aten::addmm");
@@ -616,23 +657,41 @@ int main(int argc, char **argv)
 		unsetenv(agent_env[i]);
 	/* RING_SIZE stays whatever the caller set (8M by default). */
 
+	/* label, agent, threads, ring_full, stacks, stack, iters, target_ns,
+	 * guarded, dormant, alloc_free */
 	const struct bench_cfg cfgs[] = {
 		{ "launch 4 ranges, 1 thread", true, 1, NULL, NULL,
-		  NPUSAN_STACK_NONE, 2000000 / scale, 50, false },
+		  NPUSAN_STACK_NONE, 2000000 / scale, 50, false, false, false },
 		{ "launch 4 ranges, 2 threads", true, 2, NULL, NULL,
-		  NPUSAN_STACK_NONE, 2000000 / scale, 150, false },
+		  NPUSAN_STACK_NONE, 2000000 / scale, 150, false, false, false },
 		{ "launch 4 ranges, agent disabled", false, 1, NULL, NULL,
-		  NPUSAN_STACK_NONE, 100000000 / scale, 2, false },
+		  NPUSAN_STACK_NONE, 100000000 / scale, 2, false, false, false },
 		{ "launch 4 ranges, agent disabled, guarded by npusan_active()",
 		  false, 1, NULL, NULL, NPUSAN_STACK_NONE, 100000000 / scale, 2,
-		  true },
+		  true, false, false },
 		{ "launch 4 ranges, 1 thread, NPUSAN_RING_FULL=block", true, 1,
-		  "block", NULL, NPUSAN_STACK_NONE, 2000000 / scale, 0, false },
+		  "block", NULL, NPUSAN_STACK_NONE, 2000000 / scale, 0, false,
+		  false, false },
 		{ "launch 4 ranges, 2 threads, NPUSAN_RING_FULL=block", true,
 		  2, "block", NULL, NPUSAN_STACK_NONE, 2000000 / scale, 0,
-		  false },
+		  false, false, false },
 		{ "launch 4 ranges, 1 thread, NPUSAN_STACKS=16 native", true, 1,
-		  NULL, "16", NPUSAN_STACK_NATIVE, 1000000 / scale, 0, false },
+		  NULL, "16", NPUSAN_STACK_NATIVE, 1000000 / scale, 0, false,
+		  false, false },
+		{ "launch 4 ranges, agent dormant", true, 1, NULL, NULL,
+		  NPUSAN_STACK_NONE, 100000000 / scale, 0, false, true, false },
+		{ "launch 4 ranges, agent dormant, guarded by npusan_pushing()",
+		  true, 1, NULL, NULL, NPUSAN_STACK_NONE, 100000000 / scale, 2,
+		  true, true, false },
+		{ "alloc + free, agent dormant (live table), per call", true, 1,
+		  NULL, NULL, NPUSAN_STACK_NONE, 4000000 / scale, 0, false, true,
+		  true },
+		{ "alloc + free, agent on (live table and ring), per call", true,
+		  1, NULL, NULL, NPUSAN_STACK_NONE, 2000000 / scale, 0, false,
+		  false, true },
+		{ "alloc + free, 2 threads, agent on, per call", true, 2, NULL,
+		  NULL, NPUSAN_STACK_NONE, 2000000 / scale, 0, false, false,
+		  true },
 	};
 
 	signal(SIGPIPE, SIG_IGN);
