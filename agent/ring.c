@@ -185,6 +185,22 @@ int ring__full(struct ring *r, unsigned type, uint64_t need,
 	return -ENOBUFS;
 }
 
+/*
+ * Whether the gap record and the record after it both fit now. A gap that
+ * found room only for itself would be followed by more drops, and so a
+ * second gap, for one stretch of lost records.
+ */
+static bool ring__gap_fits(struct ring *r, uint64_t gap_need, uint64_t need)
+{
+	/* Relaxed: a hint; the claims below decide. */
+	uint64_t pos = ring_load_relaxed(&r->hdr->head);
+	uint64_t tail = ring__refresh_tail(r);
+	uint64_t first = ring__span(r, pos, gap_need);
+
+	return pos + first + ring__span(r, pos + first, need) - tail <=
+	       r->capacity;
+}
+
 int ring__reserve_gap(struct ring *r, unsigned type, uint64_t need,
 		      struct ring_slot *slot)
 {
@@ -197,6 +213,14 @@ int ring__reserve_gap(struct ring *r, unsigned type, uint64_t need,
 	struct ring_op *op;
 
 	if (lost != 0) {
+		if (!(r->flags & RING_F_BLOCK) &&
+		    !ring__gap_fits(r, gap_need, need)) {
+			/* Relaxed: as in ring__drop(). */
+			atomic_fetch_add_explicit(&r->hdr->pending, lost,
+						  memory_order_relaxed);
+			ring__drop(r);
+			return -ENOBUFS;
+		}
 		if (!ring__try(r, RING_REC_OP, gap_need,
 			       ring_load_acquire(&r->tail_cache), &gap) &&
 		    !ring__wait(r, RING_REC_OP, gap_need, &gap)) {

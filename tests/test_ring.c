@@ -451,6 +451,37 @@ START_TEST(ring_full_drops_exact_count_then_gap)
 }
 END_TEST
 
+/*
+ * Room for a gap record (40 bytes) but not for the 64-byte record behind
+ * it: no gap goes in alone, so one stretch of drops is one gap, placed
+ * before the record that found room.
+ */
+START_TEST(ring_gap_waits_for_room_for_its_record)
+{
+	struct ring_slot s;
+	struct got g = { 0 };
+	struct rt t;
+
+	rt_open(&t, 0, 0, 5 * CAP);
+	for (unsigned i = 0; i < CAP / 256 - 1; i++)
+		rt_push(&t, RING_REC_OP, 248, i);
+	/* 256 bytes left: 216 of them taken, 40 left. */
+	rt_push(&t, RING_REC_OP, 208, 99);
+	ck_assert_uint_eq(rt_head(&t) - 5 * CAP, CAP - 40);
+	ck_assert_int_eq(ring_reserve(t.p, RING_REC_OP, 56, &s), -ENOBUFS);
+	ck_assert_int_eq(ring_reserve(t.p, RING_REC_OP, 56, &s), -ENOBUFS);
+	ck_assert_uint_eq(rt_head(&t) - 5 * CAP, CAP - 40);
+	ck_assert_uint_eq(t.p->hdr->pending, 2);
+	ck_assert_int_eq(ringread_drain(t.c, 1, 0, got_cb, &g), 1);
+	rt_push(&t, RING_REC_OP, 56, 7);
+	ck_assert_uint_eq(rt_drain(&t, 0, &g), CAP / 256 + 1);
+	ck_gap(&g, CAP / 256, 2);
+	ck_rec(&g, CAP / 256 + 1, RING_REC_OP, 56, 7);
+	got_free(&g);
+	rt_close(&t);
+}
+END_TEST
+
 static uint64_t now_ms(void)
 {
 	struct timespec ts;
@@ -1316,6 +1347,7 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, ring_max_record_accepted_one_more_refused);
 	tcase_add_test(tc, ring_reserve_huge_length_refused);
 	tcase_add_test(tc, ring_full_drops_exact_count_then_gap);
+	tcase_add_test(tc, ring_gap_waits_for_room_for_its_record);
 	tcase_add_test(tc, ring_block_without_consumer_drops);
 	tcase_add_test(tc, ring_block_stalled_consumer_drops_after_timeout);
 	tcase_add_test(tc, ring_block_draining_thread_loses_nothing);
