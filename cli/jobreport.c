@@ -240,7 +240,8 @@ static int jr_assign(struct jr *r)
 		p->finds = v;
 		p->finds[p->nfinds++] = i;
 	}
-	qsort(r->procs, r->nprocs, sizeof(r->procs[0]), proc_cmp);
+	if (r->nprocs > 1) /* qsort() takes no NULL, even for none */
+		qsort(r->procs, r->nprocs, sizeof(r->procs[0]), proc_cmp);
 	return 0;
 }
 
