@@ -35,7 +35,10 @@ struct replay {
 	struct u64map stacks; /* trace stack id -> agent stack id */
 	double rate;          /* operations per second, 0: as fast as possible */
 	unsigned wait_ms;
-	uint64_t pauses[REPLAY_MAX_PAUSES]; /* --pause-at, ascending */
+	struct replay_pause {
+		uint64_t at;	/* after this many operations */
+		bool detached;	/* then wait to be detached, not attached */
+	} pauses[REPLAY_MAX_PAUSES]; /* --pause-at, ascending */
 	unsigned npauses;
 	const char *path;
 };
@@ -49,12 +52,14 @@ static const char replay_usage[] =
 	"  --rate OPS   replay at most OPS operations per second per trace\n"
 	"  --wait MS    at the end, wait up to MS milliseconds for the daemon\n"
 	"               to take every operation (default 10000; 0: do not wait)\n"
-	"  --pause-at N after the Nth operation of each trace, wait (--wait)\n"
+	"  --pause-at N[:detached]\n"
+	"               after the Nth operation of each trace, wait (--wait)\n"
 	"               until the daemon took everything, stop (SIGSTOP), and\n"
 	"               once continued (SIGCONT) wait until the agent is\n"
-	"               attached and the daemon took everything again: a point\n"
-	"               at which to attach, or to restart or pause the daemon;\n"
-	"               up to 16 times\n"
+	"               attached (or, with :detached, detached) and the daemon\n"
+	"               took everything again: a point at which to attach or\n"
+	"               detach, or to restart or pause the daemon; up to 16\n"
+	"               times\n"
 	"  --help       show this help\n"
 	"\n"
 	"The agent's environment applies (NPUSAN_SOCKET, NPUSAN_RECORD, ...);\n"
@@ -155,13 +160,15 @@ static void replay_pace(const struct replay *rp, const struct timespec *start,
 }
 
 /* A --pause-at point (see the usage). */
-static void replay_pause(const struct replay *rp)
+static void replay_pause(const struct replay *rp, bool detached)
 {
 	struct timespec nap = { 0, 1000000 };
 
 	(void)npusan_wait_drained(rp->wait_ms);
 	kill(getpid(), SIGSTOP);
-	for (unsigned ms = 0; ms < rp->wait_ms && !npusan_attached(); ms++)
+	for (unsigned ms = 0; ms < rp->wait_ms &&
+			      npusan_attached() == (detached ? 1 : 0);
+	     ms++)
 		nanosleep(&nap, NULL);
 	(void)npusan_wait_drained(rp->wait_ms);
 }
@@ -206,8 +213,8 @@ static int replay_trace(struct replay *rp, struct trace_reader *r)
 			replay_pace(rp, &start, n++);
 		replay_op(rp, &op);
 		done++;
-		while (pause < rp->npauses && rp->pauses[pause] == done) {
-			replay_pause(rp);
+		while (pause < rp->npauses && rp->pauses[pause].at == done) {
+			replay_pause(rp, rp->pauses[pause].detached);
 			pause++;
 		}
 	}
@@ -248,23 +255,27 @@ static int replay_child(struct replay *rp)
 	return ret;
 }
 
-/* One --pause-at: a number from 1 up, above the one before. 0 or -1. */
+/* One --pause-at: N[:detached], N from 1 up and above the one before.
+ * 0 or -1. */
 static int replay_parse_pause(struct replay *rp, const char *v)
 {
 	unsigned long long n;
 	char *end;
+	bool detached;
 
 	errno = 0;
 	n = strtoull(v, &end, 10);
+	detached = strcmp(end, ":detached") == 0;
 	if (rp->npauses == REPLAY_MAX_PAUSES || v[0] < '0' || v[0] > '9' ||
-	    *end != '\0' || errno != 0 || n == 0 ||
-	    (rp->npauses > 0 && n <= rp->pauses[rp->npauses - 1])) {
+	    (*end != '\0' && !detached) || errno != 0 || n == 0 ||
+	    (rp->npauses > 0 && n <= rp->pauses[rp->npauses - 1].at)) {
 		fprintf(stderr, "npusan-replay: --pause-at needs an operation "
-			"number from 1 up, each above the last, at most %d "
-			"times, not '%s'\n", REPLAY_MAX_PAUSES, v);
+			"number from 1 up, each above the last, optionally with "
+			":detached, at most %d times, not '%s'\n",
+			REPLAY_MAX_PAUSES, v);
 		return -1;
 	}
-	rp->pauses[rp->npauses++] = n;
+	rp->pauses[rp->npauses++] = (struct replay_pause){ n, detached };
 	return 0;
 }
 
