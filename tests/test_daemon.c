@@ -67,55 +67,9 @@ static const char clean_trace[] =
 	"device_sync\n"
 	"free ptr=0x1000\n";
 
-/* Removes `"key":VALUE` (and the comma before or after it) from `line`,
- * for every key in `keys`; VALUE is a number, null or a string without
- * quotes inside. */
-static void strip_fields(char *line, const char *const *keys)
-{
-	char pat[64], *p, *end;
-
-	for (; *keys != NULL; keys++) {
-		snprintf(pat, sizeof(pat), "\"%s\":", *keys);
-		while ((p = strstr(line, pat)) != NULL) {
-			end = p + strlen(pat);
-			if (*end == '"')
-				end = strchr(end + 1, '"') + 1;
-			else
-				end += strcspn(end, ",}");
-			if (*end == ',')
-				end++;
-			else if (p > line && p[-1] == ',')
-				p--;
-			memmove(p, end, strlen(end) + 1);
-		}
-	}
-}
-
-/* The lines of `text` containing `needle`, each stripped of the fields
- * that differ between a trace's analysis and a live one, joined. */
-static char *normalized(const char *text, const char *needle)
-{
-	static const char *const keys[] = { "id", "pid", "first_seen",
-					    "last_seen", NULL };
-	char *out = calloc(1, strlen(text) + 1), *line;
-	const char *l = text, *nl;
-	size_t n;
-
-	for (; *l != '\0'; l = nl + (*nl != '\0')) {
-		nl = strchr(l, '\n');
-		if (nl == NULL)
-			nl = l + strlen(l);
-		n = (size_t)(nl - l);
-		line = strndup(l, n);
-		if (strstr(line, needle) != NULL) {
-			strip_fields(line, keys);
-			strcat(out, line);
-			strcat(out, "\n");
-		}
-		free(line);
-	}
-	return out;
-}
+/* The fields in which a trace's analysis and a live one differ. */
+static const char *const varying[] = { "id", "pid", "first_seen",
+				       "last_seen", NULL };
 
 /* Polls `npusanctl findings --json` until it holds `want` findings. */
 static char *wait_findings(unsigned want)
@@ -172,8 +126,8 @@ START_TEST(daemon_finds_what_analyze_finds_in_each_rank)
 
 		ck_assert_int_eq(tu_run(av, NULL, &expect, NULL), 1);
 		snprintf(want, sizeof(want), "\"rank\":%u}", r);
-		got = normalized(out, want);
-		exp = normalized(expect, want);
+		got = tu_json_lines(out, want, varying);
+		exp = tu_json_lines(expect, want, varying);
 		ck_assert_str_eq(got, exp);
 		ck_assert_ptr_nonnull(strstr(got, "hccl::all_reduce"));
 		free(got);

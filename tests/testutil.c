@@ -228,6 +228,52 @@ unsigned tu_count_lines(const char *text, const char *needle)
 	return n;
 }
 
+/* Removes `"key":VALUE` (and the comma before or after it) from `line`,
+ * for every key in `keys`; VALUE is a number, null or a string without
+ * quotes inside. */
+static void tu_strip_fields(char *line, const char *const *keys)
+{
+	char pat[64], *p, *end;
+
+	for (; *keys != NULL; keys++) {
+		snprintf(pat, sizeof(pat), "\"%s\":", *keys);
+		while ((p = strstr(line, pat)) != NULL) {
+			end = p + strlen(pat);
+			if (*end == '"')
+				end = strchr(end + 1, '"') + 1;
+			else
+				end += strcspn(end, ",}");
+			if (*end == ',')
+				end++;
+			else if (p > line && p[-1] == ',')
+				p--;
+			memmove(p, end, strlen(end) + 1);
+		}
+	}
+}
+
+char *tu_json_lines(const char *text, const char *needle,
+		    const char *const *strip)
+{
+	char *out = calloc(1, strlen(text) + 1), *line;
+	const char *l = text, *nl;
+
+	ck_assert_ptr_nonnull(out);
+	for (; *l != '\0'; l = nl + (*nl != '\0')) {
+		nl = strchr(l, '\n');
+		if (nl == NULL)
+			nl = l + strlen(l);
+		line = strndup(l, (size_t)(nl - l));
+		if (strstr(line, needle) != NULL) {
+			tu_strip_fields(line, strip);
+			strcat(out, line);
+			strcat(out, "\n");
+		}
+		free(line);
+	}
+	return out;
+}
+
 bool tu_sock_answers(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };

@@ -49,6 +49,14 @@ void tu_nap_ms(long ms);
 /* The number of lines of `text` that contain `needle` (0 for NULL). */
 unsigned tu_count_lines(const char *text, const char *needle);
 
+/*
+ * The lines of `text` (JSON Lines) that contain `needle`, each without the
+ * fields named in the NULL-terminated `strip` (whose values are numbers,
+ * null or strings without quotes inside), joined (caller frees).
+ */
+char *tu_json_lines(const char *text, const char *needle,
+		    const char *const *strip);
+
 /* Whether something accepts connections on the Unix socket `path`. */
 bool tu_sock_answers(const char *path);
 
