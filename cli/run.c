@@ -518,15 +518,18 @@ static int run_job(struct run *r, int *cmd_status)
 
 /* ---- the findings -------------------------------------------------------- */
 
-struct run_settle {
+/* Counts the processes not exited yet: the job's, active since the job
+ * started, or (others) those of every other job. */
+struct run_count {
 	const char *job;
 	int64_t since_ms;
-	size_t busy; /* processes of the job not exited yet */
+	bool others;
+	size_t busy;
 };
 
-static int run_settle_cb(void *arg, Npusan__FromDaemon *m)
+static int run_count_cb(void *arg, Npusan__FromDaemon *m)
 {
-	struct run_settle *s = arg;
+	struct run_count *c = arg;
 	const Npusan__ListReply *lr = m->list;
 	bool done;
 
@@ -536,15 +539,32 @@ static int run_settle_cb(void *arg, Npusan__FromDaemon *m)
 	}
 	for (size_t i = 0; i < lr->n_processes; i++) {
 		const Npusan__Process *p = lr->processes[i];
+		bool ours = p->job != NULL && strcmp(p->job, c->job) == 0;
 
-		if (p->job != NULL && strcmp(p->job, s->job) == 0 &&
-		    p->has_last_ms && p->last_ms >= s->since_ms &&
-		    p->state != NULL && strcmp(p->state, "exited") != 0)
-			s->busy++;
+		if (p->state == NULL || strcmp(p->state, "exited") == 0)
+			continue;
+		if (c->others ? !ours :
+				ours && p->has_last_ms &&
+					p->last_ms >= c->since_ms)
+			c->busy++;
 	}
 	done = lr->has_done && lr->done;
 	npusan__from_daemon__free_unpacked(m, NULL);
 	return done ? CLIENT_DONE : CLIENT_MORE;
+}
+
+/* Asks the daemon for c->busy. A status. */
+static int run_count(const struct client_opts *co, struct run_count *c)
+{
+	Npusan__ListRequest req = NPUSAN__LIST_REQUEST__INIT;
+	Npusan__Query q = NPUSAN__QUERY__INIT;
+
+	/* Only the job's, unless the others are asked for. */
+	req.job = c->others ? NULL : (char *)c->job;
+	q.q_case = NPUSAN__QUERY__Q_LIST;
+	q.list = &req;
+	c->busy = 0;
+	return client_query(co, RUN_CMD, &q, run_count_cb, c);
 }
 
 /*
@@ -553,26 +573,20 @@ static int run_settle_cb(void *arg, Npusan__FromDaemon *m)
  */
 static int run_settle(const struct run *r, const struct client_opts *co)
 {
-	Npusan__ListRequest req = NPUSAN__LIST_REQUEST__INIT;
-	Npusan__Query q = NPUSAN__QUERY__INIT;
 	int64_t deadline = run_mono_ms() + RUN_SETTLE_MS;
-	struct run_settle s = { .job = r->job, .since_ms = r->start_ms };
+	struct run_count c = { .job = r->job, .since_ms = r->start_ms };
 	int status;
 
-	req.job = (char *)r->job;
-	q.q_case = NPUSAN__QUERY__Q_LIST;
-	q.list = &req;
 	for (;;) {
-		s.busy = 0;
-		status = client_query(co, RUN_CMD, &q, run_settle_cb, &s);
-		if (status != CLI_OK || s.busy == 0)
+		status = run_count(co, &c);
+		if (status != CLI_OK || c.busy == 0)
 			return status;
 		if (run_mono_ms() >= deadline) {
 			fprintf(stderr, RUN_CMD ": %zu process%s of job %s "
 					"still not finished by the daemon "
 					"after %d s; its findings may be "
 					"incomplete\n",
-				s.busy, s.busy == 1 ? "" : "es", r->job,
+				c.busy, c.busy == 1 ? "" : "es", r->job,
 				RUN_SETTLE_MS / 1000);
 			return CLI_OK;
 		}
@@ -580,42 +594,14 @@ static int run_settle(const struct run *r, const struct client_opts *co)
 	}
 }
 
-/* Whether the daemon watches processes of other jobs (DESIGN: ours is
- * stopped only when it serves this job alone). */
-static int run_others_cb(void *arg, Npusan__FromDaemon *m)
-{
-	struct run_settle *s = arg;
-	const Npusan__ListReply *lr = m->list;
-	bool done;
-
-	if (m->msg_case != NPUSAN__FROM_DAEMON__MSG_LIST) {
-		npusan__from_daemon__free_unpacked(m, NULL);
-		return -EBADMSG;
-	}
-	for (size_t i = 0; i < lr->n_processes; i++) {
-		const Npusan__Process *p = lr->processes[i];
-
-		if ((p->job == NULL || strcmp(p->job, s->job) != 0) &&
-		    p->state != NULL && strcmp(p->state, "exited") != 0)
-			s->busy++;
-	}
-	done = lr->has_done && lr->done;
-	npusan__from_daemon__free_unpacked(m, NULL);
-	return done ? CLIENT_DONE : CLIENT_MORE;
-}
-
+/* Stops the daemon we started, unless other jobs use it by now. */
 static void run_release_daemon(struct run *r, const struct client_opts *co)
 {
-	Npusan__ListRequest req = NPUSAN__LIST_REQUEST__INIT;
-	Npusan__Query q = NPUSAN__QUERY__INIT;
-	struct run_settle s = { .job = r->job };
+	struct run_count c = { .job = r->job, .others = true };
 
 	if (r->daemon_pid <= 0)
 		return;
-	q.q_case = NPUSAN__QUERY__Q_LIST;
-	q.list = &req;
-	if (client_query(co, RUN_CMD, &q, run_others_cb, &s) == CLI_OK &&
-	    s.busy > 0) {
+	if (run_count(co, &c) == CLI_OK && c.busy > 0) {
 		fprintf(stderr, RUN_CMD ": the daemon started for this job "
 				"(pid %d, %s) now watches other jobs too; it "
 				"is left running\n",
