@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -455,6 +456,61 @@ START_TEST(session_attach_unknown_pid_is_said)
 	ck_assert_int_eq(ctl(NULL, &err, "attach", NULL), 2);
 	free(err);
 	tu_daemon_stop(&d, SIGTERM);
+	free(d.dir);
+}
+END_TEST
+
+/* A user may attach only their own processes: as nobody, root's dormant
+ * process is no registered process; root attaches it. */
+START_TEST(session_attach_only_ones_own_processes)
+{
+	struct text t = { 0 };
+	struct tu_daemon d;
+	char *trace, *pidarg, *bin;
+	pid_t rp, pid, child;
+	int status;
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "session_attach_only_ones_own_processes: "
+				"skipped, needs root to become nobody\n");
+		return;
+	}
+	add(&t, "npusan-trace 1");
+	add(&t, "process pid=1 job=mine rank=0");
+	add(&t, "stream_create stream=1");
+	trace = text_file(&t, "mine.trace");
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, NULL);
+	/* Root's daemon socket is 0666; let nobody reach it. */
+	ck_assert_int_eq(chmod(d.dir, 0755), 0);
+	setenv("NPUSAN", "dormant", 1);
+	rp = replay_start("--pause-at", "1", trace, NULL);
+	unsetenv("NPUSAN");
+	job_stopped("mine", &pid, 1);
+	ck_assert_int_gt(asprintf(&pidarg, "%d", (int)pid), 0);
+	bin = strdup(tu_bin("npusanctl"));
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		dup2(null, STDERR_FILENO);
+		if (setresgid(65534, 65534, 65534) < 0 ||
+		    setresuid(65534, 65534, 65534) < 0)
+			_exit(100);
+		execl(bin, bin, "attach", pidarg, (char *)NULL);
+		_exit(101);
+	}
+	status = reap(child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 2,
+		      "nobody's attach: status %d", status);
+	ck_assert_int_eq(ctl(NULL, NULL, "attach", pidarg, NULL), 0);
+	job_continue(&pid, 1);
+	ck_assert_int_eq(WEXITSTATUS(reap(rp)), 0);
+	tu_daemon_stop(&d, SIGTERM);
+	free(bin);
+	free(pidarg);
+	free(trace);
 	free(d.dir);
 }
 END_TEST
@@ -945,6 +1001,7 @@ static Suite *session_suite(void)
 	tcase_add_test(at, session_attach_mid_run_finds_only_what_follows);
 	tcase_add_test(at, session_detach_then_attach_again);
 	tcase_add_test(at, session_attach_unknown_pid_is_said);
+	tcase_add_test(at, session_attach_only_ones_own_processes);
 	suite_add_tcase(s, at);
 	tcase_set_timeout(re, 120);
 	tcase_add_test(re,
