@@ -627,9 +627,11 @@ static void agent_attach(void)
 	    agent_attach_load(AGENT_DAEMON) == AGENT_DETACHED) {
 		agent_attach_store(AGENT_ATTACHING);
 		agent_snapshot(NPUSAN_LOST_UNKNOWN);
+		/* On before ATTACHED: whoever sees npusan_attached() also
+		 * gets past the state check (and pushes nothing before). */
+		agent_state_move(AGENT_DORMANT, AGENT_ON);
 		agent_attach_store(AGENT_ATTACHED);
 		register_set_dormant(false);
-		agent_state_move(AGENT_DORMANT, AGENT_ON);
 	}
 	pthread_mutex_unlock(&agent_attach_lock);
 }
