@@ -93,6 +93,8 @@ struct bench_cfg {
 	bool dormant;	       /* NPUSAN=dormant: registered, detached */
 	bool alloc_free;       /* time npusan_alloc() + npusan_free(), not
 				  launches; per call */
+	bool empty;	       /* the guarded loop without the guard or the
+				  call: what the loop itself costs */
 };
 
 /* What one thread does in one run. */
@@ -312,7 +314,10 @@ static BENCH_NOIPA void bench_loop(struct bench_thread *t)
 		return;
 	}
 	t->t0 = bench_now_ns();
-	if (cfg->guarded && cfg->dormant) {
+	if (cfg->empty) {
+		for (long i = 0; i < n; i++)
+			bench_sink += (uintptr_t)i;
+	} else if (cfg->guarded && cfg->dormant) {
 		for (long i = 0; i < n; i++) {
 			if (npusan_pushing())
 				npusan_launch((uint64_t)i & 3, op, reads, 2,
@@ -657,41 +662,46 @@ int main(int argc, char **argv)
 		unsetenv(agent_env[i]);
 	/* RING_SIZE stays whatever the caller set (8M by default). */
 
-	/* label, agent, threads, ring_full, stacks, stack, iters, target_ns,
-	 * guarded, dormant, alloc_free */
 	const struct bench_cfg cfgs[] = {
-		{ "launch 4 ranges, 1 thread", true, 1, NULL, NULL,
-		  NPUSAN_STACK_NONE, 2000000 / scale, 50, false, false, false },
-		{ "launch 4 ranges, 2 threads", true, 2, NULL, NULL,
-		  NPUSAN_STACK_NONE, 2000000 / scale, 150, false, false, false },
-		{ "launch 4 ranges, agent disabled", false, 1, NULL, NULL,
-		  NPUSAN_STACK_NONE, 100000000 / scale, 2, false, false, false },
-		{ "launch 4 ranges, agent disabled, guarded by npusan_active()",
-		  false, 1, NULL, NULL, NPUSAN_STACK_NONE, 100000000 / scale, 2,
-		  true, false, false },
-		{ "launch 4 ranges, 1 thread, NPUSAN_RING_FULL=block", true, 1,
-		  "block", NULL, NPUSAN_STACK_NONE, 2000000 / scale, 0, false,
-		  false, false },
-		{ "launch 4 ranges, 2 threads, NPUSAN_RING_FULL=block", true,
-		  2, "block", NULL, NPUSAN_STACK_NONE, 2000000 / scale, 0,
-		  false, false, false },
-		{ "launch 4 ranges, 1 thread, NPUSAN_STACKS=16 native", true, 1,
-		  NULL, "16", NPUSAN_STACK_NATIVE, 1000000 / scale, 0, false,
-		  false, false },
-		{ "launch 4 ranges, agent dormant", true, 1, NULL, NULL,
-		  NPUSAN_STACK_NONE, 100000000 / scale, 0, false, true, false },
-		{ "launch 4 ranges, agent dormant, guarded by npusan_pushing()",
-		  true, 1, NULL, NULL, NPUSAN_STACK_NONE, 100000000 / scale, 2,
-		  true, true, false },
-		{ "alloc + free, agent dormant (live table), per call", true, 1,
-		  NULL, NULL, NPUSAN_STACK_NONE, 4000000 / scale, 0, false, true,
-		  true },
-		{ "alloc + free, agent on (live table and ring), per call", true,
-		  1, NULL, NULL, NPUSAN_STACK_NONE, 2000000 / scale, 0, false,
-		  false, true },
-		{ "alloc + free, 2 threads, agent on, per call", true, 2, NULL,
-		  NULL, NPUSAN_STACK_NONE, 2000000 / scale, 0, false, false,
-		  true },
+		{ .label = "launch 4 ranges, 1 thread", .agent = true,
+		  .threads = 1, .iters = 2000000 / scale, .target_ns = 50 },
+		{ .label = "launch 4 ranges, 2 threads", .agent = true,
+		  .threads = 2, .iters = 2000000 / scale, .target_ns = 150 },
+		{ .label = "launch 4 ranges, agent disabled", .threads = 1,
+		  .iters = 100000000 / scale, .target_ns = 2 },
+		{ .label = "launch 4 ranges, agent disabled, guarded by "
+			   "npusan_active()",
+		  .threads = 1, .iters = 100000000 / scale, .target_ns = 2,
+		  .guarded = true },
+		{ .label = "launch 4 ranges, 1 thread, NPUSAN_RING_FULL=block",
+		  .agent = true, .threads = 1, .ring_full = "block",
+		  .iters = 2000000 / scale },
+		{ .label = "launch 4 ranges, 2 threads, NPUSAN_RING_FULL=block",
+		  .agent = true, .threads = 2, .ring_full = "block",
+		  .iters = 2000000 / scale },
+		{ .label = "launch 4 ranges, 1 thread, NPUSAN_STACKS=16 native",
+		  .agent = true, .threads = 1, .stacks = "16",
+		  .stack = NPUSAN_STACK_NATIVE, .iters = 1000000 / scale },
+		{ .label = "launch 4 ranges, agent dormant", .agent = true,
+		  .threads = 1, .iters = 100000000 / scale, .target_ns = 2,
+		  .dormant = true },
+		{ .label = "launch 4 ranges, agent dormant, guarded by "
+			   "npusan_pushing()",
+		  .agent = true, .threads = 1, .iters = 100000000 / scale,
+		  .target_ns = 2, .guarded = true, .dormant = true },
+		{ .label = "alloc + free, agent dormant (live table), per call",
+		  .agent = true, .threads = 1, .iters = 4000000 / scale,
+		  .dormant = true, .alloc_free = true },
+		{ .label = "alloc + free, agent on (live table and ring), per "
+			   "call",
+		  .agent = true, .threads = 1, .iters = 2000000 / scale,
+		  .alloc_free = true },
+		{ .label = "alloc + free, 2 threads, agent on, per call",
+		  .agent = true, .threads = 2, .iters = 2000000 / scale,
+		  .alloc_free = true },
+		{ .label = "the guarded loops without guard or call, for "
+			   "reference",
+		  .threads = 1, .iters = 100000000 / scale, .empty = true },
 	};
 
 	signal(SIGPIPE, SIG_IGN);
