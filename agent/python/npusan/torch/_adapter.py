@@ -21,6 +21,7 @@ through untouched.
 """
 
 import errno
+import operator
 import os
 import stat
 import time
@@ -93,8 +94,9 @@ class Adapter:
         self.backend = backend
         self.stacks = stacks
         self.launch = agent.launch
-        self.is_device = backend.is_device
+        self.is_device = operator.attrgetter(backend.device_attr)
         self.current_stream = backend.current_stream
+        self.per_device = backend.per_device
         self.specs: Dict[object, Tuple[OpSpec, int]] = {}
         # Storage start -> allocation stream, for allocations no operator
         # has returned yet; and the starts the agent has been told of.
@@ -260,19 +262,20 @@ class Adapter:
             say(f"at exit: {type(err).__name__}: {err}")
 
 
-def _collect(value, nest: int, out: list, is_device) -> int:
+def _collect(value, nest: int, out: list, is_device, per_device) -> int:
     """Appends the ranges of the device tensors in `value`, a tensor or
     (nest levels of) lists of them; returns the device index of the first
-    one, or -2 when there is none."""
+    one (with `per_device`), or -2 when there is none."""
     device = -2
     if nest == 0:
         if isinstance(value, _Tensor) and is_device(value):
             _add(value, out)
-            device = value.get_device()
+            if per_device:
+                device = value.get_device()
         return device
     for v in value:
         if v is not None:
-            d = _collect(v, nest - 1, out, is_device)
+            d = _collect(v, nest - 1, out, is_device, per_device)
             if device == -2:
                 device = d
     return device
@@ -304,6 +307,7 @@ class DispatchMode(TorchDispatchMode):
             if spec.record_stream:
                 return a.record_stream(func, args, kwargs)
             is_device = a.is_device
+            per_device = a.per_device
             reads: list = []
             writes: list = []
             device = -2
@@ -324,10 +328,10 @@ class DispatchMode(TorchDispatchMode):
                         elif p:
                             strided_ranges(p, v.element_size(), v.size(),
                                            v.stride(), out)
-                        if device == -2:
+                        if device == -2 and per_device:
                             device = v.get_device()
                 else:
-                    d = _collect(v, nest, out, is_device)
+                    d = _collect(v, nest, out, is_device, per_device)
                     if device == -2:
                         device = d
             stack = a.stacks.capture(1)
@@ -353,7 +357,7 @@ class DispatchMode(TorchDispatchMode):
                             n = _extent(v)
                             strided_ranges(p, v.element_size(), v.size(),
                                            v.stride(), writes)
-                        if device == -2:
+                        if device == -2 and per_device:
                             device = v.get_device()
                         # A pending allocation that starts where a fresh
                         # output does is that output's storage.
@@ -361,7 +365,7 @@ class DispatchMode(TorchDispatchMode):
                             a.agent.alloc(p, n, pending.pop(p), stack)
                             a.live.add(p)
                     elif v is not None:
-                        d = _collect(v, nest, writes, is_device)
+                        d = _collect(v, nest, writes, is_device, per_device)
                         if device == -2:
                             device = d
             if pending:

@@ -23,7 +23,6 @@ functions return, so they are the agent's stream and event ids as they are.
 
 import importlib
 import inspect
-import operator
 from typing import Callable, Dict, Optional
 
 import torch
@@ -53,14 +52,16 @@ class Backend:
     """One framework's device as the adapter sees it."""
 
     def __init__(self, name: str, registries: Dict[str, object],
-                 is_device: Callable[[torch.Tensor], bool],
-                 current_stream: Callable[[int], int],
+                 device_attr: str, current_stream: Callable[[int], int],
                  stream_handle: Optional[Callable[[object], int]],
                  activate: Callable[[], None]):
         self.name = name
         self.registries = registries
-        # Whether a tensor lives on this device.
-        self.is_device = is_device
+        # Whether each device has streams of its own (the emulation's one
+        # device does not need the tensors' device asked).
+        self.per_device = name != "cpu"
+        # The tensor attribute that says whether it lives on this device.
+        self.device_attr = device_attr
         # The current stream of a device index (-1: the current device).
         self.current_stream = current_stream
         # The stream handle of the torch.Stream that aten::record_stream
@@ -154,8 +155,7 @@ def npu() -> Backend:
             stream_id=stream.stream_id, device_index=stream.device_index,
             device_type=stream.device_type).npu_stream
 
-    return Backend("npu", registries, operator.attrgetter("is_npu"),
-                   current_stream,
+    return Backend("npu", registries, "is_npu", current_stream,
                    None if "record_stream" in registries else stream_handle,
                    activate)
 
@@ -182,8 +182,8 @@ def cuda() -> Backend:
             stream_id=stream.stream_id, device_index=stream.device_index,
             device_type=stream.device_type).cuda_stream
 
-    return Backend("cuda", registries, operator.attrgetter("is_cuda"),
-                   current_stream, stream_handle, activate)
+    return Backend("cuda", registries, "is_cuda", current_stream,
+                   stream_handle, activate)
 
 
 def cpu() -> Backend:
@@ -191,12 +191,8 @@ def cpu() -> Backend:
 
     registries = dict(emulate.REGISTRIES)
     registries["record_stream"] = emulate.RecordStreamCallbacks
-
-    def current_stream(device: int) -> int:
-        return emulate.current_stream_id()
-
-    return Backend("cpu", registries, operator.attrgetter("is_cpu"),
-                   current_stream, None, emulate.track_allocations)
+    return Backend("cpu", registries, "is_cpu", emulate.current_stream_id,
+                   None, emulate.track_allocations)
 
 
 def select(device: str) -> Backend:

@@ -64,7 +64,6 @@ _fresh_streams = itertools.count(1)
 _fresh_events = itertools.count(1)
 _streams_seen = {0}
 _lock = threading.Lock()
-_local = threading.local()
 
 
 def _fire(kind: str, *args) -> None:
@@ -155,17 +154,30 @@ class Event:
 _DEFAULT = Stream(0)
 
 
+class _Current(threading.local):
+    # Each thread starts on the default stream. An attribute always there:
+    # a thread-local's missing attribute costs a formatted AttributeError
+    # on every look, and the adapter looks on every operator.
+    def __init__(self):
+        self.stream = _DEFAULT
+
+
+_local = _Current()
+
+
 def default_stream() -> Stream:
     return _DEFAULT
 
 
 def current_stream() -> Stream:
     """This thread's current stream (the default stream at first)."""
-    return getattr(_local, "stream", _DEFAULT)
+    return _local.stream
 
 
-def current_stream_id() -> int:
-    return getattr(_local, "stream", _DEFAULT).id
+def current_stream_id(device: int = -1) -> int:
+    """The current stream's id; `device` is there for the adapter, which
+    asks a real backend for the current stream of a device."""
+    return _local.stream.id
 
 
 class stream:
