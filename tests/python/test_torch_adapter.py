@@ -5,7 +5,11 @@ callbacks make (into a fake agent that records them), Python stacks, and
 what happens when something fails; plus the package's start in child
 processes, against the real libnpusan.
 
-Usage: test_torch_adapter.py --library PATH
+The tests of the per-operator path run twice: in Python, and (with
+--speedups, the module built beside the library) in npusan._speedups' C,
+each class's C twin named with a _C suffix.
+
+Usage: test_torch_adapter.py --library PATH [--speedups PATH]
 
 Exit status: 0 passed, 1 failed, 77 (CTest's skip) without torch.
 """
@@ -25,6 +29,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)),
                            "agent", "python")
 LIBRARY = None  # --library
+SPEEDUPS = None  # npusan._speedups, with --speedups
+
+_LAUNCH = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint32,
+                           ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                           ctypes.c_size_t, ctypes.c_uint32)
+_ALLOC = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint64,
+                          ctypes.c_uint64, ctypes.c_uint32)
+_FREE = ctypes.CFUNCTYPE(None, ctypes.c_uint64)
 
 torch = None  # imported in main(), after the skip check
 
@@ -62,6 +74,13 @@ class FakeAgent:
         self.calls.append(("launch", stream, self.op(op), pairs(raddr, nr),
                            pairs(waddr, nw), stack))
 
+    def pointers(self):
+        """C function pointers for npusan._speedups, calling back here."""
+        self._c = (_LAUNCH(self.launch),
+                   _ALLOC(lambda *a: self.calls.append(("alloc", *a))),
+                   _FREE(lambda *a: self.calls.append(("free", *a))))
+        return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in self._c)
+
     def __getattr__(self, name):
         # Every other function of the API: recorded with its arguments.
         def record(*args):
@@ -78,7 +97,9 @@ def nbytes(t) -> int:
 
 class AdapterCase(unittest.TestCase):
     """An adapter on the CPU emulation with a fake agent, its dispatch mode
-    entered for each test."""
+    entered for each test; with `speedups`, npusan._speedups runs it."""
+
+    speedups = False
 
     def setUp(self):
         from npusan._stack import Stacks
@@ -88,10 +109,21 @@ class AdapterCase(unittest.TestCase):
         self.agent = FakeAgent()
         backend = _backends.cpu()
         backend.activate()
+        # Failures.test_failing_stream_lookup breaks it.
+        self.broken = None
+
+        def current_stream(device: int) -> int:
+            if self.broken is not None:
+                raise self.broken
+            return emulate.current_stream_id(device)
+
+        backend.current_stream = current_stream
         machinery = (os.path.dirname(_adapter.__file__) + os.sep,
                      torch.utils._python_dispatch.__file__)
-        self.adapter = _adapter.Adapter(self.agent, backend,
-                                        Stacks(self.agent, 32, machinery))
+        self.adapter = _adapter.Adapter(
+            self.agent, backend, Stacks(self.agent, 32, machinery),
+            SPEEDUPS if self.speedups else None)
+        self.assertEqual(self.adapter.core is not None, self.speedups)
         self.adapter.register()
         self.adapter.mode.__enter__()
 
@@ -186,13 +218,20 @@ class Classify(unittest.TestCase):
 class Ranges(unittest.TestCase):
     """The bytes a tensor's view touches."""
 
+    speedups = False
+
     def ranges(self, t):
         from npusan.torch._classify import strided_ranges
 
+        fn = SPEEDUPS.strided_ranges if self.speedups else strided_ranges
         out = []
-        strided_ranges(t.data_ptr(), t.element_size(), t.size(), t.stride(),
-                       out)
+        fn(t.data_ptr(), t.element_size(), tuple(t.size()), t.stride(), out)
         return list(zip(out[::2], out[1::2]))
+
+    def test_strided_one_dimension(self):
+        x = torch.zeros(16)
+        self.assertEqual(self.ranges(x[::2]),
+                         [(x.data_ptr() + 8 * i, 4) for i in range(8)])
 
     def test_column_block_is_one_run_per_row(self):
         x = torch.zeros(8, 8)
@@ -241,6 +280,11 @@ class Operators(AdapterCase):
         self.assertEqual(self.launches()[-1][1], s.id)
         self.assertEqual(self.em.current_stream_id(), 0)
         del y
+
+    def test_strided_fresh_output_allocates_its_extent(self):
+        y = torch.empty_strided((4, 3), (1, 4))
+        self.assertEqual(self.agent.named("alloc")[-1][1:3],
+                         (y.data_ptr(), (1 + 3 * 1 + 2 * 4) * 4))
 
     def test_views_launch_nothing(self):
         x = torch.ones(4, 4)
@@ -386,19 +430,19 @@ class PythonStacks(AdapterCase):
 class Failures(AdapterCase):
     """A failure inside the adapter turns npusan off and nothing else."""
 
-    def test_failing_agent_turns_off_with_one_line(self):
-        def broken(*args):
-            raise OSError("ring gone")
-
+    def test_failing_stream_lookup_turns_off_with_one_line(self):
         x = torch.ones(4)
-        self.adapter.launch = broken
+        self.broken = OSError("device gone")
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
             y = x + 1
             z = y * 2
         self.assertEqual(z.tolist(), [4.0] * 4)
-        self.assertEqual(err.getvalue(), "npusan: off: OSError: ring gone\n")
+        self.assertEqual(err.getvalue(), "npusan: off: OSError: device gone\n")
         self.assertFalse(self.adapter.on)
+        calls = len(self.agent.calls)
+        z.add_(1)
+        self.assertEqual(len(self.agent.calls), calls)
 
     def test_user_exceptions_pass_through(self):
         with self.assertRaises(RuntimeError):
@@ -412,10 +456,6 @@ def run_child(code: str, **env) -> subprocess.CompletedProcess:
     for var in ("NPUSAN", "NPUSAN_RECORD", "NPUSAN_LIBRARY"):
         full.pop(var, None)
     full.update(env)
-    # A sanitized libnpusan's runtime (tests/CMakeLists.txt).
-    if os.environ.get("NPUSAN_TEST_PRELOAD"):
-        full["LD_PRELOAD"] = os.environ["NPUSAN_TEST_PRELOAD"]
-        full["ASAN_OPTIONS"] = "detect_leaks=0"
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(textwrap.dedent(code))
     try:
@@ -466,10 +506,12 @@ class Start(unittest.TestCase):
 
 
 def main() -> None:
-    global torch, LIBRARY
+    global torch, LIBRARY, SPEEDUPS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--library", required=True)
-    LIBRARY = ap.parse_args().library
+    ap.add_argument("--speedups")
+    args = ap.parse_args()
+    LIBRARY = args.library
     try:
         import torch as t
     except ImportError as err:
@@ -479,6 +521,16 @@ def main() -> None:
     import torch.utils._python_dispatch  # noqa: F401
 
     sys.path.insert(0, PACKAGE_DIR)
+    if args.speedups:
+        from npusan import _lib
+
+        SPEEDUPS = _lib.load_speedups(LIBRARY)
+        if SPEEDUPS is None or not os.path.samefile(SPEEDUPS.__file__,
+                                                     args.speedups):
+            sys.exit(f"test_torch_adapter: {args.speedups} did not load")
+        for case in (Ranges, Operators, Streams, PythonStacks, Failures):
+            twin = type(case.__name__ + "_C", (case,), {"speedups": True})
+            globals()[twin.__name__] = twin
     prog = unittest.main(argv=[sys.argv[0], "-v"], exit=False)
     sys.exit(0 if prog.result.wasSuccessful() else 1)
 

@@ -51,10 +51,19 @@ def ctl(*argv) -> subprocess.CompletedProcess:
                           text=True, timeout=60)
 
 
-def run_scenario(name: str) -> subprocess.CompletedProcess:
+# Jobs that run a scenario on the adapter's Python path (ctypes into the
+# library) rather than npusan._speedups', where that is built.
+PYTHON_PATH_JOBS = {"race_python": "race",
+                    "missing_record_stream_python": "missing_record_stream"}
+
+
+def run_scenario(job: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, NPUSAN="1", NPUSAN_SOCKET=ARGS.sock,
-               NPUSAN_JOB=name, NPUSAN_LIBRARY=ARGS.library,
+               NPUSAN_JOB=job, NPUSAN_LIBRARY=ARGS.library,
                NPUSAN_TORCH_DEVICE="cpu", PYTHONPATH=PACKAGE_DIR)
+    name = PYTHON_PATH_JOBS.get(job, job)
+    if job in PYTHON_PATH_JOBS:
+        env["NPUSAN_PYTHON_SPEEDUPS"] = "0"
     env.pop("NPUSAN_RECORD", None)
     # A sanitized libnpusan's runtime (tests/CMakeLists.txt).
     if os.environ.get("NPUSAN_TEST_PRELOAD"):
@@ -128,8 +137,8 @@ class Scenarios(unittest.TestCase):
              access["stack"][depth:depth + 1]),
             (stream, type_, op, [frame_]))
 
-    def test_race(self):
-        found = self.findings("race")
+    def test_race(self, job="race"):
+        found = self.findings(job)
         self.assertEqual([f["kind"] for f in found], ["data_race"])
         f = found[0]
         self.assertEqual(f["detected_at"], "launch")
@@ -147,8 +156,8 @@ class Scenarios(unittest.TestCase):
     def test_race_fixed(self):
         self.assertEqual(self.findings("race_fixed"), [])
 
-    def test_missing_record_stream(self):
-        found = self.findings("missing_record_stream")
+    def test_missing_record_stream(self, job="missing_record_stream"):
+        found = self.findings(job)
         self.assertEqual([f["kind"] for f in found], ["missing_record_stream"])
         f = found[0]
         self.assertEqual(f["detected_at"], "free")
@@ -159,6 +168,12 @@ class Scenarios(unittest.TestCase):
         self.assertEqual(f["alloc"]["ptr"], f["ptr"])
         self.assertEqual(f["alloc"]["stack"][:1],
                          [frame("mrs-alloc", "missing_record_stream")])
+
+    def test_race_python(self):
+        self.test_race("race_python")
+
+    def test_missing_record_stream_python(self):
+        self.test_missing_record_stream("missing_record_stream_python")
 
     def test_record_stream_fix(self):
         self.assertEqual(self.findings("record_stream_fix"), [])

@@ -17,7 +17,11 @@ so it alone goes through ``ctypes.CDLL`` and lets other threads run.
 """
 
 import ctypes
+import importlib.machinery
+import importlib.util
 import os
+import sys
+from types import ModuleType
 from typing import List, Optional, Tuple
 
 SONAME = "libnpusan.so.0"
@@ -78,6 +82,12 @@ class Agent:
         wait.argtypes = (ctypes.c_uint,)
         self.wait_drained = wait
 
+    def pointers(self) -> Tuple[int, int, int]:
+        """The addresses of npusan_launch, npusan_alloc and npusan_free,
+        for npusan._speedups to call directly."""
+        return tuple(ctypes.cast(fn, ctypes.c_void_p).value
+                     for fn in (self.launch, self.alloc, self.free))
+
 
 def _installed_path() -> Optional[str]:
     try:
@@ -110,3 +120,32 @@ def load() -> Tuple[Optional[Agent], str]:
         except (OSError, AttributeError) as err:
             errors.append(f"{path}: {err}")
     return None, "; ".join(errors)
+
+
+def load_speedups(agent_path: str) -> Optional[ModuleType]:
+    """npusan._speedups, the adapter's per-operator path in C, or None
+    (then the same path runs in Python): installed beside this package, or
+    built beside the library `agent_path` names (a build tree).
+    ``NPUSAN_PYTHON_SPEEDUPS=0`` keeps it out."""
+    if os.environ.get("NPUSAN_PYTHON_SPEEDUPS") == "0":
+        return None
+    try:
+        from . import _speedups  # installed with the package
+        return _speedups
+    except ImportError:
+        pass
+    where = os.path.dirname(agent_path)
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = os.path.join(where, "_speedups" + suffix)
+        if not where or not os.path.exists(path):
+            continue
+        try:
+            spec = importlib.util.spec_from_file_location(
+                __package__ + "._speedups", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        except ImportError:
+            continue  # built for another Python
+        sys.modules[spec.name] = module
+        return module
+    return None

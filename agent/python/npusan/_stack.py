@@ -90,7 +90,7 @@ class Stacks:
         k = tuple(key)
         sid = self._ids.get(k)
         if sid is None:
-            sid = self._name(k, top)
+            sid = self._name(k, top, len(key) // 2)
         return sid
 
     def _classify(self, code) -> bool:
@@ -99,11 +99,12 @@ class Stacks:
         self._codes[id(code)] = code
         return machinery
 
-    def _name(self, key: Tuple[int, ...], top) -> int:
-        """Formats and interns the stack that starts at frame `top`."""
+    def _name(self, key, top, count: int) -> int:
+        """Formats and interns the stack of `count` frames from frame `top`,
+        and remembers its id under `key`."""
         frames = []
         f = top
-        for _ in range(len(key) // 2):
+        for _ in range(count):
             self._codes[id(f.f_code)] = f.f_code
             frames.append(f)
             f = f.f_back

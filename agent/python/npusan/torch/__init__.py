@@ -81,7 +81,8 @@ def _enable() -> None:
         _say("no NPU or CUDA device: CPU tensors count as device tensors "
              "(NPUSAN_TORCH_DEVICE=cpu)")
     stacks = Stacks(agent, frames_from_env(), _machinery_files())
-    adapter = adapter_mod.Adapter(agent, backend, stacks)
+    adapter = adapter_mod.Adapter(agent, backend, stacks,
+                                  _lib.load_speedups(agent.path))
     backend.activate()
     adapter.register()
     adapter.mode.__enter__()

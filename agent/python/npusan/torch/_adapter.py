@@ -26,7 +26,8 @@ import os
 import stat
 import time
 from array import array
-from typing import Dict, Set, Tuple
+from types import ModuleType
+from typing import Dict, Optional, Set, Tuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -86,9 +87,15 @@ def _daemon_expected() -> bool:
 
 
 class Adapter:
-    """The state shared by the dispatch mode and the trace callbacks."""
+    """The state shared by the dispatch mode and the trace callbacks.
 
-    def __init__(self, agent: _lib.Agent, backend: Backend, stacks: Stacks):
+    With `speedups` (npusan._speedups), its Core runs the dispatch mode and
+    the allocation callbacks in C, on this object's state; DispatchMode
+    and the methods below are the same path in Python.
+    """
+
+    def __init__(self, agent: _lib.Agent, backend: Backend, stacks: Stacks,
+                 speedups: Optional[ModuleType] = None):
         self.on = True
         self.agent = agent
         self.backend = backend
@@ -103,6 +110,12 @@ class Adapter:
         self.pending: Dict[int, int] = {}
         self.live: Set[int] = set()
         self.mode = DispatchMode(self)
+        self.core = None
+        if speedups is not None:
+            self.core = speedups.Core(self, stacks, _Tensor, agent.pointers())
+            # An attribute of the mode itself, so that torch calls the C
+            # function with no Python frame in between.
+            self.mode.__torch_dispatch__ = self.core.dispatch
 
     def fail(self, err: BaseException) -> None:
         if self.on:
@@ -133,6 +146,10 @@ class Adapter:
             "memory_deallocation": self.on_memory_deallocation,
             "record_stream": self.on_record_stream,
         }
+        if self.core is not None:
+            handlers["memory_allocation"] = self.core.on_memory_allocation
+            handlers["memory_deallocation"] = (
+                self.core.on_memory_deallocation)
         for kind, registry in self.backend.registries.items():
             add_callback(registry, handlers[kind])
 
