@@ -1,0 +1,270 @@
+#!/usr/bin/python3
+"""What a sanitizer adds to each PyTorch operator: npusan's adapter against
+PyTorch's own CUDA Sanitizer (CSAN), side by side, on CPU tensors.
+
+The same small-operator loop (an 8x8 layer: mm, add, relu, an in-place
+mul_, sum, a column slice and an in-place add_ on it) runs in a fresh
+process per configuration:
+
+  baseline   no sanitizer at all;
+  emulation  npusan.torch.emulate's allocator alone: CPU storages reported
+             as allocations and frees through this PyTorch's trace
+             callbacks, as a CUDA or NPU caching allocator reports them from
+             C++; it stands in for the framework, so both sanitizers below
+             run on top of it and their overhead is counted from it;
+  empty-mode the emulation plus a dispatch mode that only calls each
+             operator: what PyTorch's dispatch-mode machinery alone costs,
+             which both sanitizers below pay (PyTorch 1.13 runs its mode
+             stack in Python);
+  npusan     the emulation plus npusan.torch.enable() (NPUSAN_TORCH_DEVICE=
+             cpu): the adapter's dispatch mode and callbacks feeding the
+             agent, whose ring a real npusand drains (started here on a
+             socket in a temporary directory; --no-daemon leaves the agent
+             with no consumer, its full ring dropping records);
+  npusan-py  the same on the adapter's Python path (NPUSAN_PYTHON_SPEEDUPS=0),
+             without npusan._speedups' C;
+  csan       the emulation plus torch.cuda._sanitizer's own
+             CUDASanitizerDispatchMode and EventHandler, registered on the
+             same trace callbacks, with two substitutions that let it see
+             CPU tensors: its ArgumentHandler takes CPU tensors where it
+             takes CUDA ones, and torch.cuda.current_stream() returns the
+             emulation's current stream (cheaper than the real call, which
+             builds a Stream object, so CSAN's figure is if anything low).
+
+Each configuration runs --rounds times, interleaved with the others, each
+time --runs timed runs of --iters loop iterations after a warm-up; a
+configuration's figure is the median of all its runs. Per-operator figures
+divide by the operators one iteration dispatches (counted with a dispatch
+mode). --stack-depth N calls the loop N frames deeper: CSAN captures the
+Python stack at every operator and allocation, so its cost grows with the
+depth, as it does in a training loop 20 to 40 frames deep.
+
+Usage: /usr/bin/python3 tests/bench/torch_bench.py --build DIR
+           [--iters N] [--runs R] [--rounds K] [--stack-depth N] [--no-daemon]
+DIR is a build tree with agent/libnpusan.so and daemon/npusand (a Release
+build: cmake -S . -B build/rel -DCMAKE_BUILD_TYPE=Release).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+CONFIGS = ("baseline", "emulation", "empty-mode", "npusan", "npusan-py",
+           "csan")
+
+
+def workload(torch):
+    """The loop body and its inputs."""
+    x = torch.randn(8, 8)
+    w = torch.randn(8, 8)
+    b = torch.randn(8)
+
+    def step():
+        y = torch.mm(x, w)
+        y = y + b
+        y = torch.relu(y)
+        y.mul_(0.5)
+        s = y.sum()
+        z = y[:, :4]
+        z.add_(1.0)
+        return s
+
+    return step
+
+
+def deep(n, fn):
+    """fn() called n frames deeper than here."""
+    if n == 0:
+        return fn()
+    return deep(n - 1, fn)
+
+
+def count_ops(torch, step) -> int:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        step()
+    return Count.n
+
+
+def setup_csan(torch):
+    import types
+
+    import torch.cuda._sanitizer as csan
+    from npusan.torch import emulate
+
+    class CpuArgumentHandler(csan.ArgumentHandler):
+        # CSAN's own _handle_argument, with CPU tensors where it takes
+        # CUDA ones.
+        def _handle_argument(self, value, is_write, name=None,
+                             is_output=False):
+            if isinstance(value, torch.Tensor) and value.is_cpu:
+                data_ptr = value.data_ptr()
+                if is_write:
+                    self.dataptrs_written.add(data_ptr)
+                else:
+                    self.dataptrs_read.add(data_ptr)
+                self.tensor_aliases.setdefault(data_ptr, [])
+                if name is not None:
+                    self.tensor_aliases[data_ptr].append(name)
+                if is_output:
+                    self.outputs.add(data_ptr)
+
+    current = types.SimpleNamespace()
+
+    def current_stream(device=None):
+        current.cuda_stream = emulate.current_stream_id()
+        return current
+
+    csan.ArgumentHandler = CpuArgumentHandler
+    torch.cuda.current_stream = current_stream
+    emulate.track_allocations()
+    csan.CUDASanitizerDispatchMode().__enter__()
+
+
+def child(config: str, iters: int, runs: int, depth: int) -> None:
+    import torch
+
+    step = workload(torch)
+    ops = count_ops(torch, step)
+    if config == "emulation":
+        from npusan.torch import emulate
+
+        emulate.track_allocations()
+    elif config == "empty-mode":
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        from npusan.torch import emulate
+
+        class Empty(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                return func(*args, **(kwargs or {}))
+
+        emulate.track_allocations()
+        Empty().__enter__()
+    elif config in ("npusan", "npusan-py"):
+        import npusan.torch
+
+        if not npusan.torch.enable():
+            sys.exit("torch_bench: npusan did not turn on")
+    elif config == "csan":
+        setup_csan(torch)
+
+    def loop(n):
+        for _ in range(n):
+            step()
+
+    deep(depth, lambda: loop(max(iters // 10, 1)))
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        deep(depth, lambda: loop(iters))
+        times.append(time.perf_counter() - t)
+    print(json.dumps({"ops": ops, "times": times}))
+
+
+def start_daemon(build: str, tmp: str):
+    sock = os.path.join(tmp, "npusand.sock")
+    proc = subprocess.Popen(
+        [os.path.join(build, "daemon", "npusand"), "--socket", sock,
+         "--db", os.path.join(tmp, "npusan.db")],
+        stderr=open(os.path.join(tmp, "npusand.log"), "w"))
+    for _ in range(500):
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(sock)
+            return proc, sock
+        except OSError:
+            time.sleep(0.01)
+    proc.kill()
+    sys.exit("torch_bench: npusand did not start")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", help="build tree with libnpusan and npusand")
+    ap.add_argument("--iters", type=int, default=1000)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--stack-depth", type=int, default=0)
+    ap.add_argument("--no-daemon", action="store_true")
+    ap.add_argument("--child", choices=CONFIGS, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(a.child, a.iters, a.runs, a.stack_depth)
+        return
+    if not a.build:
+        ap.error("--build DIR is required")
+    build = os.path.abspath(a.build)
+    tmp = tempfile.mkdtemp(prefix="npusan-torch-bench-")
+    env = dict(os.environ)
+    env.update(PYTHONPATH=os.path.join(SOURCE, "agent", "python"),
+               NPUSAN_LIBRARY=os.path.join(build, "agent", "libnpusan.so"),
+               NPUSAN_TORCH_DEVICE="cpu", NPUSAN_JOB="torch-bench")
+    for var in ("NPUSAN", "NPUSAN_RECORD", "LD_PRELOAD"):
+        env.pop(var, None)
+    daemon = None
+    if a.no_daemon:
+        env["NPUSAN_SOCKET"] = os.path.join(tmp, "absent.sock")
+    else:
+        daemon, env["NPUSAN_SOCKET"] = start_daemon(build, tmp)
+    times = {c: [] for c in CONFIGS}
+    ops = 0
+    try:
+        for _ in range(a.rounds):
+            for config in CONFIGS:
+                child_env = dict(env)
+                if config == "npusan-py":
+                    child_env["NPUSAN_PYTHON_SPEEDUPS"] = "0"
+                out = subprocess.run(
+                    [sys.executable, os.path.abspath(__file__),
+                     "--child", config, "--iters", str(a.iters),
+                     "--runs", str(a.runs),
+                     "--stack-depth", str(a.stack_depth)],
+                    env=child_env, check=True, stdout=subprocess.PIPE,
+                    text=True)
+                got = json.loads(out.stdout)
+                ops = got["ops"]
+                times[config] += got["times"]
+    finally:
+        if daemon is not None:
+            daemon.terminate()
+            daemon.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    per_op = {c: statistics.median(t) / (a.iters * ops) * 1e6
+              for c, t in times.items()}
+    consumer = "no consumer" if a.no_daemon else "npusand draining"
+    print(f"{ops} operators per iteration, {a.iters} iterations per run, "
+          f"{a.runs * a.rounds} runs per configuration, stack depth "
+          f"+{a.stack_depth}; npusan's agent with {consumer}")
+    print(f"{'configuration':<12} {'us/op':>8} {'over baseline':>14} "
+          f"{'over emulation':>15}")
+    for c in CONFIGS:
+        print(f"{c:<12} {per_op[c]:8.2f} {per_op[c] - per_op['baseline']:14.2f}"
+              f" {per_op[c] - per_op['emulation']:15.2f}")
+    added = {c: per_op[c] - per_op["emulation"]
+             for c in ("npusan", "npusan-py", "csan")}
+    print(f"npusan adds {added['npusan']:.2f} us/op, CSAN {added['csan']:.2f} "
+          f"us/op: npusan adds {added['npusan'] / added['csan']:.3f} of what "
+          f"CSAN adds (target: at most 0.1); on its Python path "
+          f"{added['npusan-py'] / added['csan']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
