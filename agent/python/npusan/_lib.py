@@ -81,6 +81,14 @@ class Agent:
         wait.restype = ctypes.c_int
         wait.argtypes = (ctypes.c_uint,)
         self.wait_drained = wait
+        self._state = ctypes.c_int.in_dll(fast, "npusan_state_")
+
+    def active(self) -> bool:
+        """npusan_active(): whether calling the agent can do anything (it
+        is off, for one, under NPUSAN=0). Unlike npusan_enabled(), also
+        true for an agent that has registered but pushes only lifetimes
+        until a daemon attaches it."""
+        return self._state.value != 0
 
     def pointers(self) -> Tuple[int, int, int]:
         """The addresses of npusan_launch, npusan_alloc and npusan_free,

@@ -61,7 +61,7 @@ def _enable() -> None:
     if rc < 0:
         _say(f"off: the agent could not start: {os.strerror(-rc)}")
         return
-    if not agent.enabled():
+    if not agent.active():
         return  # NPUSAN=0
     try:
         import torch  # noqa: F401  (the backends need it)
