@@ -134,7 +134,7 @@ def setup_csan(torch):
 
     csan.ArgumentHandler = CpuArgumentHandler
     torch.cuda.current_stream = current_stream
-    emulate.track_allocations()
+    emulate.start()
     csan.CUDASanitizerDispatchMode().__enter__()
 
 
@@ -146,7 +146,7 @@ def child(config: str, iters: int, runs: int, depth: int) -> None:
     if config == "emulation":
         from npusan.torch import emulate
 
-        emulate.track_allocations()
+        emulate.start()
     elif config == "empty-mode":
         from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -156,7 +156,7 @@ def child(config: str, iters: int, runs: int, depth: int) -> None:
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 return func(*args, **(kwargs or {}))
 
-        emulate.track_allocations()
+        emulate.start()
         Empty().__enter__()
     elif config in ("npusan", "npusan-py"):
         import npusan.torch

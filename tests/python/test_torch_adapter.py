@@ -373,6 +373,17 @@ class Streams(AdapterCase):
             [c for c in self.agent.calls if c[0].endswith("sync")],
             [("device_sync",), ("stream_sync", s.id), ("event_sync", e.id)])
 
+    def test_host_sync_inside_an_operator_follows_its_launch(self):
+        s = torch.ones(4).sum()
+        self.agent.calls.clear()
+        s.item()
+        self.assertEqual([c[0] for c in self.agent.calls],
+                         ["launch", "stream_sync"])
+        self.assertEqual(self.agent.calls[0][2:4],
+                         ("aten::_local_scalar_dense", [(s.data_ptr(), 4)]))
+        self.assertEqual(self.agent.calls[1], ("stream_sync", 0))
+        self.assertEqual(self.adapter.inside, {})
+
     def test_stream_creation(self):
         s = self.em.Stream()
         self.assertIn(("stream_create", s.id), self.agent.calls)

@@ -193,6 +193,9 @@ class Scenarios(unittest.TestCase):
         self.assertAccess(f["previous"], 0, "write", "aten::ones",
                           frame("coll-write", "collective_race"))
 
+    def test_side_result_to_host(self):
+        self.assertEqual(self.findings("side_result_to_host"), [])
+
     def test_views(self):
         self.assertEqual(self.findings("views"), [])
 

@@ -78,6 +78,21 @@ def wait_fix():
     return y
 
 
+def side_result_to_host():
+    """A sum the side stream computed, handed to the host on the default
+    stream, which waited for it: item() waits for the copy, so the sum's
+    memory is free to go."""
+    side = em.Stream()
+    x = torch.ones(N)
+    side.wait_stream(em.current_stream())
+    with em.stream(side):
+        s = x.sum()
+    em.current_stream().wait_stream(side)
+    value = s.item()
+    del s
+    return value
+
+
 def collective_race():
     """An all-reduce (c10d::allreduce_, a launch on its stream writing its
     tensors) on the side stream, of what the default stream wrote."""

@@ -23,7 +23,10 @@
  * 3. Ranges live on the C stack of each call (heap past RANGES_INLINE), never
  *    in the Core: the operator may release the GIL and another thread's
  *    operator run through here meanwhile.
- * 4. Stack keys are bytes of (code object address, f_lasti) per frame, in
+ * 4. While an operator runs, adapter.inside maps its thread to None, so
+ *    that host synchronizations reported meanwhile are held (by Python's
+ *    Adapter.host_sync()) and pushed after its launch, by release() here.
+ * 5. Stack keys are bytes of (code object address, f_lasti) per frame, in
  *    Stacks' own cache (npusan/_stack.py), which keeps every code object a
  *    key names alive, so an address stays its code's.
  */
@@ -112,6 +115,7 @@ typedef struct {
 	PyObject *stacks;         /* _stack.Stacks */
 	PyObject *specs;          /* adapter.specs: func -> (OpSpec, op id) */
 	PyObject *pending;        /* adapter.pending: start -> stream */
+	PyObject *inside;         /* adapter.inside: thread -> held syncs */
 	PyObject *live;           /* adapter.live: starts the agent knows */
 	PyObject *current_stream; /* adapter.current_stream(device) */
 	PyObject *device_attr;    /* "is_cpu", "is_cuda", "is_npu" */
@@ -565,6 +569,36 @@ out:
 
 /* ---- the dispatch mode ---------------------------------------------- */
 
+/* Ends thread `tid`'s operator and pushes the synchronizations it held, as
+ * Adapter.release() (DESIGN 4); a pending exception is kept. */
+static void release(Core *c, PyObject *tid)
+{
+	PyObject *type, *value, *tb, *held;
+
+	PyErr_Fetch(&type, &value, &tb);
+	held = PyDict_GetItemWithError(c->inside, tid);
+	Py_XINCREF(held);
+	if (held != NULL && PyDict_DelItem(c->inside, tid) < 0)
+		core_fail(c);
+	if (held != NULL && PyList_Check(held) && core_on(c)) {
+		for (Py_ssize_t i = 0; i < PyList_GET_SIZE(held); i++) {
+			PyObject *call = PyList_GET_ITEM(held, i), *r;
+
+			r = PyObject_Call(PyTuple_GET_ITEM(call, 0),
+					  PyTuple_GET_ITEM(call, 1), NULL);
+			if (r == NULL) {
+				core_fail(c);
+				break;
+			}
+			Py_DECREF(r);
+		}
+	}
+	if (held == NULL && PyErr_Occurred())
+		core_fail(c);
+	Py_XDECREF(held);
+	PyErr_Restore(type, value, tb);
+}
+
 /* The fresh outputs of `result` (spec.returns) as writes, each claiming
  * its pending allocation. */
 static int outputs(Core *c, PyObject *spec, PyObject *result,
@@ -619,6 +653,7 @@ static PyObject *core_dispatch(PyObject *self, PyObject *const *a,
 {
 	Core *c = (Core *)self;
 	PyObject *func, *args, *kwargs, *entry, *spec, *argspecs, *result;
+	PyObject *tid = NULL;
 	struct ranges reads, writes;
 	int64_t device = -2, stack;
 	uint64_t stream;
@@ -694,6 +729,9 @@ static PyObject *core_dispatch(PyObject *self, PyObject *const *a,
 	stack = capture(c);
 	if (stack < 0)
 		goto before_failed;
+	tid = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+	if (tid == NULL || PyDict_SetItem(c->inside, tid, Py_None) < 0)
+		goto before_failed;
 
 	result = PyObject_Call(func, args, kwargs);
 	if (result == NULL)
@@ -721,11 +759,18 @@ static PyObject *core_dispatch(PyObject *self, PyObject *const *a,
 
 before_failed:
 	core_fail(c);
+	if (tid != NULL)
+		release(c, tid);
+	Py_CLEAR(tid);
 	result = PyObject_Call(func, args, kwargs);
 	goto done;
 after_failed:
 	core_fail(c);
 done:
+	if (tid != NULL) {
+		release(c, tid);
+		Py_DECREF(tid);
+	}
 	Py_XDECREF(entry);
 	Py_DECREF(args);
 	ranges_fini(&reads);
@@ -787,6 +832,7 @@ static int core_traverse(PyObject *self, visitproc visit, void *arg)
 	Py_VISIT(c->stacks);
 	Py_VISIT(c->specs);
 	Py_VISIT(c->pending);
+	Py_VISIT(c->inside);
 	Py_VISIT(c->live);
 	Py_VISIT(c->current_stream);
 	Py_VISIT(c->device_attr);
@@ -804,6 +850,7 @@ static int core_clear(PyObject *self)
 	Py_CLEAR(c->stacks);
 	Py_CLEAR(c->specs);
 	Py_CLEAR(c->pending);
+	Py_CLEAR(c->inside);
 	Py_CLEAR(c->live);
 	Py_CLEAR(c->current_stream);
 	Py_CLEAR(c->device_attr);
@@ -856,6 +903,7 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 	c->tensor_type = Py_NewRef(tensor_type);
 	if (!(c->specs = attr(adapter, "specs")) ||
 	    !(c->pending = attr(adapter, "pending")) ||
+	    !(c->inside = attr(adapter, "inside")) ||
 	    !(c->live = attr(adapter, "live")) ||
 	    !(c->current_stream = attr(adapter, "current_stream")) ||
 	    !(c->stack_ids = attr(stacks, "_ids")) ||
@@ -884,6 +932,7 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 	if (c->per_device < 0)
 		return -1;
 	if (!PyDict_Check(c->specs) || !PyDict_Check(c->pending) ||
+	    !PyDict_Check(c->inside) ||
 	    !PySet_Check(c->live) || !PyUnicode_Check(c->device_attr) ||
 	    !PyDict_Check(c->stack_ids) || !PyDict_Check(c->stack_skip)) {
 		PyErr_SetString(PyExc_TypeError, "adapter or stacks");

@@ -15,6 +15,13 @@ end), and the allocation reaches the agent just before that operator's
 launch, with its stack. An allocation no returned tensor claims (an
 operator's scratch memory) is never reported, nor is its free.
 
+Host synchronizations: an operator that hands a value to the host (item(),
+a copy to the CPU) waits for its stream inside the operator, and the
+framework reports that wait while the operator runs, before its launch
+has been pushed. A wait that the thread running an operator reports is
+therefore held until that operator's launch is pushed, and then follows
+it, as it followed the kernel on the device.
+
 Any failure in here turns the adapter off with one line on stderr; the
 user's operators always run exactly once, and their own exceptions pass
 through untouched.
@@ -26,6 +33,7 @@ import os
 import stat
 import time
 from array import array
+from threading import get_ident
 from types import ModuleType
 from typing import Dict, Optional, Set, Tuple
 
@@ -109,6 +117,9 @@ class Adapter:
         # has returned yet; and the starts the agent has been told of.
         self.pending: Dict[int, int] = {}
         self.live: Set[int] = set()
+        # Thread id -> None while that thread runs an operator, then the
+        # host synchronizations it held (see host_sync()).
+        self.inside: Dict[int, Optional[list]] = {}
         self.mode = DispatchMode(self)
         self.core = None
         if speedups is not None:
@@ -160,10 +171,31 @@ class Adapter:
             except Exception as err:
                 self.fail(err)
 
+    def host_sync(self, fn, *args) -> None:
+        """fn(*args), a synchronization of the host, now; or, when this
+        thread is running an operator, once that operator's launch is
+        pushed (see release())."""
+        tid = get_ident()
+        if tid in self.inside:
+            held = self.inside[tid]
+            if held is None:
+                held = self.inside[tid] = []
+            held.append((fn, args))
+        else:
+            fn(*args)
+
+    def release(self, tid: int) -> None:
+        """Thread `tid`'s operator has been pushed: the synchronizations
+        it held go to the agent."""
+        held = self.inside.pop(tid, None)
+        if held and self.on:
+            for fn, args in held:
+                fn(*args)
+
     def on_stream_synchronization(self, stream: int) -> None:
         if self.on:
             try:
-                self.agent.stream_sync(stream)
+                self.host_sync(self.agent.stream_sync, stream)
             except Exception as err:
                 self.fail(err)
 
@@ -198,14 +230,14 @@ class Adapter:
     def on_event_synchronization(self, event: int) -> None:
         if self.on:
             try:
-                self.agent.event_sync(event)
+                self.host_sync(self.agent.event_sync, event)
             except Exception as err:
                 self.fail(err)
 
     def on_device_synchronization(self) -> None:
         if self.on:
             try:
-                self.agent.device_sync()
+                self.host_sync(self.agent.device_sync)
             except Exception as err:
                 self.fail(err)
 
@@ -355,7 +387,13 @@ class DispatchMode(TorchDispatchMode):
         except Exception as err:
             a.fail(err)
             return func(*args, **kwargs)
-        result = func(*args, **kwargs)
+        tid = get_ident()
+        a.inside[tid] = None
+        try:
+            result = func(*args, **kwargs)
+        except BaseException:
+            a.release(tid)
+            raise
         try:
             pending = a.pending
             if spec.returns:
@@ -396,4 +434,5 @@ class DispatchMode(TorchDispatchMode):
                          addr + (nr << 4), len(writes) >> 1, stack)
         except Exception as err:
             a.fail(err)
+        a.release(tid)
         return result

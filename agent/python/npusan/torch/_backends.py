@@ -192,7 +192,7 @@ def cpu() -> Backend:
     registries = dict(emulate.REGISTRIES)
     registries["record_stream"] = emulate.RecordStreamCallbacks
     return Backend("cpu", registries, "is_cpu", emulate.current_stream_id,
-                   None, emulate.track_allocations)
+                   None, emulate.start)
 
 
 def select(device: str) -> Backend:

@@ -18,7 +18,10 @@ the adapter's real callback path runs:
 - ``Stream.wait_stream(other)`` is, as in torch.cuda, an event recorded on
   `other` and waited for on this stream;
 - ``Stream.synchronize()`` and ``synchronize()`` are stream and device
-  synchronization;
+  synchronization, and an operator that hands a tensor's value to the host
+  (``aten::_local_scalar_dense``: ``item()``, ``bool()``, ``int()`` of a
+  tensor) synchronizes the current stream once it has it, as a device's
+  copy to the host does;
 - ``record_stream(tensor, stream)`` tells the allocator that the tensor's
   storage is used on `stream`, through ``RecordStreamCallbacks`` with the
   storage's start, as torch_npu's caching allocator reports it. (torch.cuda
@@ -27,7 +30,7 @@ the adapter's real callback path runs:
 
 The allocator: CPU storages have no allocation hook in torch 1.13, and the
 Python storage objects are made afresh on each access, so a weak reference
-to one says nothing about the storage. ``track_allocations()`` therefore
+to one says nothing about the storage. ``start()`` therefore
 installs a dispatch mode that looks at the tensors each operator returns:
 a tensor whose storage starts at an address no live storage has is an
 allocation, made on the current stream (memory allocation, with the
@@ -271,20 +274,27 @@ def _track_all(value) -> None:
             _track_all(v)
 
 
-class _Allocator(TorchDispatchMode):
+_TO_HOST = torch.ops.aten._local_scalar_dense.default
+
+
+class _Device(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         _track_all(out)
+        if func is _TO_HOST:
+            _fire("stream_synchronization", current_stream_id())
         return out
 
 
-_allocator: Optional[_Allocator] = None
+_device: Optional[_Device] = None
 
 
-def track_allocations() -> None:
-    """From now on, report the storages of CPU tensors that operators
-    return as allocations and their deaths as frees. Idempotent."""
-    global _allocator
-    if _allocator is None:
-        _allocator = _Allocator()
-        _allocator.__enter__()
+def start() -> None:
+    """From now on, operators on CPU tensors allocate, free and synchronize
+    as on a device: the storages of the tensors they return are reported
+    as allocations and their deaths as frees, and a value handed to the
+    host synchronizes the current stream. Idempotent."""
+    global _device
+    if _device is None:
+        _device = _Device()
+        _device.__enter__()
