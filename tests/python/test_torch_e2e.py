@@ -24,21 +24,24 @@ import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.dirname(os.path.dirname(HERE))
 SCENARIOS = os.path.join(HERE, "torch_scenarios.py")
-PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)),
-                           "agent", "python")
+EXAMPLE = os.path.join(SOURCE, "examples", "race.py")
+PACKAGE_DIR = os.path.join(SOURCE, "agent", "python")
 
 ARGS = argparse.Namespace()
 RESULTS = {}  # scenario -> (completed process, findings)
 
 
-def line_of(tag: str) -> int:
-    """The line of torch_scenarios.py marked "# line: TAG"."""
-    with open(SCENARIOS) as f:
+def line_of(tag: str, path: str = SCENARIOS) -> int:
+    """The line of torch_scenarios.py marked "# line: TAG", or the first
+    line of `path` that holds `tag`."""
+    marker = f"# line: {tag}" if path == SCENARIOS else tag
+    with open(path) as f:
         for n, text in enumerate(f, 1):
-            if text.rstrip().endswith(f"# line: {tag}"):
+            if marker in text:
                 return n
-    raise AssertionError(f"no line tagged {tag}")
+    raise AssertionError(f"no line {marker} in {path}")
 
 
 def frame(tag: str, function: str) -> str:
@@ -64,15 +67,19 @@ def run_scenario(job: str) -> subprocess.CompletedProcess:
     name = PYTHON_PATH_JOBS.get(job, job)
     if job in PYTHON_PATH_JOBS:
         env["NPUSAN_PYTHON_SPEEDUPS"] = "0"
+    program = [SCENARIOS, name]
+    if job == "example":
+        # As README.md runs it; stdout is the example's own.
+        program = [os.path.relpath(EXAMPLE, SOURCE)]
     env.pop("NPUSAN_RECORD", None)
     # A sanitized libnpusan's runtime (tests/CMakeLists.txt).
     if os.environ.get("NPUSAN_TEST_PRELOAD"):
         env["LD_PRELOAD"] = os.environ["NPUSAN_TEST_PRELOAD"]
         env["ASAN_OPTIONS"] = "detect_leaks=0"
     return subprocess.run(
-        [sys.executable, "-m", "npusan.torch", SCENARIOS, name], env=env,
+        [sys.executable, "-m", "npusan.torch", *program], env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        timeout=300)
+        timeout=300, cwd=SOURCE)
 
 
 def wait_exited(jobs) -> None:
@@ -195,6 +202,24 @@ class Scenarios(unittest.TestCase):
 
     def test_side_result_to_host(self):
         self.assertEqual(self.findings("side_result_to_host"), [])
+
+    def test_example(self):
+        """examples/race.py, as README.md shows it: its race, with stacks
+        in the example's own lines."""
+        proc = RESULTS["example"]
+        self.assertEqual((proc.returncode, proc.stdout),
+                         (0, "total: 6144.0\n"), proc.stderr)
+        got = ctl("findings", "--json", "--job", "example")
+        found = [json.loads(line) for line in got.stdout.splitlines()]
+        self.assertEqual([f["kind"] for f in found], ["data_race"])
+        here = "examples/race.py"
+        self.assertAccess(
+            found[0]["access"], 1, "read", "aten::mul.Tensor",
+            f"{here}:{line_of('# read on the side stream', EXAMPLE)} in total")
+        self.assertAccess(
+            found[0]["previous"], 0, "write", "aten::full",
+            f"{here}:{line_of('# written on the default stream', EXAMPLE)}"
+            " in fill")
 
     def test_views(self):
         self.assertEqual(self.findings("views"), [])
