@@ -23,6 +23,10 @@ process per configuration:
              with no consumer, its full ring dropping records);
   npusan-py  the same on the adapter's Python path (NPUSAN_PYTHON_SPEEDUPS=0),
              without npusan._speedups' C;
+  *-idle     each npusan process also times every run with its adapter
+             turned off (its dispatch mode and callbacks still installed,
+             each returning at once): npusan less that is what npusan's own
+             code costs, measured within one process;
   csan       the emulation plus torch.cuda._sanitizer's own
              CUDASanitizerDispatchMode and EventHandler, registered on the
              same trace callbacks, with two substitutions that let it see
@@ -31,16 +35,21 @@ process per configuration:
              emulation's current stream (cheaper than the real call, which
              builds a Stream object, so CSAN's figure is if anything low).
 
-Each configuration runs --rounds times, interleaved with the others, each
-time --runs timed runs of --iters loop iterations after a warm-up; a
-configuration's figure is the median of all its runs. Per-operator figures
+All configurations are started at once, each in its own process, and then
+take turns, one timed run of --iters loop iterations each, for --runs
+cycles (the order rotating every cycle): noise from the machine (on a
+shared two-core machine, whatever runs on the other core) then falls on
+all of them alike. A run is timed in CPU time of the thread that runs the
+loop. A configuration's figure is the median of its runs, shown with its
+fastest and slowest; the ratio is the median of the ratios taken within
+each cycle. Per-operator figures
 divide by the operators one iteration dispatches (counted with a dispatch
 mode). --stack-depth N calls the loop N frames deeper: CSAN captures the
 Python stack at every operator and allocation, so its cost grows with the
 depth, as it does in a training loop 20 to 40 frames deep.
 
 Usage: /usr/bin/python3 tests/bench/torch_bench.py --build DIR
-           [--iters N] [--runs R] [--rounds K] [--stack-depth N] [--no-daemon]
+           [--iters N] [--runs R] [--stack-depth N] [--no-daemon]
 DIR is a build tree with agent/libnpusan.so and daemon/npusand (a Release
 build: cmake -S . -B build/rel -DCMAKE_BUILD_TYPE=Release).
 """
@@ -60,6 +69,10 @@ SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 CONFIGS = ("baseline", "emulation", "empty-mode", "npusan", "npusan-py",
            "csan")
+# The npusan processes also time each run with the adapter turned off (its
+# dispatch mode and callbacks still installed, returning at once), in the
+# same process, so that npusan less that is what its own code costs.
+IDLE = {"npusan": "npusan-idle", "npusan-py": "npusan-py-idle"}
 
 
 def workload(torch):
@@ -138,7 +151,7 @@ def setup_csan(torch):
     csan.CUDASanitizerDispatchMode().__enter__()
 
 
-def child(config: str, iters: int, runs: int, depth: int) -> None:
+def child(config: str, iters: int, depth: int) -> None:
     import torch
 
     step = workload(torch)
@@ -158,7 +171,7 @@ def child(config: str, iters: int, runs: int, depth: int) -> None:
 
         emulate.start()
         Empty().__enter__()
-    elif config in ("npusan", "npusan-py"):
+    elif config in IDLE:
         import npusan.torch
 
         if not npusan.torch.enable():
@@ -171,12 +184,25 @@ def child(config: str, iters: int, runs: int, depth: int) -> None:
             step()
 
     deep(depth, lambda: loop(max(iters // 10, 1)))
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
+    def timed() -> float:
+        # CPU time of this thread: what the job pays, without the time the
+        # machine's other processes (npusand among them) take from it.
+        t = time.thread_time()
         deep(depth, lambda: loop(iters))
-        times.append(time.perf_counter() - t)
-    print(json.dumps({"ops": ops, "times": times}))
+        return time.thread_time() - t
+
+    print(json.dumps({"ops": ops}), flush=True)
+    # One timed run per line the parent sends, until it closes the pipe.
+    for _ in sys.stdin:
+        if config not in IDLE:
+            print(json.dumps([timed()]), flush=True)
+            continue
+        adapter = npusan.torch._running
+        on = timed()
+        adapter.on = False
+        idle = timed()
+        adapter.on = True
+        print(json.dumps([on, idle]), flush=True)
 
 
 def start_daemon(build: str, tmp: str):
@@ -199,15 +225,14 @@ def start_daemon(build: str, tmp: str):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", help="build tree with libnpusan and npusand")
-    ap.add_argument("--iters", type=int, default=1000)
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=500)
+    ap.add_argument("--runs", type=int, default=25)
     ap.add_argument("--stack-depth", type=int, default=0)
     ap.add_argument("--no-daemon", action="store_true")
     ap.add_argument("--child", choices=CONFIGS, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        child(a.child, a.iters, a.runs, a.stack_depth)
+        child(a.child, a.iters, a.stack_depth)
         return
     if not a.build:
         ap.error("--build DIR is required")
@@ -224,46 +249,77 @@ def main() -> None:
         env["NPUSAN_SOCKET"] = os.path.join(tmp, "absent.sock")
     else:
         daemon, env["NPUSAN_SOCKET"] = start_daemon(build, tmp)
-    times = {c: [] for c in CONFIGS}
-    ops = 0
+    times = {c: [] for c in CONFIGS + tuple(IDLE.values())}
+    ratios = {c: [] for c in ("npusan", "npusan-py")}
+    children = {}
     try:
-        for _ in range(a.rounds):
-            for config in CONFIGS:
-                child_env = dict(env)
-                if config == "npusan-py":
-                    child_env["NPUSAN_PYTHON_SPEEDUPS"] = "0"
-                out = subprocess.run(
-                    [sys.executable, os.path.abspath(__file__),
-                     "--child", config, "--iters", str(a.iters),
-                     "--runs", str(a.runs),
-                     "--stack-depth", str(a.stack_depth)],
-                    env=child_env, check=True, stdout=subprocess.PIPE,
-                    text=True)
-                got = json.loads(out.stdout)
-                ops = got["ops"]
-                times[config] += got["times"]
+        for config in CONFIGS:
+            child_env = dict(env)
+            if config == "npusan-py":
+                child_env["NPUSAN_PYTHON_SPEEDUPS"] = "0"
+            children[config] = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__),
+                 "--child", config, "--iters", str(a.iters),
+                 "--stack-depth", str(a.stack_depth)],
+                env=child_env, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, text=True)
+        ops = {json.loads(p.stdout.readline())["ops"]
+               for p in children.values()}
+        if len(ops) != 1:
+            sys.exit(f"torch_bench: configurations disagree on the "
+                     f"operators per iteration: {ops}")
+        ops = ops.pop()
+        for cycle in range(a.runs):
+            order = CONFIGS[cycle % len(CONFIGS):] + \
+                CONFIGS[:cycle % len(CONFIGS)]
+            got = {}
+            for config in order:
+                p = children[config]
+                p.stdin.write("run\n")
+                p.stdin.flush()
+                runs = json.loads(p.stdout.readline())
+                got[config] = runs[0]
+                times[config].append(runs[0])
+                if config in IDLE:
+                    times[IDLE[config]].append(runs[1])
+            for c in ratios:
+                ratios[c].append((got[c] - got["emulation"]) /
+                                 (got["csan"] - got["emulation"]))
     finally:
+        for p in children.values():
+            p.stdin.close()
+            p.wait()
         if daemon is not None:
             daemon.terminate()
             daemon.wait()
         shutil.rmtree(tmp, ignore_errors=True)
     per_op = {c: statistics.median(t) / (a.iters * ops) * 1e6
               for c, t in times.items()}
+    spread = {c: (min(t) / (a.iters * ops) * 1e6,
+                  max(t) / (a.iters * ops) * 1e6)
+              for c, t in times.items()}
     consumer = "no consumer" if a.no_daemon else "npusand draining"
     print(f"{ops} operators per iteration, {a.iters} iterations per run, "
-          f"{a.runs * a.rounds} runs per configuration, stack depth "
+          f"{a.runs} runs per configuration, stack depth "
           f"+{a.stack_depth}; npusan's agent with {consumer}")
-    print(f"{'configuration':<12} {'us/op':>8} {'over baseline':>14} "
-          f"{'over emulation':>15}")
-    for c in CONFIGS:
-        print(f"{c:<12} {per_op[c]:8.2f} {per_op[c] - per_op['baseline']:14.2f}"
-              f" {per_op[c] - per_op['emulation']:15.2f}")
+    print(f"{'configuration':<14} {'us/op':>6} {'over baseline':>14} "
+          f"{'over emulation':>15}  {'runs from':>9} {'to':>7}")
+    for c in CONFIGS + tuple(IDLE.values()):
+        print(f"{c:<14} {per_op[c]:6.2f} {per_op[c] - per_op['baseline']:14.2f}"
+              f" {per_op[c] - per_op['emulation']:15.2f}  "
+              f"{spread[c][0]:9.2f} {spread[c][1]:7.2f}")
     added = {c: per_op[c] - per_op["emulation"]
              for c in ("npusan", "npusan-py", "csan")}
+    ratio = {c: statistics.median(r) for c, r in ratios.items()}
+    own = {c: statistics.median(a - b for a, b in zip(times[c], times[i]))
+           / (a.iters * ops) * 1e6 for c, i in IDLE.items()}
+    print(f"npusan's own code: {own['npusan']:.2f} us/op "
+          f"({own['npusan-py']:.2f} on its Python path); the rest of what it "
+          f"adds is its dispatch mode and callbacks being there")
     print(f"npusan adds {added['npusan']:.2f} us/op, CSAN {added['csan']:.2f} "
-          f"us/op: npusan adds {added['npusan'] / added['csan']:.3f} of what "
-          f"CSAN adds (target: at most 0.1); on its Python path "
-          f"{added['npusan-py'] / added['csan']:.3f}")
+          f"us/op: npusan adds {ratio['npusan']:.3f} of what CSAN adds "
+          f"(target: at most 0.1); on its Python path "
+          f"{ratio['npusan-py']:.3f}")
 
 
 if __name__ == "__main__":
