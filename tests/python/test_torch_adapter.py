@@ -510,6 +510,19 @@ class Start(unittest.TestCase):
         self.assertEqual(got.stderr, "npusan: off: NPUSAN_TORCH_DEVICE=tpu: "
                          "not one of npu, cuda, cpu, auto\n")
 
+    def test_no_torch_is_one_line_and_the_job_runs(self):
+        with tempfile.TemporaryDirectory() as shadow:
+            # A torch that cannot be imported, ahead of the real one.
+            os.mkdir(os.path.join(shadow, "torch"))
+            with open(os.path.join(shadow, "torch", "__init__.py"), "w") as f:
+                f.write("raise ImportError('no torch here')\n")
+            got = run_child("import sys, npusan.torch\n"
+                            "sys.exit(3 if npusan.torch.enabled() else 4)\n",
+                            NPUSAN_LIBRARY=LIBRARY,
+                            PYTHONPATH=shadow + os.pathsep + PACKAGE_DIR)
+        self.assertEqual((got.returncode, got.stdout, got.stderr),
+                         (4, "", "npusan: off: no torch here\n"))
+
     def test_script_arguments_and_exit_status(self):
         got = run_child("import sys; sys.exit(len(sys.argv))",
                         NPUSAN_LIBRARY=LIBRARY)

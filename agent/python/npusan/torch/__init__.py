@@ -64,12 +64,11 @@ def _enable() -> None:
     if not agent.active():
         return  # NPUSAN=0
     try:
-        import torch  # noqa: F401  (the backends need it)
+        from . import _adapter as adapter_mod  # imports torch
+        from ._backends import Unavailable, select
     except ImportError as err:
-        _say(f"off: cannot import torch: {err}")
+        _say(f"off: {err}")
         return
-    from . import _adapter as adapter_mod
-    from ._backends import Unavailable, select
 
     choice = os.environ.get("NPUSAN_TORCH_DEVICE", "auto")
     try:
