@@ -38,9 +38,11 @@ storage's start). Each tensor object returned gets a weak reference, and
 when the last one on a storage dies the storage counts as freed (memory
 deallocation). PyTorch keeps a tensor object alive as long as C++ holds the
 tensor (autograd's saved tensors, for one), so this follows the storage
-closely; tensors made without a dispatched operator (``torch.tensor(...)``
-data, ``torch.from_numpy``) are never counted as allocated, and ``resize_``
-or ``set_`` moving a tensor's storage are not followed.
+closely. Data made outside the dispatcher (``torch.tensor(data)``,
+``torch.from_numpy``) counts when the ``lift_fresh`` that hands it to Python
+returns it; a tensor that reaches Python through no dispatched operator at
+all (one a C++ extension builds) never counts, and ``resize_`` or ``set_``
+moving a tensor to other memory is not followed.
 
 Stream and event ids are small integers: 0 the default stream, fresh
 streams from 1, events from 1.
