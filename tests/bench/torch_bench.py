@@ -3,8 +3,8 @@
 PyTorch's own CUDA Sanitizer (CSAN), side by side, on CPU tensors.
 
 The same small-operator loop (an 8x8 layer: mm, add, relu, an in-place
-mul_, sum, a column slice and an in-place add_ on it) runs in a fresh
-process per configuration:
+mul_, sum, a column slice and an in-place add_ on it) runs in a process
+of its own per configuration:
 
   baseline   no sanitizer at all;
   emulation  npusan.torch.emulate's allocator alone: CPU storages reported
@@ -42,11 +42,11 @@ shared two-core machine, whatever runs on the other core) then falls on
 all of them alike. A run is timed in CPU time of the thread that runs the
 loop. A configuration's figure is the median of its runs, shown with its
 fastest and slowest; the ratio is the median of the ratios taken within
-each cycle. Per-operator figures
-divide by the operators one iteration dispatches (counted with a dispatch
-mode). --stack-depth N calls the loop N frames deeper: CSAN captures the
-Python stack at every operator and allocation, so its cost grows with the
-depth, as it does in a training loop 20 to 40 frames deep.
+each cycle. Per-operator figures divide by the operators one iteration
+dispatches (counted with a dispatch mode). --stack-depth N calls the loop
+N frames deeper: CSAN captures the Python stack at every operator and
+allocation, so its cost grows with the depth, as it does in a training
+loop 20 to 40 frames deep.
 
 Usage: /usr/bin/python3 tests/bench/torch_bench.py --build DIR
            [--iters N] [--runs R] [--stack-depth N] [--no-daemon]
