@@ -1,0 +1,438 @@
+"""The adapter: PyTorch's trace callbacks and a dispatch mode, forwarded to
+the agent one call per operation.
+
+Nothing is analysed here; the daemon does that. Per operator the dispatch
+mode does only what the agent needs: the operator's cached classification
+(``_classify``), the byte ranges of its tensors, the current stream, the
+Python stack's cached id, and one ``npusan_launch()``.
+
+Allocations: the frameworks' allocation callbacks give the block's address
+only, with neither size nor stream. The adapter keeps the address with the
+current stream (the caching allocator allocates for the current stream)
+until the operator that allocated it returns; the tensor it returns on that
+storage gives the size (the bytes from the storage's start to the tensor's
+end), and the allocation reaches the agent just before that operator's
+launch, with its stack. An allocation no returned tensor claims (an
+operator's scratch memory) is never reported, nor is its free.
+
+Host synchronizations: an operator that hands a value to the host (item(),
+a copy to the CPU) waits for its stream inside the operator, and the
+framework reports that wait while the operator runs, before its launch
+has been pushed. A wait that the thread running an operator reports is
+therefore held until that operator's launch is pushed, and then follows
+it, as it followed the kernel on the device.
+
+Any failure in here turns the adapter off with one line on stderr; the
+user's operators always run exactly once, and their own exceptions pass
+through untouched.
+"""
+
+import errno
+import operator
+import os
+import stat
+import time
+from array import array
+from threading import get_ident
+from types import ModuleType
+from typing import Dict, Optional, Set, Tuple
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .. import _lib
+from .._log import say
+from .._stack import Stacks
+from . import _classify
+from ._backends import Backend, add_callback
+from ._classify import WRITE, OpSpec, strided_ranges
+
+_Tensor = torch.Tensor
+
+# At exit: how long to wait for the daemon to take the ring's last
+# records, and for a registration still in flight to finish.
+DRAIN_MS = 10000
+REGISTER_WAIT_S = 2.0
+
+
+def _add(t, out: list) -> None:
+    """Appends the (pointer, length) pairs of the bytes tensor `t` touches."""
+    p = t.data_ptr()
+    if not p:
+        return
+    if t.is_contiguous():
+        n = t.numel() * t.element_size()
+        if n:
+            out += (p, n)
+    else:
+        strided_ranges(p, t.element_size(), t.size(), t.stride(), out)
+
+
+def _extent(t) -> int:
+    """The bytes from the start of `t`'s storage to the end of `t`."""
+    elems = t.storage_offset() + 1
+    for size, stride in zip(t.size(), t.stride()):
+        if size == 0:
+            return t.storage_offset() * t.element_size()
+        elems += (size - 1) * stride
+    return elems * t.element_size()
+
+
+def _storage_start(t) -> int:
+    return t.data_ptr() - t.storage_offset() * t.element_size()
+
+
+def _daemon_expected() -> bool:
+    """Whether NPUSAN_SOCKET names a socket that exists (a daemon is
+    there, so a registration still in flight is worth waiting for)."""
+    path = os.environ.get("NPUSAN_SOCKET")
+    if not path:
+        return False
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+class Adapter:
+    """The state shared by the dispatch mode and the trace callbacks.
+
+    With `speedups` (npusan._speedups), its Core runs the dispatch mode and
+    the allocation callbacks in C, on this object's state; DispatchMode
+    and the methods below are the same path in Python.
+    """
+
+    def __init__(self, agent: _lib.Agent, backend: Backend, stacks: Stacks,
+                 speedups: Optional[ModuleType] = None):
+        self.on = True
+        self.agent = agent
+        self.backend = backend
+        self.stacks = stacks
+        self.launch = agent.launch
+        self.is_device = operator.attrgetter(backend.device_attr)
+        self.current_stream = backend.current_stream
+        self.per_device = backend.per_device
+        self.specs: Dict[object, Tuple[OpSpec, int]] = {}
+        # Storage start -> allocation stream, for allocations no operator
+        # has returned yet; and the starts the agent has been told of.
+        self.pending: Dict[int, int] = {}
+        self.live: Set[int] = set()
+        # Thread id -> None while that thread runs an operator, then the
+        # host synchronizations it held (see host_sync()).
+        self.inside: Dict[int, Optional[list]] = {}
+        self.mode = DispatchMode(self)
+        self.core = None
+        if speedups is not None:
+            self.core = speedups.Core(self, stacks, _Tensor, agent.pointers())
+            # An attribute of the mode itself, so that torch calls the C
+            # function with no Python frame in between.
+            self.mode.__torch_dispatch__ = self.core.dispatch
+
+    def fail(self, err: BaseException) -> None:
+        if self.on:
+            self.on = False
+            say(f"off: {type(err).__name__}: {err}")
+
+    def spec(self, func) -> Tuple[OpSpec, int]:
+        """func's classification and operator id, cached per overload."""
+        spec = _classify.classify(func._schema)
+        op = self.agent.intern(spec.name.encode())
+        entry = (spec, op)
+        self.specs[func] = entry
+        return entry
+
+    # ---- trace callbacks ------------------------------------------------
+
+    def register(self) -> None:
+        handlers = {
+            "stream_creation": self.on_stream_creation,
+            "stream_synchronization": self.on_stream_synchronization,
+            "event_creation": self.on_event_creation,
+            "event_deletion": self.on_event_deletion,
+            "event_record": self.on_event_record,
+            "event_wait": self.on_event_wait,
+            "event_synchronization": self.on_event_synchronization,
+            "device_synchronization": self.on_device_synchronization,
+            "memory_allocation": self.on_memory_allocation,
+            "memory_deallocation": self.on_memory_deallocation,
+            "record_stream": self.on_record_stream,
+        }
+        if self.core is not None:
+            handlers["memory_allocation"] = self.core.on_memory_allocation
+            handlers["memory_deallocation"] = (
+                self.core.on_memory_deallocation)
+        for kind, registry in self.backend.registries.items():
+            add_callback(registry, handlers[kind])
+
+    def on_stream_creation(self, stream: int) -> None:
+        if self.on:
+            try:
+                self.agent.stream_create(stream)
+            except Exception as err:
+                self.fail(err)
+
+    def host_sync(self, fn, *args) -> None:
+        """fn(*args), a synchronization of the host, now; or, when this
+        thread is running an operator, once that operator's launch is
+        pushed (see release())."""
+        tid = get_ident()
+        if tid in self.inside:
+            held = self.inside[tid]
+            if held is None:
+                held = self.inside[tid] = []
+            held.append((fn, args))
+        else:
+            fn(*args)
+
+    def release(self, tid: int) -> None:
+        """Thread `tid`'s operator has been pushed: the synchronizations
+        it held go to the agent."""
+        held = self.inside.pop(tid, None)
+        if held and self.on:
+            for fn, args in held:
+                fn(*args)
+
+    def on_stream_synchronization(self, stream: int) -> None:
+        if self.on:
+            try:
+                self.host_sync(self.agent.stream_sync, stream)
+            except Exception as err:
+                self.fail(err)
+
+    def on_event_creation(self, event: int) -> None:
+        if self.on:
+            try:
+                self.agent.event_create(event)
+            except Exception as err:
+                self.fail(err)
+
+    def on_event_deletion(self, event: int) -> None:
+        if self.on:
+            try:
+                self.agent.event_destroy(event)
+            except Exception as err:
+                self.fail(err)
+
+    def on_event_record(self, event: int, stream: int) -> None:
+        if self.on:
+            try:
+                self.agent.event_record(event, stream)
+            except Exception as err:
+                self.fail(err)
+
+    def on_event_wait(self, event: int, stream: int) -> None:
+        if self.on:
+            try:
+                self.agent.event_wait(event, stream)
+            except Exception as err:
+                self.fail(err)
+
+    def on_event_synchronization(self, event: int) -> None:
+        if self.on:
+            try:
+                self.host_sync(self.agent.event_sync, event)
+            except Exception as err:
+                self.fail(err)
+
+    def on_device_synchronization(self) -> None:
+        if self.on:
+            try:
+                self.host_sync(self.agent.device_sync)
+            except Exception as err:
+                self.fail(err)
+
+    def on_memory_allocation(self, ptr: int) -> None:
+        if self.on:
+            try:
+                self.pending[ptr] = self.current_stream(-1)
+            except Exception as err:
+                self.fail(err)
+
+    def on_memory_deallocation(self, ptr: int) -> None:
+        if self.on:
+            try:
+                if ptr in self.pending:
+                    del self.pending[ptr]
+                elif ptr in self.live:
+                    self.live.discard(ptr)
+                    self.agent.free(ptr)
+            except Exception as err:
+                self.fail(err)
+
+    def on_record_stream(self, ptr: int, stream: int) -> None:
+        if self.on:
+            try:
+                self.agent.record_stream(ptr, stream)
+            except Exception as err:
+                self.fail(err)
+
+    # ---- operators ------------------------------------------------------
+
+    def claim(self, value, stack: int) -> None:
+        """Reports the pending allocations whose storage a returned tensor
+        of `value` starts, with that tensor's extent."""
+        if isinstance(value, _Tensor):
+            start = _storage_start(value)
+            stream = self.pending.pop(start, None)
+            if stream is not None:
+                self.agent.alloc(start, _extent(value), stream, stack)
+                self.live.add(start)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                self.claim(v, stack)
+
+    def record_stream(self, func, args, kwargs):
+        """aten::record_stream(Tensor(a!) self, Stream s): no kernel; tells
+        the agent, where no registry reports it already."""
+        out = func(*args, **kwargs)
+        handle = self.backend.stream_handle
+        if handle is not None and self.on:
+            try:
+                t, s = args[0], args[1]
+                if self.is_device(t):
+                    self.agent.record_stream(_storage_start(t), handle(s))
+            except Exception as err:
+                self.fail(err)
+        return out
+
+    def finish(self) -> None:
+        """At exit: stops reporting (what the interpreter frees while it
+        tears down cannot be reused) and waits for the daemon to take what
+        the ring holds."""
+        if not self.on:
+            return
+        self.on = False
+        try:
+            deadline = time.monotonic() + REGISTER_WAIT_S
+            while (self.agent.wait_drained(DRAIN_MS) == -errno.ENOTCONN
+                   and _daemon_expected() and time.monotonic() < deadline):
+                time.sleep(0.01)
+        except Exception as err:
+            say(f"at exit: {type(err).__name__}: {err}")
+
+
+def _collect(value, nest: int, out: list, is_device, per_device) -> int:
+    """Appends the ranges of the device tensors in `value`, a tensor or
+    (nest levels of) lists of them; returns the device index of the first
+    one (with `per_device`), or -2 when there is none."""
+    device = -2
+    if nest == 0:
+        if isinstance(value, _Tensor) and is_device(value):
+            _add(value, out)
+            if per_device:
+                device = value.get_device()
+        return device
+    for v in value:
+        if v is not None:
+            d = _collect(v, nest - 1, out, is_device, per_device)
+            if device == -2:
+                device = d
+    return device
+
+
+class DispatchMode(TorchDispatchMode):
+    """One launch per operator that touches device memory.
+
+    The common cases are inlined (a contiguous tensor argument, a fresh
+    tensor return, its allocation claimed by address): every call here is
+    paid on every operator of the job.
+    """
+
+    def __init__(self, adapter: Adapter):
+        super().__init__()
+        self._adapter = adapter
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        a = self._adapter
+        if not a.on:
+            return func(*args, **kwargs)
+        try:
+            entry = a.specs.get(func)
+            if entry is None:
+                entry = a.spec(func)
+            spec, op = entry
+            if spec.record_stream:
+                return a.record_stream(func, args, kwargs)
+            is_device = a.is_device
+            per_device = a.per_device
+            reads: list = []
+            writes: list = []
+            device = -2
+            nargs = len(args)
+            for pos, name, kind, nest in spec.args:
+                v = args[pos] if pos < nargs else kwargs.get(name)
+                if v is None:
+                    continue
+                out = writes if kind == WRITE else reads
+                if nest == 0:
+                    # A Tensor argument may come as a Python number.
+                    if isinstance(v, _Tensor) and is_device(v):
+                        p = v.data_ptr()
+                        if v.is_contiguous():
+                            n = v.numel() * v.element_size()
+                            if n and p:
+                                out += (p, n)
+                        elif p:
+                            strided_ranges(p, v.element_size(), v.size(),
+                                           v.stride(), out)
+                        if device == -2 and per_device:
+                            device = v.get_device()
+                else:
+                    d = _collect(v, nest, out, is_device, per_device)
+                    if device == -2:
+                        device = d
+            stack = a.stacks.capture(1)
+        except Exception as err:
+            a.fail(err)
+            return func(*args, **kwargs)
+        tid = get_ident()
+        a.inside[tid] = None
+        try:
+            result = func(*args, **kwargs)
+        except BaseException:
+            a.release(tid)
+            raise
+        try:
+            pending = a.pending
+            if spec.returns:
+                values = (result,) if spec.single_return else result
+                for i, nest in spec.returns:
+                    v = values[i]
+                    if nest == 0 and isinstance(v, _Tensor):
+                        if not is_device(v):
+                            continue
+                        p = v.data_ptr()
+                        if v.is_contiguous():
+                            n = v.numel() * v.element_size()
+                            if n and p:
+                                writes += (p, n)
+                        elif p:
+                            n = _extent(v)
+                            strided_ranges(p, v.element_size(), v.size(),
+                                           v.stride(), writes)
+                        if device == -2 and per_device:
+                            device = v.get_device()
+                        # A pending allocation that starts where a fresh
+                        # output does is that output's storage.
+                        if p in pending:
+                            a.agent.alloc(p, n, pending.pop(p), stack)
+                            a.live.add(p)
+                    elif v is not None:
+                        d = _collect(v, nest, writes, is_device, per_device)
+                        if device == -2:
+                            device = d
+            if pending:
+                a.claim(result, stack)
+            if reads or writes:
+                nr = len(reads) >> 1
+                reads += writes
+                buf = array("Q", reads)
+                addr = buf.buffer_info()[0]
+                a.launch(a.current_stream(device), op, addr, nr,
+                         addr + (nr << 4), len(writes) >> 1, stack)
+        except Exception as err:
+            a.fail(err)
+        a.release(tid)
+        return result

@@ -1,0 +1,212 @@
+"""The frameworks the adapter can watch, each found by feature detection.
+
+A backend says which tensors are device tensors, what a device's current
+stream is, which trace-callback registries report streams, events,
+synchronizations, allocations and ``record_stream``, and how to make the
+framework's C++ side fire them:
+
+- ``npu``: torch_npu's ``_npu_trace`` (``torch_npu.npu._npu_trace`` or
+  ``torch_npu.utils._npu_trace``), registries ``NPU*Callbacks``, including
+  ``NPURecordStreamCallbacks`` from its caching allocator;
+- ``cuda``: ``torch.cuda._gpu_trace`` (PyTorch 2) or
+  ``torch.utils._cuda_trace`` (1.13), registries ``*Callbacks`` or
+  ``CUDA*Callbacks``; CUDA reports ``record_stream`` only as the operator
+  ``aten::record_stream``, which the dispatch mode sees;
+- ``cpu``: the emulation of ``npusan.torch.emulate``, which fires the
+  registries of this PyTorch's own trace module, as a CUDA build would, and
+  its own record-stream registry, as torch_npu's allocator does.
+
+The registries' callbacks get stream and event handles (``cudaStream_t``,
+``aclrtStream``, ... as integers), the same numbers the current-stream
+functions return, so they are the agent's stream and event ids as they are.
+"""
+
+import importlib
+import inspect
+from typing import Callable, Dict, Optional
+
+import torch
+
+# Registry kinds, and the name each has after its prefix ("NPU", "CUDA" or
+# none) and before "Callbacks".
+KINDS = {
+    "stream_creation": "StreamCreation",
+    "stream_synchronization": "StreamSynchronization",
+    "event_creation": "EventCreation",
+    "event_deletion": "EventDeletion",
+    "event_record": "EventRecord",
+    "event_wait": "EventWait",
+    "event_synchronization": "EventSynchronization",
+    "device_synchronization": "DeviceSynchronization",
+    "memory_allocation": "MemoryAllocation",
+    "memory_deallocation": "MemoryDeallocation",
+    "record_stream": "RecordStream",
+}
+
+
+class Unavailable(Exception):
+    """The backend asked for is not there; the message says why."""
+
+
+class Backend:
+    """One framework's device as the adapter sees it."""
+
+    def __init__(self, name: str, registries: Dict[str, object],
+                 device_attr: str, current_stream: Callable[[int], int],
+                 stream_handle: Optional[Callable[[object], int]],
+                 activate: Callable[[], None]):
+        self.name = name
+        self.registries = registries
+        # Whether each device has streams of its own (the emulation's one
+        # device does not need the tensors' device asked).
+        self.per_device = name != "cpu"
+        # The tensor attribute that says whether it lives on this device.
+        self.device_attr = device_attr
+        # The current stream of a device index (-1: the current device).
+        self.current_stream = current_stream
+        # The stream handle of the torch.Stream that aten::record_stream
+        # gets; None where a registry reports record_stream instead.
+        self.stream_handle = stream_handle
+        # Makes the framework fire its trace callbacks.
+        self.activate = activate
+
+
+def _module(*names: str):
+    for name in names:
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    return None
+
+
+def find_registries(module, prefixes) -> Dict[str, object]:
+    """The registries of `module` by kind, each under the first prefix
+    that names one."""
+    found = {}
+    for kind, stem in KINDS.items():
+        for prefix in prefixes:
+            reg = getattr(module, f"{prefix}{stem}Callbacks", None)
+            if reg is not None and hasattr(reg, "add_callback"):
+                found[kind] = reg
+                break
+    return found
+
+
+def add_callback(registry, cb: Callable) -> None:
+    """Registers `cb`; torch_npu's registries also take a name."""
+    params = inspect.signature(registry.add_callback).parameters
+    if len(params) >= 2:
+        registry.add_callback(cb, "npusan")
+    else:
+        registry.add_callback(cb)
+
+
+def torch_trace_registries() -> Dict[str, object]:
+    """The registries of this PyTorch's own (CUDA) trace module."""
+    module = _module("torch.cuda._gpu_trace", "torch.utils._cuda_trace")
+    if module is None:
+        raise Unavailable("this PyTorch has no GPU trace module "
+                          "(torch.cuda._gpu_trace or torch.utils._cuda_trace)")
+    found = find_registries(module, ("", "CUDA"))
+    if "memory_allocation" not in found:
+        raise Unavailable(f"{module.__name__} has no trace registries")
+    return found
+
+
+def _first_attr(obj, *names):
+    for name in names:
+        fn = getattr(obj, name, None)
+        if fn is not None:
+            return fn
+    return None
+
+
+def npu() -> Backend:
+    torch_npu = _module("torch_npu")
+    if torch_npu is None:
+        raise Unavailable("torch_npu is not installed")
+    if not torch_npu.npu.is_available():
+        raise Unavailable("torch_npu finds no NPU")
+    module = _module("torch_npu.npu._npu_trace", "torch_npu.utils._npu_trace")
+    if module is None:
+        raise Unavailable("this torch_npu has no _npu_trace module")
+    registries = find_registries(module, ("NPU",))
+    raw = _first_attr(torch_npu._C, "_npu_getCurrentRawStream")
+    current_device = torch_npu.npu.current_device
+
+    def current_stream(device: int) -> int:
+        if device < 0:
+            device = current_device()
+        if raw is not None:
+            return raw(device)
+        return torch_npu.npu.current_stream(device).npu_stream
+
+    def activate() -> None:
+        # Mode 0 is torch_npu's stream check (its SanitizerMode::STREAM);
+        # older releases take no mode.
+        try:
+            torch_npu._C._activate_npu_trace(0)
+        except TypeError:
+            torch_npu._C._activate_npu_trace()
+
+    def stream_handle(stream) -> int:
+        return torch_npu.npu.Stream(
+            stream_id=stream.stream_id, device_index=stream.device_index,
+            device_type=stream.device_type).npu_stream
+
+    return Backend("npu", registries, "is_npu", current_stream,
+                   None if "record_stream" in registries else stream_handle,
+                   activate)
+
+
+def cuda() -> Backend:
+    if not torch.cuda.is_available():
+        raise Unavailable("torch.cuda finds no GPU")
+    registries = torch_trace_registries()
+    raw = _first_attr(torch._C, "_cuda_getCurrentRawStream")
+    current_device = torch.cuda.current_device
+
+    def current_stream(device: int) -> int:
+        if device < 0:
+            device = current_device()
+        if raw is not None:
+            return raw(device)
+        return torch.cuda.current_stream(device).cuda_stream
+
+    def activate() -> None:
+        _first_attr(torch._C, "_activate_gpu_trace", "_activate_cuda_trace")()
+
+    def stream_handle(stream) -> int:
+        return torch.cuda.Stream(
+            stream_id=stream.stream_id, device_index=stream.device_index,
+            device_type=stream.device_type).cuda_stream
+
+    return Backend("cuda", registries, "is_cuda", current_stream,
+                   stream_handle, activate)
+
+
+def cpu() -> Backend:
+    from . import emulate
+
+    registries = dict(emulate.REGISTRIES)
+    registries["record_stream"] = emulate.RecordStreamCallbacks
+    return Backend("cpu", registries, "is_cpu", emulate.current_stream_id,
+                   None, emulate.start)
+
+
+def select(device: str) -> Backend:
+    """The backend `device` names ("npu", "cuda", "cpu"), or for "" and
+    "auto" the first of npu and cuda that finds a device, else cpu."""
+    makers = {"npu": npu, "cuda": cuda, "cpu": cpu}
+    if device in makers:
+        return makers[device]()
+    if device not in ("", "auto"):
+        raise Unavailable(f"NPUSAN_TORCH_DEVICE={device}: not one of "
+                          "npu, cuda, cpu, auto")
+    for maker in (npu, cuda):
+        try:
+            return maker()
+        except Unavailable:
+            continue
+    return cpu()

@@ -1,0 +1,563 @@
+#!/usr/bin/python3
+"""npusan.torch's adapter against a real PyTorch, in one process: operator
+classification from real schemas, the calls the dispatch mode and the trace
+callbacks make (into a fake agent that records them), Python stacks, and
+what happens when something fails; plus the package's start in child
+processes, against the real libnpusan.
+
+The tests of the per-operator path run twice: in Python, and (with
+--speedups, the module built beside the library) in npusan._speedups' C,
+each class's C twin named with a _C suffix.
+
+Usage: test_torch_adapter.py --library PATH [--speedups PATH]
+
+Exit status: 0 passed, 1 failed, 77 (CTest's skip) without torch.
+"""
+
+import argparse
+import contextlib
+import ctypes
+import io
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)),
+                           "agent", "python")
+LIBRARY = None  # --library
+SPEEDUPS = None  # npusan._speedups, with --speedups
+
+_LAUNCH = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint32,
+                           ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                           ctypes.c_size_t, ctypes.c_uint32)
+_ALLOC = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint64,
+                          ctypes.c_uint64, ctypes.c_uint32)
+_FREE = ctypes.CFUNCTYPE(None, ctypes.c_uint64)
+
+torch = None  # imported in main(), after the skip check
+
+
+class FakeAgent:
+    """libnpusan's API, recording each call as a tuple."""
+
+    def __init__(self):
+        self.calls = []
+        self.strings = {}
+        self.stacks = {}
+
+    def intern(self, text: bytes) -> int:
+        return self.strings.setdefault(text.decode(), len(self.strings) + 1)
+
+    def intern_stack(self, addr: int, n: int) -> int:
+        ids = tuple((ctypes.c_uint32 * n).from_address(addr))
+        names = {v: k for k, v in self.strings.items()}
+        return self.stacks.setdefault(tuple(names[i] for i in ids),
+                                      len(self.stacks) + 1)
+
+    def stack(self, sid: int):
+        return next(k for k, v in self.stacks.items() if v == sid)
+
+    def op(self, oid: int) -> str:
+        return next(k for k, v in self.strings.items() if v == oid)
+
+    def launch(self, stream, op, raddr, nr, waddr, nw, stack):
+        def pairs(addr, n):
+            if n == 0:
+                return []
+            flat = list((ctypes.c_uint64 * (2 * n)).from_address(addr))
+            return list(zip(flat[::2], flat[1::2]))
+
+        self.calls.append(("launch", stream, self.op(op), pairs(raddr, nr),
+                           pairs(waddr, nw), stack))
+
+    def pointers(self):
+        """C function pointers for npusan._speedups, calling back here."""
+        self._c = (_LAUNCH(self.launch),
+                   _ALLOC(lambda *a: self.calls.append(("alloc", *a))),
+                   _FREE(lambda *a: self.calls.append(("free", *a))))
+        return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in self._c)
+
+    def __getattr__(self, name):
+        # Every other function of the API: recorded with its arguments.
+        def record(*args):
+            self.calls.append((name, *args))
+        return record
+
+    def named(self, *names):
+        return [c for c in self.calls if c[0] in names]
+
+
+def nbytes(t) -> int:
+    return t.numel() * t.element_size()
+
+
+class AdapterCase(unittest.TestCase):
+    """An adapter on the CPU emulation with a fake agent, its dispatch mode
+    entered for each test; with `speedups`, npusan._speedups runs it."""
+
+    speedups = False
+
+    def setUp(self):
+        from npusan._stack import Stacks
+        from npusan.torch import _adapter, _backends, emulate
+
+        self.em = emulate
+        self.agent = FakeAgent()
+        backend = _backends.cpu()
+        backend.activate()
+        # Failures.test_failing_stream_lookup breaks it.
+        self.broken = None
+
+        def current_stream(device: int) -> int:
+            if self.broken is not None:
+                raise self.broken
+            return emulate.current_stream_id(device)
+
+        backend.current_stream = current_stream
+        machinery = (os.path.dirname(_adapter.__file__) + os.sep,
+                     torch.utils._python_dispatch.__file__)
+        self.adapter = _adapter.Adapter(
+            self.agent, backend, Stacks(self.agent, 32, machinery),
+            SPEEDUPS if self.speedups else None)
+        self.assertEqual(self.adapter.core is not None, self.speedups)
+        self.adapter.register()
+        self.adapter.mode.__enter__()
+
+    def tearDown(self):
+        self.adapter.mode.__exit__(None, None, None)
+        self.adapter.on = False
+
+    def launches(self):
+        return self.agent.named("launch")
+
+    def only_launch(self):
+        got = self.launches()
+        self.assertEqual(len(got), 1, got)
+        return got[0]
+
+
+class Classify(unittest.TestCase):
+    """The schema's alias annotations, read once per operator overload."""
+
+    def spec(self, op):
+        from npusan.torch._classify import classify
+
+        return classify(op._schema)
+
+    def test_reads_inputs_writes_fresh_output(self):
+        from npusan.torch._classify import READ
+
+        s = self.spec(torch.ops.aten.add.Tensor)
+        self.assertEqual(s.name, "aten::add.Tensor")
+        self.assertEqual(s.args, ((0, "self", READ, 0), (1, "other", READ, 0)))
+        self.assertEqual((s.returns, s.single_return), (((0, 0),), True))
+
+    def test_in_place_writes_self_and_returns_nothing_new(self):
+        from npusan.torch._classify import READ, WRITE
+
+        s = self.spec(torch.ops.aten.add_.Tensor)
+        self.assertEqual(s.args, ((0, "self", WRITE, 0), (1, "other", READ, 0)))
+        self.assertEqual(s.returns, ())
+
+    def test_out_argument_is_written(self):
+        from npusan.torch._classify import READ, WRITE
+
+        s = self.spec(torch.ops.aten.add.out)
+        self.assertEqual(s.args, ((0, "self", READ, 0), (1, "other", READ, 0),
+                                  (3, "out", WRITE, 0)))
+        self.assertEqual(s.returns, ())
+
+    def test_views_touch_nothing(self):
+        for op in (torch.ops.aten.view.default, torch.ops.aten.t.default,
+                   torch.ops.aten.split.Tensor, torch.ops.aten.detach.default,
+                   torch.ops.aten.slice.Tensor):
+            s = self.spec(op)
+            self.assertEqual((s.args, s.returns), ((), ()), s.name)
+
+    def test_factory_reads_no_input(self):
+        s = self.spec(torch.ops.aten.empty_like.default)
+        self.assertEqual((s.args, s.returns), ((), ((0, 0),)))
+        self.assertEqual(self.spec(torch.ops.aten.new_zeros.default).args, ())
+
+    def test_tensor_lists(self):
+        from npusan.torch._classify import READ, WRITE
+
+        s = self.spec(torch.ops.aten._foreach_add_.Scalar)
+        self.assertEqual((s.args, s.returns), (((0, "self", WRITE, 1),), ()))
+        s = self.spec(torch.ops.aten._foreach_add.Scalar)
+        self.assertEqual((s.args, s.returns),
+                         (((0, "self", READ, 1),), ((0, 1),)))
+
+    def test_several_returns(self):
+        s = self.spec(torch.ops.aten.max.dim)
+        self.assertEqual((s.returns, s.single_return), (((0, 0), (1, 0)), False))
+
+    def test_collectives_write_their_first_argument(self):
+        from npusan.torch._classify import READ, WRITE
+
+        c10d = torch.ops.c10d
+        s = self.spec(c10d.allreduce_.default)
+        self.assertEqual((s.args, s.returns), (((0, "_0", WRITE, 1),), ()))
+        s = self.spec(c10d.allgather_.default)
+        self.assertEqual(s.args, ((0, "_0", WRITE, 2), (1, "_1", READ, 1)))
+        self.assertEqual(self.spec(c10d.recv_.default).args,
+                         ((0, "_0", WRITE, 1),))
+        self.assertEqual(self.spec(c10d.send.default).args,
+                         ((0, "_0", READ, 1),))
+
+    def test_record_stream_is_no_kernel(self):
+        s = self.spec(torch.ops.aten.record_stream.default)
+        self.assertTrue(s.record_stream)
+        self.assertEqual((s.args, s.returns), ((), ()))
+
+
+class Ranges(unittest.TestCase):
+    """The bytes a tensor's view touches."""
+
+    speedups = False
+
+    def ranges(self, t):
+        from npusan.torch._classify import strided_ranges
+
+        fn = SPEEDUPS.strided_ranges if self.speedups else strided_ranges
+        out = []
+        fn(t.data_ptr(), t.element_size(), tuple(t.size()), t.stride(), out)
+        return list(zip(out[::2], out[1::2]))
+
+    def test_strided_one_dimension(self):
+        x = torch.zeros(16)
+        self.assertEqual(self.ranges(x[::2]),
+                         [(x.data_ptr() + 8 * i, 4) for i in range(8)])
+
+    def test_column_block_is_one_run_per_row(self):
+        x = torch.zeros(8, 8)
+        p = x.data_ptr()
+        self.assertEqual(self.ranges(x[:, 4:]),
+                         [(p + 16 + 32 * r, 16) for r in range(8)])
+
+    def test_dense_permutation_is_one_range(self):
+        x = torch.zeros(8, 4)
+        self.assertEqual(self.ranges(x.t()), [(x.data_ptr(), 128)])
+
+    def test_broadcast_dimension_adds_nothing(self):
+        x = torch.zeros(4)
+        self.assertEqual(self.ranges(x.expand(3, 4)), [(x.data_ptr(), 16)])
+
+    def test_many_runs_become_their_span(self):
+        x = torch.zeros(64, 64)
+        self.assertEqual(self.ranges(x[:, 3]),
+                         [(x.data_ptr() + 12, (63 * 64 + 1) * 4)])
+
+    def test_empty_touches_nothing(self):
+        self.assertEqual(self.ranges(torch.zeros(4, 4)[:, 0:0]), [])
+
+
+class Operators(AdapterCase):
+    """One launch per operator, with the right memory and stream."""
+
+    def test_fresh_output_is_allocated_then_written(self):
+        x = torch.ones(16)
+        self.agent.calls.clear()
+        y = x + 1
+        alloc, launch = self.agent.calls
+        self.assertEqual(alloc[:4], ("alloc", y.data_ptr(), 64, 0))
+        self.assertEqual(launch[:5], ("launch", 0, "aten::add.Tensor",
+                                      [(x.data_ptr(), 64)],
+                                      [(y.data_ptr(), 64)]))
+        # One stack for the operator: its launch and its allocation.
+        self.assertEqual(alloc[4], launch[5])
+
+    def test_current_stream_of_the_emulation(self):
+        x = torch.ones(16)
+        s = self.em.Stream()
+        with self.em.stream(s):
+            y = x * 2
+        self.assertEqual(self.agent.named("alloc")[-1][3], s.id)
+        self.assertEqual(self.launches()[-1][1], s.id)
+        self.assertEqual(self.em.current_stream_id(), 0)
+        del y
+
+    def test_strided_fresh_output_allocates_its_extent(self):
+        y = torch.empty_strided((4, 3), (1, 4))
+        self.assertEqual(self.agent.named("alloc")[-1][1:3],
+                         (y.data_ptr(), (1 + 3 * 1 + 2 * 4) * 4))
+
+    def test_views_launch_nothing(self):
+        x = torch.ones(4, 4)
+        self.agent.calls.clear()
+        x.view(16), x.t(), x[1:], x.detach()
+        self.assertEqual(self.launches(), [])
+
+    def test_in_place_on_view_writes_its_rows(self):
+        x = torch.zeros(8, 8)
+        v = x[:, :4]
+        self.agent.calls.clear()
+        v.add_(1)
+        _, stream, op, reads, writes, _ = self.only_launch()
+        self.assertEqual((op, reads), ("aten::add_.Tensor", []))
+        self.assertEqual(writes, [(x.data_ptr() + 32 * r, 16)
+                                  for r in range(8)])
+
+    def test_out_argument(self):
+        a, b, c = torch.ones(4), torch.ones(4), torch.empty(4)
+        self.agent.calls.clear()
+        torch.add(a, b, out=c)
+        _, _, op, reads, writes, _ = self.only_launch()
+        self.assertEqual((op, reads, writes),
+                         ("aten::add.out", [(a.data_ptr(), 16),
+                                            (b.data_ptr(), 16)],
+                          [(c.data_ptr(), 16)]))
+
+    def test_factory_reads_nothing(self):
+        x = torch.ones(4)
+        self.agent.calls.clear()
+        y = torch.empty_like(x)
+        _, _, op, reads, writes, _ = self.only_launch()
+        self.assertEqual((op, reads, writes),
+                         ("aten::empty_like", [], [(y.data_ptr(), 16)]))
+
+    def test_free_when_the_last_tensor_on_a_storage_dies(self):
+        x = torch.ones(16)
+        p = x.data_ptr()
+        v = x[4:]
+        del x
+        self.assertEqual(self.agent.named("free"), [])
+        del v
+        self.assertEqual(self.agent.named("free"), [("free", p)])
+
+    def test_allocation_by_a_view_returning_operator(self):
+        # torch.tensor() builds its data outside the dispatcher; the
+        # operator that returns it (lift_fresh, a view) claims it.
+        t = torch.tensor([1.0, 2.0])
+        self.assertIn(("alloc", t.data_ptr(), 8, 0),
+                      [c[:4] for c in self.agent.named("alloc")])
+
+    def test_scalar_argument_is_no_tensor(self):
+        x = torch.ones(4)
+        self.agent.calls.clear()
+        x.mul_(3)
+        self.assertEqual(self.only_launch()[3:5], ([], [(x.data_ptr(), 16)]))
+
+
+class Streams(AdapterCase):
+    """The emulation fires the trace callbacks; the adapter forwards them."""
+
+    def test_wait_stream_is_an_event(self):
+        a, b = self.em.Stream(), self.em.Stream()
+        self.agent.calls.clear()
+        a.wait_stream(b)
+        # As torch.cuda's: a fresh event recorded on b, waited for on a,
+        # and destroyed once collected.
+        self.assertEqual([c[0] for c in self.agent.calls],
+                         ["event_create", "event_record", "event_wait",
+                          "event_destroy"])
+        event = self.agent.calls[0][1]
+        self.assertEqual(self.agent.calls[1:],
+                         [("event_record", event, b.id),
+                          ("event_wait", event, a.id),
+                          ("event_destroy", event)])
+
+    def test_synchronizations(self):
+        s = self.em.Stream()
+        e = self.em.Event()
+        e.synchronize()  # never recorded: nothing to wait for
+        self.em.synchronize()
+        s.synchronize()
+        e.record(s)
+        e.synchronize()
+        self.assertEqual(
+            [c for c in self.agent.calls if c[0].endswith("sync")],
+            [("device_sync",), ("stream_sync", s.id), ("event_sync", e.id)])
+
+    def test_host_sync_inside_an_operator_follows_its_launch(self):
+        s = torch.ones(4).sum()
+        self.agent.calls.clear()
+        s.item()
+        self.assertEqual([c[0] for c in self.agent.calls],
+                         ["launch", "stream_sync"])
+        self.assertEqual(self.agent.calls[0][2:4],
+                         ("aten::_local_scalar_dense", [(s.data_ptr(), 4)]))
+        self.assertEqual(self.agent.calls[1], ("stream_sync", 0))
+        self.assertEqual(self.adapter.inside, {})
+
+    def test_stream_creation(self):
+        s = self.em.Stream()
+        self.assertIn(("stream_create", s.id), self.agent.calls)
+        self.em.Stream(s.id)
+        self.em.Stream(0)
+        self.assertEqual(self.agent.named("stream_create"),
+                         [("stream_create", s.id)])
+
+    def test_record_stream_names_the_storage(self):
+        x = torch.ones(8)
+        s = self.em.Stream()
+        self.em.record_stream(x[2:], s)
+        self.assertEqual(self.agent.named("record_stream"),
+                         [("record_stream", x.data_ptr(), s.id)])
+
+    def test_event_destroyed_when_collected(self):
+        e = self.em.Event()
+        e.record()
+        eid = e.id
+        del e
+        self.assertEqual(self.agent.named("event_destroy"),
+                         [("event_destroy", eid)])
+
+
+class PythonStacks(AdapterCase):
+    """Stacks start at the user's line, and are named once."""
+
+    def test_stack_points_at_the_calling_line(self):
+        x = torch.ones(4)
+        line = sys._getframe().f_lineno + 1
+        y = x + 1
+        stack = self.agent.stack(self.launches()[-1][5])
+        self.assertEqual(stack[0], f"{__file__}:{line} in "
+                         "test_stack_points_at_the_calling_line")
+        self.assertTrue(all("npusan/" not in f for f in stack), stack)
+        del y
+
+    def test_same_line_same_stack_named_once(self):
+        x = torch.ones(4)
+        for _ in range(3):
+            x.add_(1)
+        ids = {c[5] for c in self.launches()[-3:]}
+        self.assertEqual(len(ids), 1)
+        self.assertEqual(len(self.agent.stacks), len(set(
+            self.agent.stacks.values())))
+
+    def test_different_lines_different_stacks(self):
+        x = torch.ones(4)
+        x.add_(1)
+        x.add_(1)
+        first, second = self.launches()[-2:]
+        self.assertNotEqual(first[5], second[5])
+
+
+class Failures(AdapterCase):
+    """A failure inside the adapter turns npusan off and nothing else."""
+
+    def test_failing_stream_lookup_turns_off_with_one_line(self):
+        x = torch.ones(4)
+        self.broken = OSError("device gone")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            y = x + 1
+            z = y * 2
+        self.assertEqual(z.tolist(), [4.0] * 4)
+        self.assertEqual(err.getvalue(), "npusan: off: OSError: device gone\n")
+        self.assertFalse(self.adapter.on)
+        calls = len(self.agent.calls)
+        z.add_(1)
+        self.assertEqual(len(self.agent.calls), calls)
+
+    def test_user_exceptions_pass_through(self):
+        with self.assertRaises(RuntimeError):
+            torch.ones(2) + torch.ones(3)
+        self.assertTrue(self.adapter.on)
+
+
+def run_child(code: str, **env) -> subprocess.CompletedProcess:
+    full = dict(os.environ, PYTHONPATH=PACKAGE_DIR, NPUSAN_TORCH_DEVICE="cpu",
+                NPUSAN_SOCKET="/nonexistent/npusand.sock")
+    for var in ("NPUSAN", "NPUSAN_RECORD", "NPUSAN_LIBRARY"):
+        full.pop(var, None)
+    full.update(env)
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(textwrap.dedent(code))
+    try:
+        return subprocess.run([sys.executable, "-m", "npusan.torch", f.name],
+                              env=full, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.unlink(f.name)
+
+
+class Start(unittest.TestCase):
+    """python3 -m npusan.torch with the real library, or without one."""
+
+    SCRIPT = """
+        import sys, torch
+        import npusan.torch
+        x = torch.ones(4) + 1
+        sys.exit(3 if npusan.torch.enabled() else 4)
+    """
+
+    def test_on_with_the_library(self):
+        got = run_child(self.SCRIPT, NPUSAN_LIBRARY=LIBRARY)
+        self.assertEqual((got.returncode, got.stdout, got.stderr), (3, "", ""))
+
+    def test_missing_library_is_one_line_and_the_job_runs(self):
+        got = run_child(self.SCRIPT, NPUSAN_LIBRARY="/nonexistent/libnpusan.so")
+        self.assertEqual((got.returncode, got.stdout), (4, ""))
+        self.assertEqual(len(got.stderr.splitlines()), 1, got.stderr)
+        self.assertTrue(got.stderr.startswith(
+            "npusan: off: cannot load libnpusan: /nonexistent/libnpusan.so"),
+            got.stderr)
+
+    def test_npusan_0_is_silently_off(self):
+        got = run_child(self.SCRIPT, NPUSAN_LIBRARY=LIBRARY, NPUSAN="0")
+        self.assertEqual((got.returncode, got.stdout, got.stderr), (4, "", ""))
+
+    def test_unknown_device_is_one_line(self):
+        got = run_child(self.SCRIPT, NPUSAN_LIBRARY=LIBRARY,
+                        NPUSAN_TORCH_DEVICE="tpu")
+        self.assertEqual((got.returncode, got.stdout), (4, ""))
+        self.assertEqual(got.stderr, "npusan: off: NPUSAN_TORCH_DEVICE=tpu: "
+                         "not one of npu, cuda, cpu, auto\n")
+
+    def test_no_torch_is_one_line_and_the_job_runs(self):
+        with tempfile.TemporaryDirectory() as shadow:
+            # A torch that cannot be imported, ahead of the real one.
+            os.mkdir(os.path.join(shadow, "torch"))
+            with open(os.path.join(shadow, "torch", "__init__.py"), "w") as f:
+                f.write("raise ImportError('no torch here')\n")
+            got = run_child("import sys, npusan.torch\n"
+                            "sys.exit(3 if npusan.torch.enabled() else 4)\n",
+                            NPUSAN_LIBRARY=LIBRARY,
+                            PYTHONPATH=shadow + os.pathsep + PACKAGE_DIR)
+        self.assertEqual((got.returncode, got.stdout, got.stderr),
+                         (4, "", "npusan: off: no torch here\n"))
+
+    def test_script_arguments_and_exit_status(self):
+        got = run_child("import sys; sys.exit(len(sys.argv))",
+                        NPUSAN_LIBRARY=LIBRARY)
+        self.assertEqual(got.returncode, 1)
+
+
+def main() -> None:
+    global torch, LIBRARY, SPEEDUPS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--library", required=True)
+    ap.add_argument("--speedups")
+    args = ap.parse_args()
+    LIBRARY = args.library
+    try:
+        import torch as t
+    except ImportError as err:
+        print(f"test_torch_adapter: skipped: no torch ({err})")
+        sys.exit(77)
+    torch = t
+    import torch.utils._python_dispatch  # noqa: F401
+
+    sys.path.insert(0, PACKAGE_DIR)
+    if args.speedups:
+        from npusan import _lib
+
+        SPEEDUPS = _lib.load_speedups(LIBRARY)
+        if SPEEDUPS is None or not os.path.samefile(SPEEDUPS.__file__,
+                                                     args.speedups):
+            sys.exit(f"test_torch_adapter: {args.speedups} did not load")
+        for case in (Ranges, Operators, Streams, PythonStacks, Failures):
+            twin = type(case.__name__ + "_C", (case,), {"speedups": True})
+            globals()[twin.__name__] = twin
+    prog = unittest.main(argv=[sys.argv[0], "-v"], exit=False)
+    sys.exit(0 if prog.result.wasSuccessful() else 1)
+
+
+if __name__ == "__main__":
+    main()

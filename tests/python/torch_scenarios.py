@@ -1,0 +1,124 @@
+"""Two-stream PyTorch programs for test_torch_e2e.py, on CPU tensors and the
+streams of npusan.torch.emulate; each runs in a process of its own:
+
+    python3 -m npusan.torch torch_scenarios.py NAME
+
+The comments "# line: TAG" mark the lines the expected findings' stacks
+point at; test_torch_e2e.py finds them by their tag.
+"""
+
+import sys
+
+import torch
+import torch.distributed as dist
+
+from npusan.torch import emulate as em
+
+N = 256
+
+
+def race():
+    """A read on the side stream of what the default stream wrote."""
+    x = torch.ones(N)  # line: race-write
+    side = em.Stream()
+    with em.stream(side):
+        y = x * 2  # line: race-read
+    em.synchronize()
+    return y
+
+
+def race_fixed():
+    """The same, with the side stream waiting for the default one."""
+    x = torch.ones(N)
+    side = em.Stream()
+    side.wait_stream(em.current_stream())
+    with em.stream(side):
+        y = x * 2
+    em.synchronize()
+    return y
+
+
+def missing_record_stream():
+    """Memory of the default stream used on the side stream, then freed
+    with neither record_stream nor the default stream waiting for it."""
+    side = em.Stream()
+    x = torch.ones(N)  # line: mrs-alloc
+    side.wait_stream(em.current_stream())
+    with em.stream(side):
+        y = x.sum()  # line: mrs-use
+    del x
+    em.synchronize()
+    return y
+
+
+def record_stream_fix():
+    """The same, with record_stream."""
+    side = em.Stream()
+    x = torch.ones(N)
+    side.wait_stream(em.current_stream())
+    with em.stream(side):
+        y = x.sum()
+    em.record_stream(x, side)
+    del x
+    em.synchronize()
+    return y
+
+
+def wait_fix():
+    """The same, with the allocation stream waiting for the side stream
+    before the free."""
+    side = em.Stream()
+    x = torch.ones(N)
+    side.wait_stream(em.current_stream())
+    with em.stream(side):
+        y = x.sum()
+    em.current_stream().wait_stream(side)
+    del x
+    em.synchronize()
+    return y
+
+
+def side_result_to_host():
+    """A sum the side stream computed, handed to the host on the default
+    stream, which waited for it: item() waits for the copy, so the sum's
+    memory is free to go."""
+    side = em.Stream()
+    x = torch.ones(N)
+    side.wait_stream(em.current_stream())
+    with em.stream(side):
+        s = x.sum()
+    em.current_stream().wait_stream(side)
+    value = s.item()
+    del s
+    return value
+
+
+def collective_race():
+    """An all-reduce (c10d::allreduce_, a launch on its stream writing its
+    tensors) on the side stream, of what the default stream wrote."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0,
+                            world_size=1)
+    x = torch.ones(N)  # line: coll-write
+    side = em.Stream()
+    with em.stream(side):
+        dist.all_reduce(x)  # line: coll-reduce
+    em.synchronize()
+    return x
+
+
+def views():
+    """Halves of one buffer written on two streams touch different bytes:
+    no race; the view operators themselves touch nothing."""
+    x = torch.zeros(8, 8)
+    side = em.Stream()
+    side.wait_stream(em.current_stream())
+    left, right = x[:, :4], x[:, 4:]
+    left.add_(1)
+    with em.stream(side):
+        right.add_(2)
+    em.synchronize()
+    return x
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]]()
