@@ -940,8 +940,11 @@ NPUSAN_EXPORT int npusan_wait_drained(unsigned timeout_ms)
 		r = agent_ring_get(slot);
 		if (r == NULL)
 			continue;
-		/* Relaxed: the beat only tells whether a consumer ever was. */
-		if (ring_load_relaxed(&r->hdr->beat) == 0) {
+		/* Relaxed: the beat only tells whether a consumer ever was.
+		 * None yet, and none answering either: nobody will drain. */
+		if (ring_load_relaxed(&r->hdr->beat) == 0 &&
+		    (agent_drained(r) ||
+		     !(slot == AGENT_DAEMON && register_pending()))) {
 			if (!agent_drained(r))
 				return -ENOTCONN;
 			continue;

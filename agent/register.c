@@ -94,6 +94,7 @@ static struct {
 	atomic_int sock;
 	atomic_int wake;
 	atomic_bool connected;
+	atomic_bool pending; /* a Register is sent, its reply not in yet */
 	atomic_bool dormant;
 } reg = { .sock = -1, .wake = -1, .memfd = -1 };
 
@@ -370,6 +371,7 @@ static void reg_drop(int err)
 	reg_log(REG_LOG_DEBUG, "connection to %s lost: %s", reg.path,
 		reg_strerror(err, eb, sizeof(eb)));
 	atomic_store(&reg.connected, false);
+	atomic_store(&reg.pending, false);
 	reg_close_sock();
 	reg_schedule_retry();
 	if (was_up)
@@ -395,6 +397,7 @@ static void reg_attempt(int timeout_ms)
 		return;
 	}
 	reg.state = REG_PENDING;
+	atomic_store(&reg.pending, true);
 	reg.timer_ms = reg_now_ms() + REG_REPLY_TIMEOUT_MS;
 }
 
@@ -414,6 +417,7 @@ static void reg_on_reply(const Npusan__RegisterReply *rr)
 		 * callback pushes for a new daemon. */
 		reg_event(again ? REGISTER_UP_AGAIN : REGISTER_UP);
 		atomic_store(&reg.connected, true);
+		atomic_store(&reg.pending, false);
 		return;
 	}
 	reg_clean(rr->error, why, sizeof(why));
@@ -421,6 +425,7 @@ static void reg_on_reply(const Npusan__RegisterReply *rr)
 		why[0] ? why : "no reason given");
 	reg_close_sock();
 	reg.state = REG_REFUSED;
+	atomic_store(&reg.pending, false);
 }
 
 /* A Control while UP: attach or detach. */
@@ -571,6 +576,11 @@ bool register_connected(void)
 	return atomic_load(&reg.connected);
 }
 
+bool register_pending(void)
+{
+	return atomic_load(&reg.pending);
+}
+
 void register_set_dormant(bool dormant)
 {
 	atomic_store(&reg.dormant, dormant);
@@ -586,6 +596,7 @@ void register_atfork_child(void)
 	if (fd >= 0)
 		close(fd);
 	atomic_store(&reg.connected, false);
+	atomic_store(&reg.pending, false);
 	reg.thread_running = false;
 	reg.started = false;
 	reg.ever_up = false;
@@ -609,6 +620,7 @@ void register_stop(void)
 	if (wake >= 0)
 		close(wake);
 	atomic_store(&reg.connected, false);
+	atomic_store(&reg.pending, false);
 	reg.started = false;
 	reg.ever_up = false;
 	reg.state = REG_IDLE;

@@ -78,6 +78,10 @@ int register_start(const struct register_cfg *cfg);
  * that connection is still up. */
 bool register_connected(void);
 
+/* Whether a Register is on its way: sent to a daemon that has not answered
+ * yet. Any thread. */
+bool register_pending(void);
+
 /*
  * What the next Register says: whether the agent pushes nothing (dormant)
  * or everything. Any thread.

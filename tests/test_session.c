@@ -748,6 +748,45 @@ START_TEST(session_process_started_before_daemon_is_picked_up)
 }
 END_TEST
 
+/* A daemon that has not answered the registration yet (it is stopped)
+ * is waited for: the agent's ring is not taken for one nobody drains. */
+START_TEST(session_wait_drained_waits_for_a_registration_in_flight)
+{
+	const char *argv[] = { NULL, "drain", NULL };
+	struct tu_daemon d;
+	char *out = NULL, *bin = strdup(tu_bin("tests/agent_prog"));
+	int p[2], status;
+	pid_t pid;
+
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, NULL);
+	stop_all_threads(d.pid);
+	argv[0] = bin;
+	ck_assert_int_eq(pipe(p), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		dup2(p[1], STDOUT_FILENO);
+		setenv("NPUSAN", "1", 1);
+		execv(bin, (char *const *)argv);
+		_exit(127);
+	}
+	close(p[1]);
+	tu_nap_ms(300);
+	ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
+	status = reap(pid);
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	out = calloc(1, 64);
+	ck_assert_int_gt(read(p[0], out, 63), 0);
+	close(p[0]);
+	ck_assert_str_eq(out, "0\n");
+	tu_daemon_stop(&d, SIGTERM);
+	free(out);
+	free(bin);
+	free(d.dir);
+}
+END_TEST
+
 /* A trace with gaps, live and offline: the races on each side are found,
  * the pairs that span a gap are not, and the daemon counts the gaps. */
 START_TEST(session_gaps_in_a_trace_live_and_offline)
@@ -1009,6 +1048,8 @@ static Suite *session_suite(void)
 	tcase_add_test(re,
 		       session_daemon_stopped_and_restarted_during_4_rank_run);
 	tcase_add_test(re, session_process_started_before_daemon_is_picked_up);
+	tcase_add_test(re,
+		       session_wait_drained_waits_for_a_registration_in_flight);
 	suite_add_tcase(s, re);
 	tcase_set_timeout(ov, 120);
 	tcase_add_test(ov, session_ring_overflow_drop_counts_every_lost_operation);

@@ -134,5 +134,11 @@ int main(int argc, char **argv)
 		native_caller();
 		return 0;
 	}
+	if (strcmp(argv[1], "drain") == 0) {
+		/* One operation, then what waiting for the daemon says. */
+		npusan_stream_sync(0);
+		printf("%d\n", npusan_wait_drained(10000));
+		return 0;
+	}
 	return 2;
 }
