@@ -7,11 +7,13 @@ set -eu
 
 build="cmake gcc make pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev check libmicrohttpd-dev"
 # python3-torch brings PyTorch's CUDA Sanitizer, the reference the
-# differential test compares npusan's engine with; prometheus brings
+# differential test compares npusan's engine with, and the PyTorch the
+# adapter's tests run; python3-dev builds the adapter's C path
+# (npusan._speedups), so that its tests cover both paths; prometheus brings
 # promtool, which checks the metrics exposition and the alerting rules;
 # systemd brings systemd-analyze and systemd-socket-activate, for the units
 # and socket activation. Without them those tests skip.
-test_extra="python3-torch prometheus systemd"
+test_extra="python3-torch python3-dev prometheus systemd"
 
 case "${1:-build}" in
 build) want="$build" ;;
