@@ -36,8 +36,12 @@ struct replay {
 	double rate;          /* operations per second, 0: as fast as possible */
 	unsigned wait_ms;
 	struct replay_pause {
-		uint64_t at;	/* after this many operations */
-		bool detached;	/* then wait to be detached, not attached */
+		uint64_t at;	     /* after this many operations */
+		enum replay_then {   /* once continued, wait until: */
+			REPLAY_ATTACHED, /* attached, everything taken */
+			REPLAY_DETACHED, /* detached, everything taken */
+			REPLAY_GO,	 /* nothing: go on at once */
+		} then;
 	} pauses[REPLAY_MAX_PAUSES]; /* --pause-at, ascending */
 	unsigned npauses;
 	const char *path;
@@ -52,14 +56,14 @@ static const char replay_usage[] =
 	"  --rate OPS   replay at most OPS operations per second per trace\n"
 	"  --wait MS    at the end, wait up to MS milliseconds for the daemon\n"
 	"               to take every operation (default 10000; 0: do not wait)\n"
-	"  --pause-at N[:detached]\n"
-	"               after the Nth operation of each trace, wait (--wait)\n"
-	"               until the daemon took everything, stop (SIGSTOP), and\n"
-	"               once continued (SIGCONT) wait until the agent is\n"
-	"               attached (or, with :detached, detached) and the daemon\n"
-	"               took everything again: a point at which to attach or\n"
-	"               detach, or to restart or pause the daemon; up to 16\n"
-	"               times\n"
+	"  --pause-at N[:detached|:go]\n"
+	"               after the Nth operation of each trace, wait (a second\n"
+	"               at most) until the daemon took everything, stop\n"
+	"               (SIGSTOP), and once continued (SIGCONT) wait (--wait)\n"
+	"               until the agent is attached (with :detached, detached)\n"
+	"               and a daemon took everything again, or (:go) go on at\n"
+	"               once: a point at which to attach or detach, or to stop,\n"
+	"               kill or restart the daemon; up to 16 times\n"
 	"  --help       show this help\n"
 	"\n"
 	"The agent's environment applies (NPUSAN_SOCKET, NPUSAN_RECORD, ...);\n"
@@ -159,15 +163,19 @@ static void replay_pace(const struct replay *rp, const struct timespec *start,
 	nanosleep(&nap, NULL);
 }
 
-/* A --pause-at point (see the usage). */
-static void replay_pause(const struct replay *rp, bool detached)
+/* A --pause-at point (see the usage). A live daemon drains in
+ * milliseconds; a second is plenty before the stop, while one that is gone
+ * (a test restarting it) takes nothing however long we wait. */
+static void replay_pause(const struct replay *rp, enum replay_then then)
 {
 	struct timespec nap = { 0, 1000000 };
+	int want = then == REPLAY_ATTACHED ? 1 : 0;
 
-	(void)npusan_wait_drained(rp->wait_ms);
+	(void)npusan_wait_drained(rp->wait_ms < 1000 ? rp->wait_ms : 1000);
 	kill(getpid(), SIGSTOP);
-	for (unsigned ms = 0; ms < rp->wait_ms &&
-			      npusan_attached() == (detached ? 1 : 0);
+	if (then == REPLAY_GO)
+		return;
+	for (unsigned ms = 0; ms < rp->wait_ms && npusan_attached() != want;
 	     ms++)
 		nanosleep(&nap, NULL);
 	(void)npusan_wait_drained(rp->wait_ms);
@@ -214,7 +222,7 @@ static int replay_trace(struct replay *rp, struct trace_reader *r)
 		replay_op(rp, &op);
 		done++;
 		while (pause < rp->npauses && rp->pauses[pause].at == done) {
-			replay_pause(rp, rp->pauses[pause].detached);
+			replay_pause(rp, rp->pauses[pause].then);
 			pause++;
 		}
 	}
@@ -255,27 +263,32 @@ static int replay_child(struct replay *rp)
 	return ret;
 }
 
-/* One --pause-at: N[:detached], N from 1 up and above the one before.
- * 0 or -1. */
+/* One --pause-at: N[:detached|:go], N from 1 up and above the one
+ * before. 0 or -1. */
 static int replay_parse_pause(struct replay *rp, const char *v)
 {
+	enum replay_then then = REPLAY_ATTACHED;
 	unsigned long long n;
 	char *end;
-	bool detached;
 
 	errno = 0;
 	n = strtoull(v, &end, 10);
-	detached = strcmp(end, ":detached") == 0;
+	if (strcmp(end, ":detached") == 0)
+		then = REPLAY_DETACHED;
+	else if (strcmp(end, ":go") == 0)
+		then = REPLAY_GO;
+	else if (*end != '\0')
+		n = 0;
 	if (rp->npauses == REPLAY_MAX_PAUSES || v[0] < '0' || v[0] > '9' ||
-	    (*end != '\0' && !detached) || errno != 0 || n == 0 ||
+	    errno != 0 || n == 0 ||
 	    (rp->npauses > 0 && n <= rp->pauses[rp->npauses - 1].at)) {
 		fprintf(stderr, "npusan-replay: --pause-at needs an operation "
 			"number from 1 up, each above the last, optionally with "
-			":detached, at most %d times, not '%s'\n",
+			":detached or :go, at most %d times, not '%s'\n",
 			REPLAY_MAX_PAUSES, v);
 		return -1;
 	}
-	rp->pauses[rp->npauses++] = (struct replay_pause){ n, detached };
+	rp->pauses[rp->npauses++] = (struct replay_pause){ n, then };
 	return 0;
 }
 

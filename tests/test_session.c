@@ -475,6 +475,12 @@ START_TEST(session_attach_only_ones_own_processes)
 				"skipped, needs root to become nobody\n");
 		return;
 	}
+	if (!tu_runnable_by(65534, tu_bin("npusanctl"))) {
+		fprintf(stderr, "session_attach_only_ones_own_processes: "
+				"skipped, nobody cannot run %s\n",
+			tu_bin("npusanctl"));
+		return;
+	}
 	add(&t, "npusan-trace 1");
 	add(&t, "process pid=1 job=mine rank=0");
 	add(&t, "stream_create stream=1");
@@ -554,13 +560,16 @@ static void restart_during_run(int sig)
 		snprintf(name, sizeof(name), "restart%u.trace", r);
 		traces[r] = text_file(&t, name);
 	}
-	p1 = pause_arg(before);
+	/* The first pause goes on at once: the daemon is dead by then. */
+	ck_assert_int_gt(asprintf(&p1, "%u:go", before), 0);
 	p2 = pause_arg(before + 3000);
 	tu_daemon_init(&d);
 	tu_daemon_start(&d, NULL);
 	setenv("NPUSAN_RING_SIZE", "64K", 1);
 	setenv("NPUSAN_RING_FULL", "drop", 1);
-	rp = replay_start("--wait", "3000", "--pause-at", p1, "--pause-at",
+	/* --wait: room for the agents' backoff, which grew while no daemon
+	 * answered, before they register with the new one. */
+	rp = replay_start("--wait", "10000", "--pause-at", p1, "--pause-at",
 			  p2, traces[0], traces[1], traces[2], traces[3],
 			  NULL);
 	unsetenv("NPUSAN_RING_SIZE");

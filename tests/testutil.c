@@ -288,6 +288,22 @@ bool tu_sock_answers(const char *path)
 	return ok;
 }
 
+bool tu_runnable_by(uid_t uid, const char *path)
+{
+	int status;
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (uid != geteuid() &&
+		    (setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0))
+			_exit(2);
+		_exit(access(path, X_OK) == 0 ? 0 : 1);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 void tu_daemon_init(struct tu_daemon *d)
 {
 	memset(d, 0, sizeof(*d));

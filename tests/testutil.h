@@ -60,6 +60,14 @@ char *tu_json_lines(const char *text, const char *needle,
 /* Whether something accepts connections on the Unix socket `path`. */
 bool tu_sock_answers(const char *path);
 
+/*
+ * Whether user `uid` may run the program at `path` (every directory above
+ * it searchable, the file executable): a build tree under /root is not,
+ * and a test that runs a program as nobody then skips. Needs root unless
+ * `uid` is ours.
+ */
+bool tu_runnable_by(uid_t uid, const char *path);
+
 /* A daemon of the test's own, in a temporary directory. */
 struct tu_daemon {
 	char *dir;
