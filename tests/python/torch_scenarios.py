@@ -7,6 +7,7 @@ The comments "# line: TAG" mark the lines the expected findings' stacks
 point at; test_torch_e2e.py finds them by their tag.
 """
 
+import os
 import sys
 
 import torch
@@ -96,6 +97,9 @@ def side_result_to_host():
 def collective_race():
     """An all-reduce (c10d::allreduce_, a launch on its stream writing its
     tensors) on the side stream, of what the default stream wrote."""
+    # The loopback interface: gloo would otherwise look the host name up,
+    # and warn on stderr where it does not resolve.
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0,
                             world_size=1)
     x = torch.ones(N)  # line: coll-write
