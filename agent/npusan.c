@@ -427,19 +427,29 @@ NPUSAN_EXPORT void npusan_launch(uint64_t stream, uint32_t op,
 		agent_launch(stream, op, reads, nreads, writes, nwrites, stack);
 }
 
+/* The alloc record of `a`: for the allocation itself and for a snapshot. */
+static struct ring_op agent_alloc_op(const struct live_alloc *a)
+{
+	struct ring_op op = { .kind = OP_ALLOC, .a = a->ptr, .b = a->size,
+			      .stack = a->stack };
+
+	if (a->has_stream) {
+		op.flags = RING_OP_HAS_STREAM;
+		op.c = a->stream;
+	}
+	return op;
+}
+
 static __attribute__((noinline)) void agent_alloc(uint64_t ptr, uint64_t size,
 						  uint64_t stream,
 						  uint32_t stack)
 {
-	struct ring_op op = { .kind = OP_ALLOC, .a = ptr, .b = size };
-	struct live_alloc a = { .ptr = ptr, .size = size, .stream = stream };
+	struct live_alloc a = { .ptr = ptr, .size = size, .stream = stream,
+				.has_stream = stream != NPUSAN_NO_STREAM };
+	struct ring_op op;
 
-	if (stream != NPUSAN_NO_STREAM) {
-		op.flags = RING_OP_HAS_STREAM;
-		op.c = stream;
-		a.has_stream = true;
-	}
-	op.stack = a.stack = agent_stack(stack);
+	a.stack = agent_stack(stack);
+	op = agent_alloc_op(&a);
 	if (agent_keeps_lifetimes())
 		live_alloc(&a, agent_push_lifetime_cb, &op);
 	else
@@ -574,14 +584,9 @@ static void agent_snap_event_cb(uint64_t event, void *arg)
 
 static void agent_snap_alloc_cb(const struct live_alloc *a, void *arg)
 {
-	struct ring_op op = { .kind = OP_ALLOC, .a = a->ptr, .b = a->size,
-			      .stack = a->stack };
+	struct ring_op op = agent_alloc_op(a);
 
 	(void)arg;
-	if (a->has_stream) {
-		op.flags = RING_OP_HAS_STREAM;
-		op.c = a->stream;
-	}
 	agent_push_op_to(AGENT_DAEMON, AGENT_ATTACHING, &op);
 }
 
@@ -863,15 +868,14 @@ static int agent_start(bool daemon, bool child)
 
 		err = err < 0 ? err : rerr;
 	}
-	if (agent_ring_get(AGENT_RECORDER) == NULL &&
-	    (agent_ring_get(AGENT_DAEMON) == NULL ||
-	     agent_attach_load(AGENT_DAEMON) != AGENT_ATTACHED)) {
-		if (agent_ring_get(AGENT_DAEMON) != NULL)
-			agent_state_store(AGENT_DORMANT, __ATOMIC_RELEASE);
-		return err;
-	}
-	/* Release: pairs with the acquire load in agent_on(). */
-	agent_state_store(AGENT_ON, __ATOMIC_RELEASE);
+	/* Release: pairs with the acquire loads in agent_on() and
+	 * agent_live(). */
+	if (agent_ring_get(AGENT_RECORDER) != NULL ||
+	    (agent_ring_get(AGENT_DAEMON) != NULL &&
+	     agent_attach_load(AGENT_DAEMON) == AGENT_ATTACHED))
+		agent_state_store(AGENT_ON, __ATOMIC_RELEASE);
+	else if (agent_ring_get(AGENT_DAEMON) != NULL)
+		agent_state_store(AGENT_DORMANT, __ATOMIC_RELEASE);
 	return err;
 }
 
@@ -941,13 +945,13 @@ NPUSAN_EXPORT int npusan_wait_drained(unsigned timeout_ms)
 		if (r == NULL)
 			continue;
 		/* Relaxed: the beat only tells whether a consumer ever was.
-		 * None yet, and none answering either: nobody will drain. */
-		if (ring_load_relaxed(&r->hdr->beat) == 0 &&
-		    (agent_drained(r) ||
-		     !(slot == AGENT_DAEMON && register_pending()))) {
-			if (!agent_drained(r))
+		 * None yet, and none answering a registration either: nobody
+		 * will drain. */
+		if (ring_load_relaxed(&r->hdr->beat) == 0) {
+			if (agent_drained(r))
+				continue;
+			if (!(slot == AGENT_DAEMON && register_pending()))
 				return -ENOTCONN;
-			continue;
 		}
 		/* A daemon that is gone takes nothing: wait for the next one
 		 * to register, and for what its registration pushed. */

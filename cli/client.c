@@ -35,7 +35,7 @@ static void client_stop_cb(int sig)
 	client_stop = sig;
 }
 
-static int64_t client_mono_ms(void)
+int64_t client_mono_ms(void)
 {
 	struct timespec ts;
 

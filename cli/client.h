@@ -139,6 +139,9 @@ int client_finding(const Npusan__Finding *f, struct report_finding *out);
 /* The time now, Unix ms. */
 int64_t client_now_ms(void);
 
+/* A monotonic clock, ms: for deadlines. */
+int64_t client_mono_ms(void);
+
 /* A time span in one unit, rounded down: "45s", "12m", "5h", "3d". */
 void client_age(int64_t ms, char *buf, size_t len);
 

@@ -109,14 +109,6 @@ struct run {
 
 static volatile sig_atomic_t run_child_pid;
 
-static int64_t run_mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void run_nap_ms(long ms)
 {
 	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
@@ -205,7 +197,7 @@ static int run_notify_socket(int *fd, char *name, size_t len)
 	if (s < 0)
 		return -errno;
 	n = snprintf(name, len, "@npusan-run-%d-%lld", (int)getpid(),
-		     (long long)run_mono_ms());
+		     (long long)client_mono_ms());
 	memcpy(sa.sun_path + 1, name + 1, (size_t)n - 1);
 	if (bind(s, (struct sockaddr *)&sa,
 		 (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
@@ -300,10 +292,10 @@ static bool run_gone(pid_t pid)
 /* Waits for READY=1 from the daemon, or its death. 0; -ETIMEDOUT; -ESRCH. */
 static int run_wait_ready(const struct run *r, int nfd)
 {
-	int64_t deadline = run_mono_ms() + RUN_DAEMON_START_MS;
+	int64_t deadline = client_mono_ms() + RUN_DAEMON_START_MS;
 	char buf[256];
 
-	while (run_mono_ms() < deadline) {
+	while (client_mono_ms() < deadline) {
 		struct pollfd p = { .fd = nfd, .events = POLLIN };
 		ssize_t n;
 
@@ -325,12 +317,12 @@ static int run_wait_ready(const struct run *r, int nfd)
 /* Sends SIGTERM to our daemon and waits until it has drained and exited. */
 static void run_stop_daemon(struct run *r)
 {
-	int64_t deadline = run_mono_ms() + RUN_DAEMON_STOP_MS;
+	int64_t deadline = client_mono_ms() + RUN_DAEMON_STOP_MS;
 
 	if (r->daemon_pid <= 0)
 		return;
 	kill(r->daemon_pid, SIGTERM);
-	while (!run_gone(r->daemon_pid) && run_mono_ms() < deadline)
+	while (!run_gone(r->daemon_pid) && client_mono_ms() < deadline)
 		run_nap_ms(10);
 	if (!run_gone(r->daemon_pid))
 		fprintf(stderr, RUN_CMD ": the daemon (pid %d) did not stop "
@@ -573,7 +565,7 @@ static int run_count(const struct client_opts *co, struct run_count *c)
  */
 static int run_settle(const struct run *r, const struct client_opts *co)
 {
-	int64_t deadline = run_mono_ms() + RUN_SETTLE_MS;
+	int64_t deadline = client_mono_ms() + RUN_SETTLE_MS;
 	struct run_count c = { .job = r->job, .since_ms = r->start_ms };
 	int status;
 
@@ -581,7 +573,7 @@ static int run_settle(const struct run *r, const struct client_opts *co)
 		status = run_count(co, &c);
 		if (status != CLI_OK || c.busy == 0)
 			return status;
-		if (run_mono_ms() >= deadline) {
+		if (client_mono_ms() >= deadline) {
 			fprintf(stderr, RUN_CMD ": %zu process%s of job %s "
 					"still not finished by the daemon "
 					"after %d s; its findings may be "
