@@ -24,6 +24,11 @@
  *    that Ctrl-C is not delivered twice.
  * 3. CMD's exec failure comes back through a close-on-exec pipe, so that
  *    a command that does not exist is told apart from one that exits 127.
+ * 4. SIGINT and SIGTERM are caught from the start: one that comes while
+ *    the daemon starts means CMD is not started, and the private daemon is
+ *    stopped rather than left behind. Both are blocked across the fork, so
+ *    one sent the moment CMD exists waits until its pid is known, and is
+ *    then passed on rather than lost; CMD gets them back as they were.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -107,7 +112,10 @@ struct run {
 	int64_t start_ms;
 };
 
+/* CMD's pid while it runs; 0 before it starts, -1 once it has exited. */
 static volatile sig_atomic_t run_child_pid;
+/* The SIGINT or SIGTERM that came before CMD started: CMD is not started. */
+static volatile sig_atomic_t run_stop_sig;
 
 static void run_nap_ms(long ms)
 {
@@ -438,19 +446,29 @@ static void run_exec_cmd(const struct run *r, int errfd)
 	_exit(err == -ENOENT ? 127 : 126);
 }
 
-/* DESIGN 2: only what was sent to us alone is passed on. */
+/*
+ * DESIGN 2: only what was sent to us alone is passed on. One that comes
+ * while the daemon starts means CMD is not to run at all (DESIGN 4).
+ */
 static void run_forward_cb(int sig, siginfo_t *si, void *ctx)
 {
 	(void)ctx;
 	if (run_child_pid > 0 && si->si_code != SI_KERNEL)
 		kill((pid_t)run_child_pid, sig);
+	else if (run_child_pid == 0)
+		run_stop_sig = sig;
 }
 
-static void run_catch_signals(void)
+/* How SIGINT and SIGTERM are taken: by run_forward_cb, or as they were. */
+static void run_set_signals(bool catch)
 {
 	struct sigaction sa = { .sa_sigaction = run_forward_cb,
 				.sa_flags = SA_SIGINFO | SA_RESTART };
 
+	if (!catch) {
+		sa.sa_handler = SIG_DFL;
+		sa.sa_flags = 0;
+	}
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
@@ -466,6 +484,22 @@ static int run_exit_status(int status)
 	return 1;
 }
 
+/* Fork's or pipe's failure: says so, undoes what was set up. A status. */
+static int run_cannot_start(const struct run *r, const sigset_t *old,
+			    const int *pipefd)
+{
+	int err = errno;
+
+	if (pipefd != NULL) {
+		close(pipefd[0]);
+		close(pipefd[1]);
+	}
+	sigprocmask(SIG_SETMASK, old, NULL);
+	fprintf(stderr, RUN_CMD ": cannot start %s: %s\n", r->argv[0],
+		strerror(err));
+	return CLI_DAEMON;
+}
+
 /*
  * Runs CMD and waits for it and every process it left (DESIGN 1). Its exit
  * status into *cmd_status; CLI_OK, or the status to exit with when CMD
@@ -474,6 +508,7 @@ static int run_exit_status(int status)
 static int run_job(struct run *r, int *cmd_status)
 {
 	int p[2], err = 0, status = 0;
+	sigset_t stop, old;
 	ssize_t n;
 	pid_t w;
 
@@ -482,22 +517,36 @@ static int run_job(struct run *r, int *cmd_status)
 				"processes CMD leaves behind are not waited "
 				"for\n",
 			strerror(errno));
-	if (pipe2(p, O_CLOEXEC) < 0 || (r->child = fork()) < 0) {
-		fprintf(stderr, RUN_CMD ": cannot start %s: %s\n", r->argv[0],
-			strerror(errno));
-		return CLI_DAEMON;
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGTERM);
+	sigprocmask(SIG_BLOCK, &stop, &old);
+	if (run_stop_sig != 0) {
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		fprintf(stderr, RUN_CMD ": %s came before %s started; it was "
+				"not started\n",
+			strsignal(run_stop_sig), r->argv[0]);
+		return 128 + run_stop_sig;
 	}
-	if (r->child == 0)
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return run_cannot_start(r, &old, NULL);
+	r->child = fork();
+	if (r->child < 0)
+		return run_cannot_start(r, &old, p);
+	if (r->child == 0) {
+		run_set_signals(false);
+		sigprocmask(SIG_SETMASK, &old, NULL);
 		run_exec_cmd(r, p[1]);
+	}
 	run_child_pid = r->child;
-	run_catch_signals();
+	sigprocmask(SIG_SETMASK, &old, NULL);
 	close(p[1]);
 	n = read(p[0], &err, sizeof(err));
 	close(p[0]);
 	while ((w = waitpid(-1, &status, 0)) != -1 || errno == EINTR) {
 		if (w == r->child) {
 			*cmd_status = status;
-			run_child_pid = 0;
+			run_child_pid = -1;
 		}
 	}
 	if (n == sizeof(err) && err < 0) {
@@ -688,6 +737,7 @@ static int run_main(struct run *r, struct client_opts *co)
 	status = run_locate(r);
 	if (status != CLI_OK)
 		return status;
+	run_set_signals(true);
 	r->default_socket = co->socket == NULL && (env == NULL || !env[0]);
 	status = client_socket_path(co, RUN_CMD, r->socket);
 	if (status == CLI_OK)

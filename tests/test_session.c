@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1007,32 +1008,116 @@ static pid_t first_child(pid_t pid)
 	return (pid_t)child;
 }
 
-/* SIGTERM sent to run reaches the command; run still reports. */
-START_TEST(session_run_forwards_sigterm)
+/* Whether npusanctl, exec'd as `pid`, has a handler for `sig` (SigCgt of
+ * /proc/PID/status: before the exec it is the test's own). */
+static bool ctl_catches(pid_t pid, int sig)
+{
+	char path[64], line[256], name[32] = "";
+	unsigned long long mask = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return false;
+	while (fgets(line, sizeof(line), f) != NULL) {
+		sscanf(line, "Name: %31s", name);
+		if (sscanf(line, "SigCgt: %llx", &mask) == 1)
+			break;
+	}
+	fclose(f);
+	return strcmp(name, "npusanctl") == 0 && ((mask >> (sig - 1)) & 1);
+}
+
+/* Starts `run -- CMD` with stdout to /dev/null; its pid. */
+static pid_t start_run(const char *const *cmd)
 {
 	char *bin = strdup(tu_bin("npusanctl"));
+	const char *argv[8] = { bin, "run", "--" };
+	pid_t pid;
+
+	for (int i = 0; cmd[i] != NULL; i++) {
+		ck_assert_int_lt(i, 4);
+		argv[3 + i] = cmd[i];
+	}
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		dup2(null, STDOUT_FILENO);
+		execv(bin, (char *const *)argv);
+		_exit(127);
+	}
+	free(bin);
+	return pid;
+}
+
+/* run's wait status, failing when it has not exited within 30 s. */
+static int reap_within_30s(pid_t pid)
+{
+	int status;
+
+	for (int i = 0; i < 3000; i++) {
+		pid_t w = waitpid(pid, &status, WNOHANG);
+
+		ck_assert_int_ge(w, 0);
+		if (w == pid)
+			return status;
+		tu_nap_ms(10);
+	}
+	kill(pid, SIGKILL);
+	reap(pid);
+	ck_abort_msg("run did not end within 30 s of SIGTERM");
+	return -1;
+}
+
+/* SIGTERM sent to run the moment CMD exists reaches CMD; run reports. */
+START_TEST(session_run_forwards_sigterm)
+{
+	static const char *const cmd[] = { "/bin/sleep", "60", NULL };
 	struct tu_daemon d;
 	pid_t run;
 	int status;
 
 	tu_daemon_init(&d);
 	tu_daemon_start(&d, NULL);
-	run = fork();
-	ck_assert_int_ge(run, 0);
-	if (run == 0) {
-		int null = open("/dev/null", O_WRONLY);
-
-		dup2(null, STDOUT_FILENO);
-		execl(bin, bin, "run", "--", "/bin/sleep", "30", (char *)NULL);
-		_exit(127);
-	}
+	run = start_run(cmd);
 	ck_assert_int_gt(first_child(run), 0);
 	ck_assert_int_eq(kill(run, SIGTERM), 0);
-	status = reap(run);
-	ck_assert(WIFEXITED(status));
+	status = reap_within_30s(run);
+	ck_assert_msg(WIFEXITED(status), "run was killed by signal %d",
+		      WTERMSIG(status));
 	ck_assert_int_eq(WEXITSTATUS(status), 128 + SIGTERM);
 	tu_daemon_stop(&d, SIGTERM);
-	free(bin);
+	free(d.dir);
+}
+END_TEST
+
+/* SIGTERM while run's private daemon starts: run ends 143 without leaving
+ * the daemon behind, and without leaving CMD to run on. */
+START_TEST(session_run_sigterm_while_its_daemon_starts)
+{
+	char *marker = tu_write_file("ran", "");
+	const char *const cmd[] = { "/bin/sh", "-c", "rm \"$0\"; sleep 60",
+				    marker, NULL };
+	struct tu_daemon d;
+	pid_t run;
+	int status;
+
+	tu_daemon_init(&d);
+	run = start_run(cmd);
+	for (int i = 0; i < 100000 && !ctl_catches(run, SIGTERM); i++)
+		sched_yield();
+	ck_assert(ctl_catches(run, SIGTERM));
+	ck_assert_int_eq(kill(run, SIGTERM), 0);
+	status = reap_within_30s(run);
+	ck_assert_msg(WIFEXITED(status), "run was killed by signal %d",
+		      WTERMSIG(status));
+	ck_assert_int_eq(WEXITSTATUS(status), 128 + SIGTERM);
+	no_daemon_left(&d);
+	ck_assert_msg(access(marker, F_OK) == 0, "CMD was started");
+	free(marker);
 	free(d.dir);
 }
 END_TEST
@@ -1070,6 +1155,7 @@ static Suite *session_suite(void)
 	tcase_add_test(run, session_run_waits_for_what_the_command_leaves);
 	tcase_add_test(run, session_run_uses_a_running_daemon);
 	tcase_add_test(run, session_run_forwards_sigterm);
+	tcase_add_test(run, session_run_sigterm_while_its_daemon_starts);
 	suite_add_tcase(s, run);
 	return s;
 }
