@@ -969,10 +969,12 @@ NPUSAN_EXPORT int npusan_wait_drained(unsigned timeout_ms)
 
 /* ---- fork and exit ----------------------------------------------------- */
 
-/* Lock order: agent_lock, agent_attach_lock, then the modules' own, as the
- * registration thread takes the last two. */
+/* Lock order: the registration thread's step, agent_lock,
+ * agent_attach_lock, then the modules' own, as that thread takes the step
+ * lock and then the last two. */
 static void agent_atfork_prepare(void)
 {
+	register_atfork_prepare();
 	pthread_mutex_lock(&agent_lock);
 	pthread_mutex_lock(&agent_attach_lock);
 	intern_atfork_prepare();
@@ -987,6 +989,7 @@ static void agent_atfork_parent(void)
 	intern_atfork_parent();
 	pthread_mutex_unlock(&agent_attach_lock);
 	pthread_mutex_unlock(&agent_lock);
+	register_atfork_release();
 }
 
 /* The child has one thread, this one: drop the parent's rings (no other
@@ -1015,6 +1018,7 @@ static void agent_atfork_child(void)
 	}
 	pthread_mutex_unlock(&agent_attach_lock);
 	pthread_mutex_unlock(&agent_lock);
+	register_atfork_release();
 }
 
 __attribute__((constructor)) static void agent_ctor(void)

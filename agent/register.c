@@ -21,6 +21,13 @@
  *    unknown socket; it is close-on-exec and goes away with the child.
  * 4. The thread is created with every signal blocked and is woken only by
  *    the eventfd: the application's signals always reach the application.
+ * 5. Each step of the thread (what it does when poll() returns) holds
+ *    reg_step_lock, and fork() waits for it (register_atfork_prepare()).
+ *    glibc's malloc is fork-safe, but not every allocator is (GCC 12's
+ *    AddressSanitizer deadlocked a forked child that way): a fork must not
+ *    land while our thread is inside malloc. A step is short; the longest
+ *    is a Register sent to a daemon that does not read, which gives up
+ *    after REG_SEND_TIMEOUT_MS.
  */
 #include "register.h"
 
@@ -99,6 +106,8 @@ static struct {
 } reg = { .sock = -1, .wake = -1, .memfd = -1 };
 
 static uint8_t reg_rx[REG_RX_MAX];
+/* DESIGN 5; taken before the agent's own locks. */
+static pthread_mutex_t reg_step_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void reg_vlog(const char *fmt, va_list ap)
 	__attribute__((format(printf, 1, 0)));
@@ -504,10 +513,12 @@ static void *reg_thread(void *arg)
 			break; /* a bug of ours: stop quietly, never spin */
 		if (p[0].revents != 0)
 			break; /* register_stop() */
+		pthread_mutex_lock(&reg_step_lock);
 		if (n > 0 && sock >= 0 && p[1].revents != 0)
 			reg_receive(0);
 		else
 			reg_on_timer();
+		pthread_mutex_unlock(&reg_step_lock);
 	}
 	return NULL;
 }
@@ -584,6 +595,16 @@ bool register_pending(void)
 void register_set_dormant(bool dormant)
 {
 	atomic_store(&reg.dormant, dormant);
+}
+
+void register_atfork_prepare(void)
+{
+	pthread_mutex_lock(&reg_step_lock);
+}
+
+void register_atfork_release(void)
+{
+	pthread_mutex_unlock(&reg_step_lock);
 }
 
 void register_atfork_child(void)

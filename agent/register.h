@@ -89,6 +89,16 @@ bool register_pending(void);
 void register_set_dormant(bool dormant);
 
 /*
+ * From pthread_atfork()'s prepare handler, before any other lock of the
+ * agent's: waits until the thread is between two steps (it allocates while
+ * it reads a reply or a Control and runs the event callback), so that the
+ * child never inherits an allocator lock the thread held. Held until
+ * register_atfork_release() in the parent and in the child.
+ */
+void register_atfork_prepare(void);
+void register_atfork_release(void);
+
+/*
  * For the child of fork(), from a pthread_atfork() child handler:
  * async-signal-safe. Closes the inherited socket (close, never shutdown,
  * which would cut the parent's connection) and wake-up descriptor and
