@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "client.h"
 #include "engine.h"
 #include "report.h"
 #include "trace.h"
@@ -182,19 +183,6 @@ static void print_summary(const struct analysis *a, int ntraces)
 	       ntraces == 1 ? "" : "s", races, races == 1 ? "" : "s", mrs);
 }
 
-static int parse_exitcode(const char *s, int *out)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno != 0 || end == s || *end != '\0' || v < 0 || v > 255)
-		return -EINVAL;
-	*out = (int)v;
-	return 0;
-}
-
 static int parse_opts(int argc, char **argv, struct analyze_opts *o)
 {
 	static const struct option longopts[] = {
@@ -204,7 +192,7 @@ static int parse_opts(int argc, char **argv, struct analyze_opts *o)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int c;
+	int c, status;
 
 	opterr = 0;
 	optind = 1;
@@ -217,14 +205,11 @@ static int parse_opts(int argc, char **argv, struct analyze_opts *o)
 			o->every = true;
 			break;
 		case 'x':
-			if (parse_exitcode(optarg, &o->error_exitcode) < 0) {
-				fprintf(stderr, "npusanctl analyze: "
-						"--error-exitcode needs a "
-						"number from 0 to 255, not "
-						"'%s'\n",
-					optarg);
-				return CLI_USAGE;
-			}
+			status = client_parse_exitcode("npusanctl analyze",
+						       optarg,
+						       &o->error_exitcode);
+			if (status >= 0)
+				return status;
 			break;
 		case 'h':
 			fputs(analyze_usage, stdout);

@@ -394,6 +394,20 @@ int client_parse_u64(const char *s, uint64_t min, uint64_t max,
 	return 0;
 }
 
+int client_parse_exitcode(const char *cmd, const char *s, int *code)
+{
+	uint64_t v;
+
+	if (client_parse_u64(s, 0, 255, &v) < 0) {
+		fprintf(stderr, "%s: --error-exitcode needs a number from 0 "
+				"to 255, not '%s'\n",
+			cmd, s);
+		return CLI_USAGE;
+	}
+	*code = (int)v;
+	return -1;
+}
+
 /* SECONDS: a positive decimal number, fractions allowed, up to a day. */
 static int client_parse_timeout(const char *s, int *ms)
 {

@@ -121,6 +121,12 @@ int client_parse_u64(const char *s, uint64_t min, uint64_t max,
 		     uint64_t *out);
 
 /*
+ * --error-exitcode's argument `s` (0 to 255) into *code, for `cmd`: -1 to
+ * go on parsing, else CLI_USAGE after saying what is wrong.
+ */
+int client_parse_exitcode(const char *cmd, const char *s, int *code);
+
+/*
  * Finishes standard output: CLI_USAGE after saying why when writing it
  * failed (as `analyze` does), else `status`.
  */

@@ -734,7 +734,6 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		CLIENT_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
-	uint64_t v;
 	int c, status;
 
 	opterr = 0;
@@ -753,14 +752,10 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 			r->junit = optarg;
 			break;
 		case 'x':
-			if (client_parse_u64(optarg, 0, 255, &v) < 0) {
-				fprintf(stderr, JR_CMD ": --error-exitcode "
-						       "needs a number from 0 "
-						       "to 255, not '%s'\n",
-					optarg);
-				return CLI_USAGE;
-			}
-			r->error_exitcode = (int)v;
+			status = client_parse_exitcode(JR_CMD, optarg,
+						       &r->error_exitcode);
+			if (status >= 0)
+				return status;
 			break;
 		case CLIENT_OPT_JSON:
 			r->json = true;

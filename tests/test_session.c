@@ -47,6 +47,22 @@ static int ctl(char **out, char **err, ...)
 	return st;
 }
 
+/* Starts argv[0] with stdout to /dev/null, in the background; its pid. */
+static pid_t spawn_quiet(const char *const *argv)
+{
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		dup2(null, STDOUT_FILENO);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	return pid;
+}
+
 /* Starts npusan-replay with ARGS... NULL in the background; its pid. */
 static pid_t replay_start(const char *a0, ...)
 {
@@ -61,15 +77,7 @@ static pid_t replay_start(const char *a0, ...)
 	while ((argv[n] = va_arg(ap, const char *)) != NULL)
 		ck_assert_uint_lt(++n, 31);
 	va_end(ap);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-
-		dup2(null, STDOUT_FILENO);
-		execv(bin, (char *const *)argv);
-		_exit(127);
-	}
+	pid = spawn_quiet(argv);
 	free(bin);
 	return pid;
 }
@@ -1040,15 +1048,7 @@ static pid_t start_run(const char *const *cmd)
 		ck_assert_int_lt(i, 4);
 		argv[3 + i] = cmd[i];
 	}
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-
-		dup2(null, STDOUT_FILENO);
-		execv(bin, (char *const *)argv);
-		_exit(127);
-	}
+	pid = spawn_quiet(argv);
 	free(bin);
 	return pid;
 }
