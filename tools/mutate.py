@@ -102,8 +102,11 @@ def skip_line(masked):
 def early_return(lines, idx):
     """The statement that returns at once from the function whose body
     opens at lines[idx], judged from the return type before its name."""
-    sig = " ".join(lines[max(0, idx - 4):idx])
-    head = sig.split("(")[0]
+    start = idx
+    while start > 0 and lines[start - 1].strip() and not \
+            lines[start - 1].rstrip().endswith((";", "}", "*/")):
+        start -= 1
+    head = " ".join(lines[start:idx]).split("(")[0]
     if re.search(r"\bvoid\s+\w+\s*$", head) and "*" not in head.split()[-1]:
         return "return;"
     if "*" in head:
