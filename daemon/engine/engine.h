@@ -135,4 +135,15 @@ int engine_feed(struct engine *e, const struct op *op);
 
 void engine_get_stats(const struct engine *e, struct engine_stats *out);
 
+/*
+ * Checks what every operation must leave behind: history segments ordered,
+ * disjoint, never empty and inside their allocation (or outside every
+ * allocation); allocations ordered, disjoint and in their hash; usages
+ * only where the record_stream rule records them; every access's
+ * reference count and the counts of engine_get_stats(). NULL when all
+ * hold, else a static message naming the first that does not. It walks
+ * everything, so it is for tests and fuzzers, after each operation.
+ */
+const char *engine_check(const struct engine *e);
+
 #endif
