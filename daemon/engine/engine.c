@@ -38,7 +38,14 @@
  *     that repeat a newer read's stream, operator and stack are merged into
  *     it: that bounds memory in loops that never synchronize, and can only
  *     lower the occurrence count of a finding, never hide a distinct one.
- *  6. Every allocation of memory that could fail happens before the state
+ *  6. A flush checks only the allocations with a use that may still be
+ *     unsettled: a usage found ordered stays ordered (clocks only grow), and
+ *     a reported or recorded one never reports again, so an allocation
+ *     needs a check only after a launch gave it a new latest use. Such an
+ *     allocation is `pending`, its start in e->pending; flush checks those
+ *     in address order, as a walk of every allocation would. When the list
+ *     outgrows the live allocations, the next flush walks them all instead.
+ *  7. Every allocation of memory that could fail happens before the state
  *     it would change is touched, except while updating the history after
  *     a launch; a failure there forgets the history as `gap` does, which
  *     can only lose findings, never invent them.
@@ -150,14 +157,15 @@ struct alloc {
 	};
 	uint32_t stack;
 	uint16_t sidx; /* STREAM_NONE when unknown */
-	uint16_t nusage : 13;
+	uint16_t nusage : 12;
+	uint16_t pending : 1; /* DESIGN 6 */
 	uint16_t tree : 1;
 	uint16_t exempt : 1; /* live across a gap: no record_stream check */
 	uint16_t size0 : 1;  /* allocated with size=0 */
 };
 
 _Static_assert(sizeof(struct alloc) == 88, "one per live allocation");
-_Static_assert(ENGINE_MAX_STREAMS < (1 << 13), "usage count fits nusage");
+_Static_assert(ENGINE_MAX_STREAMS < (1 << 12), "usage count fits nusage");
 
 struct stream {
 	uint64_t id;
@@ -271,6 +279,10 @@ struct engine {
 	struct alloc **abuckets; /* exact-start hash (DESIGN 3) */
 	size_t amask;
 	struct rb_root outside; /* history of bytes no allocation covers */
+	uint64_t *pending;	/* DESIGN 6: starts of pending allocations */
+	size_t npending;
+	size_t pending_cap;
+	bool pending_all;	/* the list overflowed: flush walks them all */
 	struct pool access_pool;
 	struct pool seg_pool;
 	struct pool alloc_pool;
@@ -1928,6 +1940,25 @@ static int launch_prepare(struct engine *e, const struct op *op)
 	return 0;
 }
 
+/* DESIGN 6: `a` has a use the next flush must check. Past twice the live
+ * allocations (or without memory) the list gives way to a walk of all. */
+static void pending_add(struct engine *e, struct alloc *a)
+{
+	if (a->pending)
+		return;
+	a->pending = 1;
+	if (e->pending_all)
+		return;
+	if (e->npending >= 2 * e->st.live_allocs + 64 ||
+	    grow_array(e, (void **)&e->pending, &e->pending_cap,
+		       e->npending + 1, sizeof(*e->pending)) < 0) {
+		e->pending_all = true;
+		e->npending = 0;
+		return;
+	}
+	e->pending[e->npending++] = a->start;
+}
+
 /* The record_stream bookkeeping: a use of an allocation on a stream other
  * than its (known) allocation stream. */
 static int note_usage(struct engine *e, const struct elem *el, uint16_t s,
@@ -1948,6 +1979,7 @@ static int note_usage(struct engine *e, const struct elem *el, uint16_t s,
 	}
 	if (el->acc->write)
 		u->flags |= USAGE_WROTE;
+	pending_add(e, a);
 	return 0;
 }
 
@@ -2133,10 +2165,39 @@ static int on_record_stream(struct engine *e, const struct op *op)
 	return 0;
 }
 
+static int u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void flush_one(struct engine *e, struct alloc *a)
+{
+	check_record_stream(e, a, DETECTED_AT_FLUSH);
+	a->pending = 0;
+}
+
+/* DESIGN 6: the pending allocations, in address order. A start listed
+ * twice, or whose allocation was freed (and perhaps another made there),
+ * names no pending allocation the second time. */
 static void on_flush(struct engine *e)
 {
-	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n))
-		check_record_stream(e, alloc_of(n), DETECTED_AT_FLUSH);
+	if (e->pending_all) {
+		for (struct rb_node *n = rb_first(&e->allocs); n;
+		     n = rb_next(n))
+			flush_one(e, alloc_of(n));
+		e->pending_all = false;
+	} else if (e->npending > 0) {
+		qsort(e->pending, e->npending, sizeof(*e->pending), u64_cmp);
+		for (size_t i = 0; i < e->npending; i++) {
+			struct alloc *a = alloc_at(e, e->pending[i]);
+
+			if (a != NULL && a->pending)
+				flush_one(e, a);
+		}
+	}
+	e->npending = 0;
 }
 
 /* ---- sync operations --------------------------------------------------- */
@@ -2305,6 +2366,7 @@ void engine_free(struct engine *e)
 	free(e->host);
 	free(e->floor);
 	free(e->abuckets);
+	free(e->pending);
 	free(e->elems);
 	free(e->spans);
 	free(e->pieces);
@@ -2439,6 +2501,34 @@ static void check_usages(struct check *c, const struct alloc *a)
 	}
 }
 
+/* DESIGN 6: an allocation a flush would skip has nothing to report. */
+static void check_pending(struct check *c, const struct alloc *a)
+{
+	const struct engine *e = c->e;
+	bool listed = false;
+
+	if (e->pending_all)
+		return;
+	if (a->pending) {
+		for (size_t i = 0; i < e->npending && !listed; i++)
+			listed = e->pending[i] == a->start;
+		if (!listed)
+			check_fail(c, "a pending allocation is not listed");
+		return;
+	}
+	if (a->exempt || a->sidx == STREAM_NONE)
+		return;
+	for (size_t i = 0; i < a->nusage; i++) {
+		const struct usage *u = &a->usages[i];
+
+		if ((u->flags & (USAGE_USED | USAGE_RECORDED |
+				 USAGE_REPORTED)) == USAGE_USED &&
+		    (int64_t)u->seq > e->streams[a->sidx].state[u->sidx])
+			check_fail(c, "an allocation a flush would skip has an "
+				      "unordered use to report");
+	}
+}
+
 static void check_allocs(struct check *c)
 {
 	const struct engine *e = c->e;
@@ -2468,6 +2558,7 @@ static void check_allocs(struct check *c)
 		else
 			check_hist(c, &a->whole);
 		check_usages(c, a);
+		check_pending(c, a);
 		live++;
 		prev = a;
 	}
