@@ -520,6 +520,38 @@ START_TEST(ctl_socket_without_listener_is_no_daemon)
 }
 END_TEST
 
+/* The global options may come before the command too, in both forms. */
+START_TEST(ctl_global_options_before_the_command)
+{
+	struct fq *q = fq_new();
+	char *opt, *out, *err;
+
+	unsetenv("NPUSAN_SOCKET");
+	fq_findings(q, NULL, 0, true);
+	ck_assert_int_eq(ctl_fq(q, &out, NULL, "--socket", q->path, "--timeout",
+				"5", "findings", NULL),
+			 0);
+	ck_assert_str_eq(out, "No findings.\n");
+	free(out);
+	fq_free(q);
+
+	q = fq_new();
+	unsetenv("NPUSAN_SOCKET");
+	ck_assert_int_gt(asprintf(&opt, "--socket=%s", q->path), 0);
+	fq_findings(q, NULL, 0, true);
+	ck_assert_int_eq(ctl_fq(q, &out, NULL, opt, "findings", "--json", NULL),
+			 0);
+	ck_assert_str_eq(out, "");
+	free(out);
+	free(opt);
+	fq_free(q);
+
+	ck_assert_int_eq(ctl(NULL, &err, "--socket", "/nonexistent", NULL), 2);
+	ck_assert_ptr_nonnull(strstr(err, "a command must follow"));
+	free(err);
+}
+END_TEST
+
 START_TEST(ctl_live_daemon_is_not_reported_missing)
 {
 	/* The negative control of the two tests above. */
@@ -1395,6 +1427,7 @@ static Suite *ctl_suite(void)
 
 	tcase_add_test(tc, ctl_no_daemon_says_how_to_start_one_and_exits_3);
 	tcase_add_test(tc, ctl_socket_without_listener_is_no_daemon);
+	tcase_add_test(tc, ctl_global_options_before_the_command);
 	tcase_add_test(tc, ctl_live_daemon_is_not_reported_missing);
 	tcase_add_test(tc, ctl_every_command_has_help_and_refuses_unknown_options);
 	tcase_add_test(tc, ctl_bad_values_are_usage_errors);
