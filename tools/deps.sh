@@ -2,6 +2,7 @@
 # Installs the Debian packages npusan needs that are missing.
 #   tools/deps.sh build   what building npusanctl needs
 #   tools/deps.sh test    that, plus what the test suite needs
+#   tools/deps.sh coverage  what testing needs, plus gcovr
 # Installing needs root (or sudo); nothing is installed when all is present.
 set -eu
 
@@ -18,7 +19,9 @@ test_extra="python3-torch python3-dev prometheus systemd"
 case "${1:-build}" in
 build) want="$build" ;;
 test) want="$build $test_extra" ;;
-*) echo "usage: tools/deps.sh [build|test]" >&2; exit 2 ;;
+# gcovr turns gcov's counts into tools/coverage.sh's per-file figures.
+coverage) want="$build $test_extra gcovr" ;;
+*) echo "usage: tools/deps.sh [build|test|coverage]" >&2; exit 2 ;;
 esac
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
