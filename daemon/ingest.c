@@ -30,6 +30,7 @@
  */
 #include "ingest.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -80,8 +81,11 @@ struct ingest_proc {
 struct ingest_thread {
 	pthread_t thread;
 	pthread_mutex_t lock;
-	struct ingest_proc *procs;
-	unsigned nprocs;
+	struct ingest_proc *procs; /* under lock; new ones pushed at the head */
+	/* The length of procs, changed under lock. Atomic because
+	 * ingest_pick() reads it without the lock: relaxed, a balancing hint
+	 * that orders nothing; a stale count costs balance only. */
+	_Atomic unsigned nprocs;
 	struct ingest *in;
 	/* Its latest round's fullest ring (parts per million) and longest
 	 * lag; written by the thread, read by ingest_get_stats(). */
@@ -378,6 +382,25 @@ static void ingest_finish(struct ingest_proc *p)
 }
 
 /*
+ * The link that points at `p` in its thread's list, looked up afresh under
+ * the lock: ingest_register() pushes processes at the head while a round
+ * has the lock released, so a link taken before a drain may no longer
+ * point at p (writing through a stale head dropped every process
+ * registered meanwhile: never drained, never finished).
+ */
+static struct ingest_proc **ingest_link_of(struct ingest_thread *t,
+					   const struct ingest_proc *p)
+{
+	struct ingest_proc **link = &t->procs;
+
+	while (*link != p) {
+		assert(*link != NULL);
+		link = &(*link)->next;
+	}
+	return link;
+}
+
+/*
  * One round over a thread's processes: a batch from each, then the
  * processes found gone are finished and freed. The thread's lock guards
  * the list only; draining runs without it. Returns the records taken.
@@ -409,8 +432,10 @@ static unsigned ingest_round(struct ingest_thread *t)
 			gone = !ingest_alive(p);
 		}
 		if (gone) {
+			link = ingest_link_of(t, p);
 			*link = p->next;
-			t->nprocs--;
+			atomic_fetch_sub_explicit(&t->nprocs, 1,
+						  memory_order_relaxed);
 			pthread_mutex_unlock(&t->lock);
 			ingest_finish(p);
 			ingest_proc_free(p);
@@ -598,9 +623,17 @@ static struct ingest_thread *ingest_pick(struct ingest *in)
 {
 	struct ingest_thread *best = &in->threads[0];
 
+	unsigned n, least = atomic_load_explicit(&best->nprocs,
+						 memory_order_relaxed);
+
+	/* Relaxed: see struct ingest_thread. */
 	for (unsigned i = 1; i < in->nthreads; i++) {
-		if (in->threads[i].nprocs < best->nprocs)
+		n = atomic_load_explicit(&in->threads[i].nprocs,
+					 memory_order_relaxed);
+		if (n < least) {
 			best = &in->threads[i];
+			least = n;
+		}
 	}
 	return best;
 }
@@ -660,7 +693,7 @@ int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 	p->thread = t;
 	p->next = t->procs;
 	t->procs = p;
-	t->nprocs++;
+	atomic_fetch_add_explicit(&t->nprocs, 1, memory_order_relaxed);
 	pthread_mutex_unlock(&t->lock);
 	*out = p;
 	return 0;
