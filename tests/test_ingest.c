@@ -303,6 +303,46 @@ START_TEST(ingest_free_drains_and_keeps_running)
 }
 END_TEST
 
+/*
+ * Drain threads are interchangeable: a burst of registrations spreads over
+ * every thread (two here), and whichever takes a process drains it. Five
+ * processes, each with a race in its own ring, make five findings.
+ */
+START_TEST(ingest_every_process_of_a_burst_is_drained)
+{
+	struct store_process sp = { .uid = (uint32_t)getuid(), .host = "test",
+				    .job = "burst" };
+	struct ring *rings[5];
+	struct fixture fx;
+	struct collected c;
+	struct ingest_proc *p;
+	const char *why;
+
+	fx_open(&fx);
+	for (unsigned i = 0; i < 5; i++) {
+		ck_assert_int_eq(ring_create(RING_MIN_CAPACITY, 0, 1000,
+					     &rings[i]), 0);
+		push_string(rings[i], 1, "fill");
+		push_string(rings[i], 2, "use");
+		push_race(rings[i], 0x1000);
+	}
+	for (unsigned i = 0; i < 5; i++) {
+		sp.pid = 0x400000u + i; /* distinct, and no live process */
+		sp.has_rank = true;
+		sp.rank = i;
+		why = NULL;
+		ck_assert_msg(ingest_register(fx.ingest, &sp,
+					      dup(ring_fd(rings[i])), &p,
+					      &why) == 0, "%s", why ? why : "");
+	}
+	wait_findings(&fx, 5, 1, &c);
+	ck_assert_uint_eq(c.n, 5);
+	fx_close(&fx);
+	for (unsigned i = 0; i < 5; i++)
+		ring_destroy(rings[i]);
+}
+END_TEST
+
 static Suite *ingest_suite(void)
 {
 	Suite *s = suite_create("ingest");
@@ -313,6 +353,7 @@ static Suite *ingest_suite(void)
 	tcase_add_test(tc, ingest_repeats_sum_into_one_row);
 	tcase_add_test(tc, ingest_exited_process_is_finished);
 	tcase_add_test(tc, ingest_free_drains_and_keeps_running);
+	tcase_add_test(tc, ingest_every_process_of_a_burst_is_drained);
 	suite_add_tcase(s, tc);
 	return s;
 }
