@@ -213,7 +213,7 @@ END_TEST
 struct listed {
 	unsigned n;
 	char state[16];
-	uint64_t events, lost;
+	uint64_t events, lost, gaps;
 };
 
 static int list_cb(void *arg, const struct store_process *p)
@@ -225,6 +225,7 @@ static int list_cb(void *arg, const struct store_process *p)
 		 store_state_name(p->state));
 	l->events = p->events;
 	l->lost = p->lost;
+	l->gaps = p->gaps;
 	return 0;
 }
 
@@ -343,6 +344,77 @@ START_TEST(ingest_every_process_of_a_burst_is_drained)
 }
 END_TEST
 
+/* A record of `type` with `len` payload bytes holding a stream_wait of
+ * `stream` on `on` whose kind is `kind`. */
+static void push_raw_wait(struct ring *r, unsigned type, size_t len,
+			  uint8_t kind, uint64_t stream, uint64_t on)
+{
+	struct ring_slot slot;
+	struct ring_op op = { .kind = kind, .a = stream, .b = on };
+
+	ck_assert_int_eq(ring_reserve(r, type, len, &slot), 0);
+	memset(slot.payload, 0, len);
+	memcpy(slot.payload, &op, len < sizeof(op) ? len : sizeof(op));
+	ring_commit(&slot);
+}
+
+/* Polls the store until its one process has `events` events. */
+static void wait_events(struct fixture *fx, uint64_t events, struct listed *l)
+{
+	struct store_filter f = { 0 };
+
+	for (int i = 0; i < 1000; i++) {
+		memset(l, 0, sizeof(*l));
+		ck_assert_int_eq(store_flush(fx->store), 0);
+		ck_assert_int_eq(store_list(fx->store, &f, list_cb, l), 0);
+		if (l->events >= events)
+			return;
+		tu_nap_ms(10);
+	}
+}
+
+/*
+ * A sync between a write and a read that the daemon cannot decode (a bad
+ * length, kind or record type, by _i) is an operation lost, not one that
+ * never happened: it is counted and becomes a gap, so the two accesses,
+ * which it may have ordered, are never reported as a race.
+ */
+START_TEST(ingest_undecodable_sync_is_a_gap_not_a_race)
+{
+	static const struct {
+		unsigned type;
+		size_t len;
+		uint8_t kind;
+	} bad[] = {
+		{ RING_REC_OP, sizeof(struct ring_op) + 8, OP_STREAM_WAIT },
+		{ RING_REC_OP, sizeof(struct ring_op), OP_KIND_COUNT },
+		{ 9, sizeof(struct ring_op), OP_STREAM_WAIT },
+	};
+	struct fixture fx;
+	struct collected c;
+	struct listed l;
+
+	fx_open(&fx);
+	fx_register(&fx, (uint32_t)getpid(), NULL);
+	push_string(fx.ring, 1, "fill");
+	push_string(fx.ring, 2, "use");
+	push_op(fx.ring, OP_STREAM_CREATE, 7, 0);
+	push_launch(fx.ring, 0, 1, 0, 0x1000);
+	push_raw_wait(fx.ring, bad[_i].type, bad[_i].len, bad[_i].kind, 7, 0);
+	push_launch(fx.ring, 7, 2, 0x1000, 0);
+	wait_events(&fx, 3, &l);
+	memset(&c, 0, sizeof(c));
+	ck_assert_int_eq(store_flush(fx.store), 0);
+	ck_assert_int_eq(store_findings(fx.store, &(struct store_filter){ 0 },
+					collect_cb, &c), 0);
+	ck_assert_msg(c.n == 0, "a %s across an undecodable sync", c.kind);
+	ck_assert_uint_eq(l.events, 3);
+	ck_assert_uint_eq(l.lost, 1);
+	ck_assert_uint_eq(l.gaps, 1);
+	fx_close(&fx);
+}
+END_TEST
+
 static Suite *ingest_suite(void)
 {
 	Suite *s = suite_create("ingest");
@@ -354,6 +426,8 @@ static Suite *ingest_suite(void)
 	tcase_add_test(tc, ingest_exited_process_is_finished);
 	tcase_add_test(tc, ingest_free_drains_and_keeps_running);
 	tcase_add_test(tc, ingest_every_process_of_a_burst_is_drained);
+	tcase_add_loop_test(tc, ingest_undecodable_sync_is_a_gap_not_a_race, 0,
+			    3);
 	suite_add_tcase(s, tc);
 	return s;
 }
