@@ -4,6 +4,7 @@
 #include "ringdec.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,6 +307,14 @@ static int ringdec_op(struct ringdec *d, const void *payload, size_t len,
 	op->kind = r->kind;
 	op->stack = ringdec_stack(d, r->stack);
 	ringdec_fields(r, op);
+	if (op->kind == OP_GAP && op->lost > RINGREAD_MAX_COUNT) {
+		/* Still a gap, of an unknown number: the count is nonsense. */
+		snprintf(d->error, sizeof(d->error),
+			 "a gap claims %" PRIu64 " operations lost", op->lost);
+		d->n.malformed++;
+		op->has_lost = false;
+		op->lost = 0;
+	}
 	return 1;
 }
 

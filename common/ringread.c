@@ -126,6 +126,10 @@ int ringread_map(int fd, struct ringread **out, const char **why)
 	/* Relaxed: written by consumers only, the last of which is gone or is
 	 * us; a producer's scribble there only skews its own statistics. */
 	r->n.ops = r->n.ops_at_map = ring_load_relaxed(&r->hdr->consumed);
+	if (r->n.ops > RINGREAD_MAX_COUNT) {
+		r->n.ops = r->n.ops_at_map = 0;
+		r->n.corrupt++;
+	}
 	/* Relaxed: a liveness hint. Beating at once tells blocked producers
 	 * that a consumer exists before its first drain. */
 	r->beat = ring_load_relaxed(&r->hdr->beat) + 1;

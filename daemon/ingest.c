@@ -32,6 +32,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -42,6 +43,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "log.h"
 #include "procstat.h"
 #include "ringdec.h"
 #include "ringread.h"
@@ -69,6 +71,8 @@ struct ingest_proc {
 	struct finding *pending; /* the latest repeat of each, count = delta */
 	size_t npending, cap_pending;
 	uint64_t events, lost, gaps;
+	uint64_t bad; /* records and counts found corrupt, as of the last drain */
+	bool warned;  /* the log said so once */
 	/* enum store_state, running or dormant: the loop thread's (attach and
 	 * detach), read by the drain thread. */
 	_Atomic int state;
@@ -243,15 +247,74 @@ static void ingest_flush_repeats(struct ingest_proc *p)
 
 /* ---- draining ----------------------------------------------------------- */
 
+/* a + b, saturating at the largest count a ring speaks of: an agent's
+ * numbers must not wrap a sum into nonsense. */
+static uint64_t ingest_sat_add(uint64_t a, uint64_t b)
+{
+	return a >= RINGREAD_MAX_COUNT || b >= RINGREAD_MAX_COUNT - a ?
+		       RINGREAD_MAX_COUNT :
+		       a + b;
+}
+
+/* Counts `n` operations lost, in the process and in the host's total. */
+static void ingest_count_lost(struct ingest_proc *p, uint64_t n)
+{
+	uint64_t was;
+
+	p->lost = ingest_sat_add(p->lost, n);
+	/* Relaxed, on success and failure alike: a statistic, which orders
+	 * nothing; the loop only keeps the sum saturated. */
+	was = atomic_load_explicit(&p->in->lost, memory_order_relaxed);
+	while (!atomic_compare_exchange_weak_explicit(
+		&p->in->lost, &was, ingest_sat_add(was, n),
+		memory_order_relaxed, memory_order_relaxed))
+		;
+}
+
 /* A gap: one more, and the operations it says were lost (none counted
  * when it does not know). */
 static void ingest_count_gap(struct ingest_proc *p, const struct op *op)
 {
-	uint64_t n = op->has_lost ? op->lost : 0;
-
 	p->gaps++;
-	p->lost += n;
-	atomic_fetch_add_explicit(&p->in->lost, n, memory_order_relaxed);
+	if (op->has_lost)
+		ingest_count_lost(p, op->lost);
+}
+
+/* Feeds the engine a gap of `lost` operations (unknown: UINT64_MAX) that
+ * no record carried, and counts it. */
+static void ingest_gap(struct ingest_proc *p, uint64_t lost)
+{
+	struct op gap = { .kind = OP_GAP, .has_lost = lost != UINT64_MAX,
+			  .lost = lost != UINT64_MAX ? lost : 0 };
+
+	ingest_count_gap(p, &gap);
+	engine_feed(p->engine, &gap);
+}
+
+/*
+ * Says once per process that its ring held what no correct agent writes:
+ * an undecodable record, a corrupt header, an impossible count. Each is
+ * already a gap in its analysis and counted; the log names the process.
+ */
+static void ingest_check_corrupt(struct ingest_proc *p)
+{
+	struct ringdec_counters dc;
+	struct ringread_counters rc;
+	uint64_t bad;
+
+	ringdec_counters(p->dec, &dc);
+	ringread_counters(p->rr, &rc);
+	bad = dc.malformed + dc.lost + rc.corrupt;
+	if (bad == p->bad)
+		return;
+	p->bad = bad;
+	if (!p->warned)
+		log_warn("pid %u: its ring holds what no agent writes (%s); "
+			 "analysed with a gap there, and counted lost",
+			 p->pid, *ringdec_error(p->dec) ? ringdec_error(p->dec) :
+							 "a corrupt record header "
+							 "or count");
+	p->warned = true;
 }
 
 static int ingest_record_cb(void *arg, unsigned type, const void *payload,
@@ -284,6 +347,7 @@ static int ingest_drain(struct ingest_proc *p, unsigned flags)
 		/* Relaxed: a statistic, summed once per batch. */
 		atomic_fetch_add_explicit(&p->in->events, p->events - before,
 					  memory_order_relaxed);
+		ingest_check_corrupt(p);
 	}
 	return n < 0 ? 0 : n;
 }
@@ -367,14 +431,19 @@ static void ingest_proc_free(struct ingest_proc *p)
 /* The last drain of a process that is gone (DESIGN 4). */
 static void ingest_finish(struct ingest_proc *p)
 {
-	struct op gap = { .kind = OP_GAP, .has_lost = true };
+	uint64_t pending;
 
 	while (ingest_drain(p, RINGREAD_DEAD) > 0)
 		;
-	gap.lost = ringread_take_pending(p->rr);
-	if (gap.lost != 0) {
-		ingest_count_gap(p, &gap);
-		engine_feed(p->engine, &gap);
+	/* The producers' count, untrusted: beyond any real one, unknown. */
+	pending = ringread_take_pending(p->rr);
+	if (pending > RINGREAD_MAX_COUNT) {
+		ingest_gap(p, UINT64_MAX);
+		log_warn("pid %u: its ring claims %" PRIu64 " operations "
+			 "dropped; counted a gap of unknown size",
+			 p->pid, pending);
+	} else if (pending != 0) {
+		ingest_gap(p, pending);
 	}
 	ingest_flush_repeats(p);
 	ingest_update(p, STORE_EXITED);
@@ -680,11 +749,10 @@ int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 	p->lost = was.lost;
 	p->gaps = was.gaps;
 	ringread_counters(p->rr, &rc);
-	if (rc.ops_at_map > was.ring_ops) {
-		p->lost += rc.ops_at_map - was.ring_ops;
-		atomic_fetch_add_explicit(&in->lost, rc.ops_at_map - was.ring_ops,
-					  memory_order_relaxed);
-	}
+	if (rc.ops_at_map > was.ring_ops)
+		ingest_count_lost(p, rc.ops_at_map - was.ring_ops);
+	if (rc.corrupt != 0) /* how many a dead daemon took: unknown */
+		ingest_gap(p, UINT64_MAX);
 	p->last_ms = ingest_now_ms();
 	p->empty_mono_ms = ingest_mono_ms();
 	atomic_fetch_add_explicit(&in->running, 1, memory_order_relaxed);

@@ -15,6 +15,7 @@
 
 #include "ingest.h"
 #include "ring.h"
+#include "ringread.h"
 #include "store.h"
 #include "testutil.h"
 
@@ -230,9 +231,12 @@ static int list_cb(void *arg, const struct store_process *p)
 }
 
 /* A process that is gone is drained to the end, its drops counted as
- * lost, and recorded exited. */
+ * lost, and recorded exited; drops beyond any real count (_i 1) are a gap
+ * of unknown size, never a wrapped total. */
 START_TEST(ingest_exited_process_is_finished)
 {
+	static const uint64_t pending[] = { 5, UINT64_MAX - 1 };
+	static const uint64_t lost[] = { 5, 0 };
 	struct store_filter f = { 0 };
 	struct timespec nap = { 0, 10000000 };
 	struct ingest_proc *p;
@@ -251,7 +255,7 @@ START_TEST(ingest_exited_process_is_finished)
 	push_op(fx.ring, OP_STREAM_CREATE, 1, 0);
 	push_op(fx.ring, OP_DEVICE_SYNC, 0, 0);
 	/* Drops the ring never reported in a gap record. */
-	atomic_fetch_add(&fx.ring->hdr->pending, 5);
+	atomic_fetch_add(&fx.ring->hdr->pending, pending[_i]);
 	kill(child, SIGKILL);
 	waitpid(child, &status, 0);
 	ingest_disconnect(fx.ingest, p);
@@ -265,7 +269,8 @@ START_TEST(ingest_exited_process_is_finished)
 	}
 	ck_assert_uint_eq(l.n, 1);
 	ck_assert_str_eq(l.state, "exited");
-	ck_assert_uint_eq(l.lost, 5);
+	ck_assert_uint_eq(l.lost, lost[_i]);
+	ck_assert_uint_eq(l.gaps, 1);
 	ck_assert_uint_eq(l.events, 2);
 	fx_close(&fx);
 }
@@ -415,6 +420,49 @@ START_TEST(ingest_undecodable_sync_is_a_gap_not_a_race)
 }
 END_TEST
 
+static void push_gap(struct ring *r, uint64_t lost)
+{
+	struct ring_slot slot;
+	struct ring_op *op;
+
+	ck_assert_int_eq(ring_reserve(r, RING_REC_OP, sizeof(*op), &slot), 0);
+	op = slot.payload;
+	memset(op, 0, sizeof(*op));
+	op->kind = OP_GAP;
+	op->flags = RING_OP_HAS_LOST;
+	op->a = lost;
+	ring_commit(&slot);
+}
+
+/*
+ * Counts an agent controls never wrap: a ring whose header says 2^64 - 6
+ * operations were consumed before, and gap records claiming 2^64 - 1 and
+ * twice 2^53 - 1 lost. The impossible ones are gaps of unknown size; the
+ * sums saturate at 2^53, for the process and for the host.
+ */
+START_TEST(ingest_agent_counts_saturate_never_wrap)
+{
+	struct ingest_stats st;
+	struct fixture fx;
+	struct listed l;
+
+	fx_open(&fx);
+	atomic_store(&fx.ring->hdr->consumed, UINT64_MAX - 5);
+	fx_register(&fx, (uint32_t)getpid(), NULL);
+	push_gap(fx.ring, UINT64_MAX);
+	push_gap(fx.ring, RINGREAD_MAX_COUNT - 1);
+	push_gap(fx.ring, RINGREAD_MAX_COUNT - 1);
+	push_op(fx.ring, OP_DEVICE_SYNC, 0, 0);
+	wait_events(&fx, 1, &l);
+	ck_assert_uint_eq(l.events, 1);
+	ck_assert_uint_eq(l.lost, RINGREAD_MAX_COUNT);
+	ck_assert_uint_eq(l.gaps, 4); /* the ring taken over, and three */
+	ingest_get_stats(fx.ingest, &st);
+	ck_assert_uint_eq(st.lost, RINGREAD_MAX_COUNT);
+	fx_close(&fx);
+}
+END_TEST
+
 static Suite *ingest_suite(void)
 {
 	Suite *s = suite_create("ingest");
@@ -423,11 +471,12 @@ static Suite *ingest_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, ingest_race_in_ring_reaches_store);
 	tcase_add_test(tc, ingest_repeats_sum_into_one_row);
-	tcase_add_test(tc, ingest_exited_process_is_finished);
+	tcase_add_loop_test(tc, ingest_exited_process_is_finished, 0, 2);
 	tcase_add_test(tc, ingest_free_drains_and_keeps_running);
 	tcase_add_test(tc, ingest_every_process_of_a_burst_is_drained);
 	tcase_add_loop_test(tc, ingest_undecodable_sync_is_a_gap_not_a_race, 0,
 			    3);
+	tcase_add_test(tc, ingest_agent_counts_saturate_never_wrap);
 	suite_add_tcase(s, tc);
 	return s;
 }
