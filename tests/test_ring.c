@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -775,6 +776,49 @@ START_TEST(ringread_absurd_head_reads_nothing)
 }
 END_TEST
 
+/* Bytes of memory the memfd `fd` holds (a sparse one holds few). */
+static uint64_t memfd_bytes(int fd)
+{
+	struct stat st;
+
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	return (uint64_t)st.st_blocks * 512;
+}
+
+/*
+ * Regression: a corrupt header with the head claimed a whole ring ahead
+ * made the skip zero the whole ring, bringing in every page of a sparse
+ * one (two 256 MiB rings cost the daemon 512 MiB). The skip is punched:
+ * the ring holds no more memory after it than before.
+ */
+START_TEST(ringread_skip_touches_no_more_than_it_reads)
+{
+	const uint64_t cap = UINT64_C(64) << 20;
+	struct ringread_counters n;
+	const char *why = NULL;
+	struct got g = { 0 };
+	uint64_t before;
+	struct rt t;
+
+	ck_assert_int_eq(ring_create(cap, 0, 0, &t.p), 0);
+	ck_assert_int_eq(ringread_map(ring_fd(t.p), &t.c, &why), 0);
+	ck_assert_int_eq(ring_reserve(t.p, RING_REC_OP, 8, &(struct ring_slot){ 0 }),
+			 0);
+	rt_rec(&t, 0)->tag = 1; /* corrupt, never committed */
+	ring_store_relaxed(&t.p->hdr->head, cap);
+	before = memfd_bytes(ring_fd(t.p));
+	ck_assert_uint_lt(before, UINT64_C(1) << 20);
+	ck_assert_int_eq(ringread_drain(t.c, 64, 0, got_cb, &g), 1);
+	ck_lost(&g, 0, cap);
+	ringread_counters(t.c, &n);
+	ck_assert_uint_eq(n.tail, cap);
+	ck_assert_uint_le(memfd_bytes(ring_fd(t.p)), before);
+	ck_assert_uint_eq(rt_rec(&t, 0)->word, 0); /* reads as zero */
+	got_free(&g);
+	rt_close(&t);
+}
+END_TEST
+
 /*
  * Regression: a head that a (hostile) producer moved back during a drain
  * was taken as the bound although the consumer had read past it: head -
@@ -1366,6 +1410,7 @@ static Suite *ring_suite(void)
 	suite_add_tcase(s, tc);
 
 	tcase_set_timeout(rd, 60);
+	tcase_add_test(rd, ringread_skip_touches_no_more_than_it_reads);
 	tcase_add_loop_test(rd, ringread_corrupt_header_skipped_as_lost, 0,
 			    NCORRUPTIONS);
 	tcase_add_test(rd, ringread_absurd_head_reads_nothing);
