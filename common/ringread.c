@@ -27,6 +27,7 @@ struct ringread {
 	size_t map_len;
 	uint64_t tail;
 	uint64_t head; /* the newest plausible head seen, at least tail */
+	bool stopped;  /* ringread_stop_at_head(): head is final */
 	uint64_t beat;
 	uintptr_t page; /* the page size, a power of two */
 	unsigned char *copy; /* max_record bytes */
@@ -212,6 +213,8 @@ static uint64_t ringread_head(const struct ringread *r, uint64_t pos)
 	/* Relaxed: used only to bound a skip; nothing is read through it. */
 	uint64_t head = ring_load_relaxed(&r->hdr->head);
 
+	if (r->stopped)
+		return r->head;
 	if (head - r->tail > r->capacity || head - r->tail < pos - r->tail ||
 	    head % RING_ALIGN != 0)
 		return pos;
@@ -321,6 +324,8 @@ int ringread_drain(struct ringread *r, unsigned max, unsigned flags,
 	int calls = 0, err = 0;
 
 	while ((unsigned)calls < max && err == 0) {
+		if (r->stopped && pos == r->head)
+			break; /* the rest is not the gone producer's */
 		st = ringread_classify(r, pos, &head, &word);
 		if (st != RINGREAD_READY) {
 			skip = ringread_skip(r, pos, &head, st, word, flags);
@@ -352,6 +357,12 @@ int ringread_drain(struct ringread *r, unsigned max, unsigned flags,
 	r->head = head;
 	ringread_publish(r, clean, pos);
 	return err < 0 ? err : calls;
+}
+
+void ringread_stop_at_head(struct ringread *r)
+{
+	r->head = ringread_head(r, r->head);
+	r->stopped = true;
 }
 
 uint64_t ringread_take_pending(struct ringread *r)

@@ -67,6 +67,15 @@ int ringread_drain(struct ringread *r, unsigned max, unsigned flags,
 		   ringread_cb cb, void *arg);
 
 /*
+ * The producer is gone: what is reserved from now on is not its own (a
+ * child that kept the mapping may write on). Later drains stop at the head
+ * seen now (or the newest plausible one seen before, when it is absurd),
+ * so that what is left of a process is at most one ring, drained in
+ * batches like any other.
+ */
+void ringread_stop_at_head(struct ringread *r);
+
+/*
  * Takes the count of dropped records that no gap record reported yet; for
  * a producer that is gone (a live one reports them itself).
  */

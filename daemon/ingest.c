@@ -16,8 +16,10 @@
  *    finding repeated a million times a second costs the store one upsert
  *    per round.
  * 4. A disconnected process is drained as long as it lives (an agent that
- *    closed its socket may still push); once it is gone, the last drain
- *    skips what it left unfinished, its drops become a gap, and the store
+ *    closed its socket may still push); once it is gone, its ring is
+ *    drained up to the head it left, a batch a round like any other (a
+ *    child that kept the mapping and writes on holds no thread), what it
+ *    left unfinished is skipped, its drops become a gap, and the store
  *    records it exited. A process that registers again while it is still
  *    drained here keeps its handle: a ring has one consumer.
  * 5. Counters go on where the store left them, across daemon restarts.
@@ -79,6 +81,10 @@ struct ingest_proc {
 	int64_t last_ms, updated_ms, checked_ms;
 	int64_t empty_mono_ms; /* when its ring was last found empty */
 	bool disconnected; /* under the thread's lock */
+	/* Found gone: its ring is drained up to where it left it, a batch
+	 * a round, then it is finished (DESIGN 4). Set by its thread under
+	 * the lock (ingest_find() reads it), read by its thread. */
+	bool gone;
 	struct ingest *in;
 };
 
@@ -428,13 +434,11 @@ static void ingest_proc_free(struct ingest_proc *p)
 	free(p);
 }
 
-/* The last drain of a process that is gone (DESIGN 4). */
+/* Ends a process that is gone once its ring is drained (DESIGN 4). */
 static void ingest_finish(struct ingest_proc *p)
 {
 	uint64_t pending;
 
-	while (ingest_drain(p, RINGREAD_DEAD) > 0)
-		;
 	/* The producers' count, untrusted: beyond any real one, unknown. */
 	pending = ringread_take_pending(p->rr);
 	if (pending > RINGREAD_MAX_COUNT) {
@@ -477,16 +481,16 @@ static struct ingest_proc **ingest_link_of(struct ingest_thread *t,
 static unsigned ingest_round(struct ingest_thread *t)
 {
 	struct ingest_proc **link, *p;
-	unsigned total = 0;
+	unsigned n, total = 0;
 	uint32_t fill, max_fill = 0;
 	int64_t now, lag, max_lag = 0;
-	bool gone;
 
 	pthread_mutex_lock(&t->lock);
 	link = &t->procs;
 	while ((p = *link) != NULL) {
 		pthread_mutex_unlock(&t->lock);
-		total += (unsigned)ingest_drain(p, 0);
+		n = (unsigned)ingest_drain(p, p->gone ? RINGREAD_DEAD : 0);
+		total += n;
 		ingest_flush_repeats(p);
 		ingest_backlog(p, ingest_mono_ms(), &fill, &lag);
 		max_fill = fill > max_fill ? fill : max_fill;
@@ -495,12 +499,15 @@ static unsigned ingest_round(struct ingest_thread *t)
 		if (now - p->updated_ms >= INGEST_UPDATE_MS)
 			ingest_update(p, STORE_RUNNING);
 		pthread_mutex_lock(&t->lock);
-		gone = false;
-		if (p->disconnected && now - p->checked_ms >= 0) {
+		if (!p->gone && p->disconnected && now - p->checked_ms >= 0) {
 			p->checked_ms = now + INGEST_ALIVE_CHECK_MS;
-			gone = !ingest_alive(p);
-		}
-		if (gone) {
+			if (!ingest_alive(p)) {
+				/* From the next round on, its last batches. */
+				p->gone = true;
+				ringread_stop_at_head(p->rr);
+			}
+		} else if (p->gone && n < INGEST_BATCH) {
+			/* What it left is drained: */
 			link = ingest_link_of(t, p);
 			*link = p->next;
 			atomic_fetch_sub_explicit(&t->nprocs, 1,
@@ -620,11 +627,18 @@ void ingest_free(struct ingest *in)
 		while ((p = t->procs) != NULL) {
 			t->procs = p->next;
 			/* The daemon stops, the process may go on: take what
-			 * is committed, leave it running for the next daemon. */
-			while (ingest_drain(p, 0) > 0)
+			 * is committed up to the head now (a flooding process
+			 * must not hold the stop up), leave it running for
+			 * the next daemon. One found gone is finished. */
+			if (!p->gone)
+				ringread_stop_at_head(p->rr);
+			while (ingest_drain(p, p->gone ? RINGREAD_DEAD : 0) > 0)
 				;
 			ingest_flush_repeats(p);
-			ingest_update(p, STORE_RUNNING);
+			if (p->gone)
+				ingest_finish(p);
+			else
+				ingest_update(p, STORE_RUNNING);
 			ingest_proc_free(p);
 		}
 		pthread_mutex_destroy(&t->lock);
@@ -676,7 +690,9 @@ static struct ingest_proc *ingest_find(struct ingest *in, uint32_t pid,
 
 		pthread_mutex_lock(&t->lock);
 		for (struct ingest_proc *p = t->procs; p != NULL; p = p->next) {
-			if (p->pid == pid && p->start_time == start_time) {
+			/* One found gone is not the process registering. */
+			if (p->pid == pid && p->start_time == start_time &&
+			    !p->gone) {
 				p->disconnected = false;
 				found = p;
 				break;

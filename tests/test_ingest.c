@@ -5,6 +5,9 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,10 +29,10 @@ struct fixture {
 	struct ring *ring;
 };
 
-static void fx_open(struct fixture *fx)
+static void fx_open_threads(struct fixture *fx, unsigned threads)
 {
 	struct store_opts so = { 0 };
-	struct ingest_opts io = { .threads = 2, .period_ms = 2 };
+	struct ingest_opts io = { .threads = threads, .period_ms = 2 };
 	char path[512];
 	char *err = NULL;
 
@@ -40,6 +43,11 @@ static void fx_open(struct fixture *fx)
 	io.store = fx->store;
 	ck_assert_int_eq(ingest_new(&io, &fx->ingest), 0);
 	ck_assert_int_eq(ring_create(RING_MIN_CAPACITY, 0, 1000, &fx->ring), 0);
+}
+
+static void fx_open(struct fixture *fx)
+{
+	fx_open_threads(fx, 2);
 }
 
 static void fx_close(struct fixture *fx)
@@ -463,6 +471,112 @@ START_TEST(ingest_agent_counts_saturate_never_wrap)
 }
 END_TEST
 
+/* Writes launches into a ring until told to stop, as a child that kept
+ * its parent's mapping does, faster than a drain thread analyses them;
+ * drops (a full ring) are fine. */
+#define FLOOD_RANGES 16
+#define FLOOD_WRITERS 2
+
+struct flood {
+	struct ring *ring;
+	atomic_bool stop;
+};
+
+static void *flood_main(void *arg)
+{
+	const size_t len = sizeof(struct ring_launch) +
+			   FLOOD_RANGES * sizeof(struct ring_range);
+	struct flood *fl = arg;
+	struct ring_slot slot;
+	struct ring_launch *l;
+
+	while (!atomic_load(&fl->stop)) {
+		if (ring_reserve(fl->ring, RING_REC_LAUNCH, len, &slot) < 0)
+			continue;
+		l = slot.payload;
+		memset(l, 0, len);
+		l->kind = OP_LAUNCH;
+		l->stream = 1;
+		l->nwrites = FLOOD_RANGES;
+		for (unsigned i = 0; i < FLOOD_RANGES; i++)
+			l->ranges[i] = (struct ring_range){ 0x10000 * (i + 1),
+							    64 };
+		ring_commit(&slot);
+	}
+	return NULL;
+}
+
+/*
+ * A process that exits while something keeps writing its ring is drained
+ * up to where it left it and finished, a batch at a time: the other
+ * process on the same (only) drain thread has its finding meanwhile.
+ */
+START_TEST(ingest_exited_process_flooded_holds_no_thread)
+{
+	struct store_process sp = { .pid = 0x400000u, .uid = (uint32_t)getuid(),
+				    .host = "test", .job = "other" };
+	struct store_filter f = { 0 };
+	struct flood fl = { 0 };
+	struct ingest_proc *p;
+	struct ring *other;
+	struct fixture fx;
+	struct collected c;
+	struct listed l;
+	const char *why = NULL;
+	pthread_t writers[FLOOD_WRITERS];
+	pid_t child;
+	bool exited = false;
+
+	fx_open_threads(&fx, 1);
+	/* A ring large enough that the thread takes many batches to empty
+	 * it, and the writer keeps it full. */
+	ring_destroy(fx.ring);
+	ck_assert_int_eq(ring_create(UINT64_C(8) << 20, 0, 1000, &fx.ring), 0);
+	child = fork();
+	if (child == 0) {
+		pause();
+		_exit(0);
+	}
+	p = fx_register(&fx, (uint32_t)child, NULL);
+	fl.ring = fx.ring;
+	for (int i = 0; i < FLOOD_WRITERS; i++)
+		ck_assert_int_eq(pthread_create(&writers[i], NULL, flood_main,
+						&fl), 0);
+	while (atomic_load(&fx.ring->hdr->dropped) == 0)
+		tu_nap_ms(1); /* full */
+	ingest_disconnect(fx.ingest, p);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	tu_nap_ms(100); /* found gone and drained before the other comes */
+	ck_assert_int_eq(ring_create(RING_MIN_CAPACITY, 0, 1000, &other), 0);
+	push_string(other, 1, "fill");
+	push_string(other, 2, "use");
+	push_race(other, 0x1000);
+	ck_assert_int_eq(ingest_register(fx.ingest, &sp, dup(ring_fd(other)),
+					 &p, &why), 0);
+	for (int i = 0; i < 2000 && !(exited && c.n == 1); i++) {
+		tu_nap_ms(10);
+		memset(&c, 0, sizeof(c));
+		memset(&l, 0, sizeof(l));
+		ck_assert_int_eq(store_flush(fx.store), 0);
+		ck_assert_int_eq(store_findings(fx.store, &f, collect_cb, &c),
+				 0);
+		f.has_pid = true;
+		f.pid = (uint32_t)child;
+		ck_assert_int_eq(store_list(fx.store, &f, list_cb, &l), 0);
+		f.has_pid = false;
+		exited = strcmp(l.state, "exited") == 0;
+	}
+	atomic_store(&fl.stop, true);
+	for (int i = 0; i < FLOOD_WRITERS; i++)
+		pthread_join(writers[i], NULL);
+	ck_assert_msg(c.n == 1, "the other process waits for its finding");
+	ck_assert_msg(exited, "the flooded process is never finished");
+	fx_close(&fx);
+	ring_destroy(other);
+}
+END_TEST
+
 static Suite *ingest_suite(void)
 {
 	Suite *s = suite_create("ingest");
@@ -477,6 +591,7 @@ static Suite *ingest_suite(void)
 	tcase_add_loop_test(tc, ingest_undecodable_sync_is_a_gap_not_a_race, 0,
 			    3);
 	tcase_add_test(tc, ingest_agent_counts_saturate_never_wrap);
+	tcase_add_test(tc, ingest_exited_process_flooded_holds_no_thread);
 	suite_add_tcase(s, tc);
 	return s;
 }

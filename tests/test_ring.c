@@ -776,6 +776,29 @@ START_TEST(ringread_absurd_head_reads_nothing)
 }
 END_TEST
 
+/* Once the producer is gone, what others reserve after is not read: the
+ * last drains of a process end at the head it left. */
+START_TEST(ringread_stop_at_head_reads_no_later_record)
+{
+	struct got g = { 0 };
+	struct rt t;
+
+	rt_open(&t, 0, 0, 0 - 48);
+	rt_push(&t, RING_REC_OP, 8, 1);
+	rt_push(&t, RING_REC_OP, 8, 2);
+	ck_assert_uint_eq(rt_drain(&t, 0, &g), 2); /* and found the head */
+	got_free(&g);
+	rt_push(&t, RING_REC_OP, 8, 3);
+	ringread_stop_at_head(t.c);
+	rt_push(&t, RING_REC_OP, 8, 4);
+	ck_assert_int_eq(ringread_drain(t.c, 64, RINGREAD_DEAD, got_cb, &g), 1);
+	ck_rec(&g, 0, RING_REC_OP, 8, 3);
+	ck_assert_int_eq(ringread_drain(t.c, 64, RINGREAD_DEAD, got_cb, &g), 0);
+	got_free(&g);
+	rt_close(&t);
+}
+END_TEST
+
 /* Bytes of memory the memfd `fd` holds (a sparse one holds few). */
 static uint64_t memfd_bytes(int fd)
 {
@@ -1411,6 +1434,7 @@ static Suite *ring_suite(void)
 
 	tcase_set_timeout(rd, 60);
 	tcase_add_test(rd, ringread_skip_touches_no_more_than_it_reads);
+	tcase_add_test(rd, ringread_stop_at_head_reads_no_later_record);
 	tcase_add_loop_test(rd, ringread_corrupt_header_skipped_as_lost, 0,
 			    NCORRUPTIONS);
 	tcase_add_test(rd, ringread_absurd_head_reads_nothing);
