@@ -80,7 +80,10 @@ struct ingest_proc {
 	_Atomic int state;
 	int64_t last_ms, updated_ms, checked_ms;
 	int64_t empty_mono_ms; /* when its ring was last found empty */
-	bool disconnected; /* under the thread's lock */
+	/* Connections holding the handle (a process that registers again
+	 * before its old connection is seen closed has two); disconnected at
+	 * 0. Under the thread's lock. */
+	unsigned conns;
 	/* Found gone: its ring is drained up to where it left it, a batch
 	 * a round, then it is finished (DESIGN 4). Set by its thread under
 	 * the lock (ingest_find() reads it), read by its thread. */
@@ -499,7 +502,7 @@ static unsigned ingest_round(struct ingest_thread *t)
 		if (now - p->updated_ms >= INGEST_UPDATE_MS)
 			ingest_update(p, STORE_RUNNING);
 		pthread_mutex_lock(&t->lock);
-		if (!p->gone && p->disconnected && now - p->checked_ms >= 0) {
+		if (!p->gone && p->conns == 0 && now - p->checked_ms >= 0) {
 			p->checked_ms = now + INGEST_ALIVE_CHECK_MS;
 			if (!ingest_alive(p)) {
 				/* From the next round on, its last batches. */
@@ -679,7 +682,7 @@ static int ingest_proc_new(struct ingest *in, int fd, struct ingest_proc **out,
 }
 
 /* The handle of a process still drained here (DESIGN 4), or NULL; found,
- * it counts as connected again, so that it is not finished meanwhile. */
+ * it holds one connection more, so that it is not finished meanwhile. */
 static struct ingest_proc *ingest_find(struct ingest *in, uint32_t pid,
 				       uint64_t start_time)
 {
@@ -693,7 +696,7 @@ static struct ingest_proc *ingest_find(struct ingest *in, uint32_t pid,
 			/* One found gone is not the process registering. */
 			if (p->pid == pid && p->start_time == start_time &&
 			    !p->gone) {
-				p->disconnected = false;
+				p->conns++;
 				found = p;
 				break;
 			}
@@ -773,6 +776,7 @@ int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 	p->empty_mono_ms = ingest_mono_ms();
 	atomic_fetch_add_explicit(&in->running, 1, memory_order_relaxed);
 	t = ingest_pick(in);
+	p->conns = 1;
 	pthread_mutex_lock(&t->lock);
 	p->thread = t;
 	p->next = t->procs;
@@ -800,8 +804,9 @@ void ingest_disconnect(struct ingest *in, struct ingest_proc *p)
 
 	(void)in;
 	pthread_mutex_lock(&t->lock);
-	p->disconnected = true;
-	p->checked_ms = 0;
+	assert(p->conns > 0);
+	if (--p->conns == 0)
+		p->checked_ms = 0;
 	pthread_mutex_unlock(&t->lock);
 }
 

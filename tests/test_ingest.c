@@ -577,6 +577,57 @@ START_TEST(ingest_exited_process_flooded_holds_no_thread)
 }
 END_TEST
 
+/* The state the store lists for `pid`, polled for up to `ms`
+ * until it is `want`. */
+static void wait_state(struct fixture *fx, pid_t pid, const char *want,
+		       int ms, struct listed *l)
+{
+	struct store_filter f = { .has_pid = true, .pid = (uint32_t)pid };
+
+	for (int i = 0; i <= ms / 10; i++) {
+		memset(l, 0, sizeof(*l));
+		ck_assert_int_eq(store_flush(fx->store), 0);
+		ck_assert_int_eq(store_list(fx->store, &f, list_cb, l), 0);
+		if (strcmp(l->state, want) == 0)
+			return;
+		tu_nap_ms(10);
+	}
+}
+
+/*
+ * A process that registers again before its old connection is seen
+ * closed holds its handle through two connections: the first to close
+ * does not let it be finished (and freed) under the second, whose close
+ * comes later.
+ */
+START_TEST(ingest_handle_outlives_each_connection_but_the_last)
+{
+	struct ingest_proc *p, *again;
+	struct fixture fx;
+	struct listed l;
+	pid_t child;
+
+	fx_open(&fx);
+	child = fork();
+	if (child == 0) {
+		pause();
+		_exit(0);
+	}
+	p = fx_register(&fx, (uint32_t)child, NULL);
+	again = fx_register(&fx, (uint32_t)child, NULL);
+	ck_assert_ptr_eq(again, p);
+	ingest_disconnect(fx.ingest, p);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	wait_state(&fx, child, "exited", 1500, &l);
+	ck_assert_str_eq(l.state, "running");
+	ingest_disconnect(fx.ingest, again);
+	wait_state(&fx, child, "exited", 10000, &l);
+	ck_assert_str_eq(l.state, "exited");
+	fx_close(&fx);
+}
+END_TEST
+
 static Suite *ingest_suite(void)
 {
 	Suite *s = suite_create("ingest");
@@ -592,6 +643,7 @@ static Suite *ingest_suite(void)
 			    3);
 	tcase_add_test(tc, ingest_agent_counts_saturate_never_wrap);
 	tcase_add_test(tc, ingest_exited_process_flooded_holds_no_thread);
+	tcase_add_test(tc, ingest_handle_outlives_each_connection_but_the_last);
 	suite_add_tcase(s, tc);
 	return s;
 }
