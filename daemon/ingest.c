@@ -319,7 +319,7 @@ static void ingest_check_corrupt(struct ingest_proc *p)
 	p->bad = bad;
 	if (!p->warned)
 		log_warn("pid %u: its ring holds what no agent writes (%s); "
-			 "analysed with a gap there, and counted lost",
+			 "its analysis has a gap there, counted",
 			 p->pid, *ringdec_error(p->dec) ? ringdec_error(p->dec) :
 							 "a corrupt record header "
 							 "or count");
@@ -477,9 +477,10 @@ static struct ingest_proc **ingest_link_of(struct ingest_thread *t,
 }
 
 /*
- * One round over a thread's processes: a batch from each, then the
- * processes found gone are finished and freed. The thread's lock guards
- * the list only; draining runs without it. Returns the records taken.
+ * One round over a thread's processes: a batch from each; a process found
+ * gone is finished and freed once a batch drained the last of what it
+ * left. The thread's lock guards the list only; draining runs without it.
+ * Returns the records taken.
  */
 static unsigned ingest_round(struct ingest_thread *t)
 {
@@ -710,11 +711,10 @@ static struct ingest_proc *ingest_find(struct ingest *in, uint32_t pid,
 static struct ingest_thread *ingest_pick(struct ingest *in)
 {
 	struct ingest_thread *best = &in->threads[0];
-
+	/* Relaxed: see struct ingest_thread. */
 	unsigned n, least = atomic_load_explicit(&best->nprocs,
 						 memory_order_relaxed);
 
-	/* Relaxed: see struct ingest_thread. */
 	for (unsigned i = 1; i < in->nthreads; i++) {
 		n = atomic_load_explicit(&in->threads[i].nprocs,
 					 memory_order_relaxed);
