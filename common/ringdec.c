@@ -4,6 +4,7 @@
 #include "ringdec.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,7 +307,29 @@ static int ringdec_op(struct ringdec *d, const void *payload, size_t len,
 	op->kind = r->kind;
 	op->stack = ringdec_stack(d, r->stack);
 	ringdec_fields(r, op);
+	if (op->kind == OP_GAP && op->lost > RINGREAD_MAX_COUNT) {
+		/* Still a gap, of an unknown number: the count is nonsense. */
+		snprintf(d->error, sizeof(d->error),
+			 "a gap claims %" PRIu64 " operations lost", op->lost);
+		d->n.malformed++;
+		op->has_lost = false;
+		op->lost = 0;
+	}
 	return 1;
+}
+
+/*
+ * A record that carries an operation, or may (its type is unknown), and
+ * could not be made one: that operation is lost, and a gap of one takes
+ * its place, so that no finding pairs an access before it with one after
+ * it (a dropped sync would otherwise make a race of two ordered accesses).
+ */
+static void ringdec_lost_op(struct op *op)
+{
+	memset(op, 0, sizeof(*op));
+	op->kind = OP_GAP;
+	op->has_lost = true;
+	op->lost = 1;
 }
 
 int ringdec_record(struct ringdec *d, unsigned type, const void *payload,
@@ -331,9 +354,18 @@ int ringdec_record(struct ringdec *d, unsigned type, const void *payload,
 		ret = ringdec_launch(d, payload, len, op);
 		break;
 	default:
-		return ringdec_bad(d, "unknown record type", type, len);
+		ret = ringdec_bad(d, "unknown record type", type, len);
+		break;
 	}
-	if (ret == 1)
-		d->n.ops++;
+	if (ret < 0) {
+		if (ret != -EBADMSG)
+			snprintf(d->error, sizeof(d->error),
+				 "%s (record type %u, %zu bytes)",
+				 strerror(-ret), type, len);
+		ringdec_lost_op(op);
+		d->n.lost++;
+		ret = 1;
+	}
+	d->n.ops++;
 	return ret;
 }

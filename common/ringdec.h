@@ -29,9 +29,12 @@ void ringdec_free(struct ringdec *d);
 /*
  * Decodes one record (type and payload as passed to a ringread_cb). 1 with
  * an op in *op, whose ranges stay valid until the next call; 0 when the
- * record defined a string or a stack; -EBADMSG when the payload is malformed
- * (ringdec_error() says how; nothing was defined); -ENOMEM; -E2BIG when the
- * symtab is full.
+ * record defined a string or a stack; -EBADMSG when a definition is
+ * malformed (ringdec_error() says how; nothing was defined); -ENOMEM;
+ * -E2BIG when the symtab is full. A record that carries an operation, or
+ * may (an unknown type), but cannot be decoded (malformed, or -ENOMEM,
+ * -E2BIG) is one operation lost: 1, with a gap of one in *op, counted in
+ * `lost`, and ringdec_error() says what was wrong.
  */
 int ringdec_record(struct ringdec *d, unsigned type, const void *payload,
 		   size_t len, struct op *op);
@@ -44,6 +47,7 @@ struct ringdec_counters {
 	uint64_t strings;
 	uint64_t stacks;
 	uint64_t malformed;
+	uint64_t lost;      /* operation records made gaps (see above) */
 	uint64_t undefined; /* references to ids never defined */
 };
 
