@@ -43,10 +43,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -113,6 +115,9 @@ struct conn {
 	int fd;
 	pid_t pid; /* SO_PEERCRED (DESIGN 5) */
 	uid_t uid;
+	int pidfd;	     /* the connecting process's, or -1 (DESIGN 5) */
+	uint64_t start_time; /* the pid's at accept, when start_err is 0 */
+	int start_err;
 	enum conn_kind kind;
 	int events; /* what the poll handle watches now */
 	bool closing;
@@ -206,6 +211,8 @@ static void conn_closed_cb(uv_handle_t *h)
 	close(c->fd);
 	if (c->rx_fd >= 0)
 		close(c->rx_fd);
+	if (c->pidfd >= 0)
+		close(c->pidfd);
 	wire_rx_reset(&c->rx);
 	conn_free_out(c);
 	free(c->cur);
@@ -338,6 +345,113 @@ static void conn_error(struct conn *c, int code, const char *msg, bool fatal)
 		conn_update(c);
 }
 
+/* ---- identity ---------------------------------------------------------- */
+
+/* Linux 6.5's SO_PEERPIDFD, where the C library's headers lack it (its
+ * value in asm-generic/socket.h, which these architectures use). */
+#if !defined(SO_PEERPIDFD) &&                                          \
+	(defined(__x86_64__) || defined(__i386__) || defined(__aarch64__) || \
+	 defined(__riscv) || defined(__arm__) || defined(__s390x__) ||     \
+	 defined(__loongarch__))
+#define SO_PEERPIDFD 77
+#endif
+
+/*
+ * A pidfd of the process at the other end of `fd`, whose SO_PEERCRED pid is
+ * `pid`: SO_PEERPIDFD's names the very process that connected; on an older
+ * kernel pidfd_open(2) names whoever has the pid at accept. The descriptor;
+ * -ESRCH when that process is gone; another negative errno when the kernel
+ * offers no pidfd.
+ */
+static int server_peer_pidfd(int fd, pid_t pid)
+{
+	int pfd = -1;
+
+#ifdef SO_PEERPIDFD
+	socklen_t len = sizeof(pfd);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pfd, &len) == 0)
+		return pfd;
+	if (errno != ENOPROTOOPT && errno != EINVAL)
+		return -errno;
+#else
+	(void)fd;
+#endif
+	pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	return pfd < 0 ? -errno : pfd;
+}
+
+/* Whether the process `pidfd` names has not exited (it is readable once
+ * it has). */
+static bool server_pidfd_alive(int pidfd)
+{
+	struct pollfd p = { .fd = pidfd, .events = POLLIN };
+
+	return poll(&p, 1, 0) == 0;
+}
+
+/*
+ * The start time of c's peer as the kernel vouches for it now (DESIGN 5):
+ * read from /proc/PID/stat while the pidfd taken at accept shows that
+ * process alive, so the pid cannot have passed to another process in
+ * between; without a pidfd (a kernel before 5.3) the start time read at
+ * accept and the one read now must agree. 0; -ESRCH when the process that
+ * connected has exited; a negative errno when /proc cannot be read.
+ */
+static int conn_peer_start_time(const struct conn *c, uint64_t *out)
+{
+	uint64_t st;
+	int err;
+
+	if (c->start_err < 0)
+		return c->start_err;
+	if (c->pidfd >= 0 && !server_pidfd_alive(c->pidfd))
+		return -ESRCH;
+	err = procstat_start_time(c->pid, &st);
+	if (err == -ENOENT)
+		return -ESRCH;
+	if (err < 0)
+		return err;
+	/* After the read: the pid was still the connector's when read. */
+	if (c->pidfd >= 0 && !server_pidfd_alive(c->pidfd))
+		return -ESRCH;
+	if (st != c->start_time)
+		return -ESRCH; /* the pid passed to a later process */
+	*out = st;
+	return 0;
+}
+
+/* Takes what the kernel says of c's peer at accept (DESIGN 5). */
+static void conn_identify(struct conn *c)
+{
+	int pfd = server_peer_pidfd(c->fd, c->pid);
+
+	c->pidfd = pfd >= 0 ? pfd : -1;
+	c->start_err = pfd == -ESRCH ? -ESRCH : 0;
+	if (c->start_err == 0) {
+		c->start_err = procstat_start_time(c->pid, &c->start_time);
+		if (c->start_err == -ENOENT)
+			c->start_err = -ESRCH;
+	}
+	if (c->start_err == 0 && c->pidfd >= 0 &&
+	    !server_pidfd_alive(c->pidfd))
+		c->start_err = -ESRCH;
+}
+
+/* Why a registration from c's peer cannot be verified, into `buf`. */
+static const char *conn_unverified_why(const struct conn *c, int err,
+				       char *buf, size_t len)
+{
+	if (err == -ESRCH)
+		snprintf(buf, len, "the process that connected (pid %d) has "
+			 "exited: only a live process registers, itself",
+			 (int)c->pid);
+	else
+		snprintf(buf, len, "cannot verify the sender: /proc/%d/stat: "
+			 "%s", (int)c->pid, strerror(-err));
+	return buf;
+}
+
 /* ---- registration ------------------------------------------------------ */
 
 static void conn_register_reply(struct conn *c, const char *error)
@@ -401,24 +515,26 @@ static void conn_on_register(struct conn *c, const Npusan__Register *r,
 		why = "no ring descriptor came with the registration";
 		goto refuse;
 	}
-	/* The kernel's start time, not the message's: with the pid it names
-	 * the process in the store, so it must not be chosen by the peer. */
-	err = procstat_start_time(c->pid, &st);
-	if (err == 0) {
-		if (r->has_start_time && r->start_time != st) {
-			why = "start time does not match /proc";
-			goto refuse;
-		}
-		p.start_time = st;
-	} else {
-		log_debug("cannot read /proc/%d/stat (%s): using the start "
-			  "time registered", (int)c->pid, strerror(-err));
+	/* The kernel's start time, never the message's: with the pid it
+	 * names the process in the store, so the peer must not choose it. */
+	err = conn_peer_start_time(c, &st);
+	if (err < 0) {
+		why = conn_unverified_why(c, err, msg, sizeof(msg));
+		goto refuse;
 	}
+	if (r->has_start_time && r->start_time != st) {
+		why = "start time does not match /proc";
+		goto refuse;
+	}
+	p.start_time = st;
 	p.uid = (uint32_t)c->uid;
 	p.first_ms = p.last_ms = now_real_ms();
 	err = ingest_register(c->srv->ingest, &p, fd, &proc, &why);
 	if (err < 0) {
 		/* The fd is still ours: ingest takes it only on success. */
+		if (why == NULL && err == -EPERM)
+			why = "this process is stored as another user's: a "
+			      "stored process never changes owner";
 		if (why == NULL)
 			why = err == -EIO ? "database error" : strerror(-err);
 		goto refuse;
@@ -1228,6 +1344,7 @@ static void server_add_conn(struct server *s, int fd)
 	c->rx_fd = -1;
 	c->pid = cred.pid;
 	c->uid = cred.uid;
+	conn_identify(c);
 	c->since_ms = now_mono_ms();
 	c->next = s->conns;
 	if (s->conns != NULL)

@@ -507,10 +507,11 @@ static int prepare_all(struct store *s, char **errmsg)
 		  " rank, local_rank, world_size, state, first_ms, last_ms)"
 		  " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 		  " ON CONFLICT (host, pid, start_time) DO UPDATE SET"
-		  " uid = excluded.uid, exe = excluded.exe, job = excluded.job,"
+		  " exe = excluded.exe, job = excluded.job,"
 		  " rank = excluded.rank, local_rank = excluded.local_rank,"
 		  " world_size = excluded.world_size, state = excluded.state,"
 		  " last_ms = max(last_ms, excluded.last_ms)"
+		  " WHERE uid = excluded.uid" /* never changes owner */
 		  " RETURNING id, events, lost, gaps, ring_ops" },
 		{ &s->wdb, &s->w_update,
 		  "UPDATE processes SET events = ?2, lost = ?3, gaps = ?4,"
@@ -846,6 +847,9 @@ int store_process_register(struct store *s, const struct store_process *p,
 	if (p->state != STORE_RUNNING && p->state != STORE_DORMANT)
 		return -EINVAL;
 	rc = enqueue_sync(s, &it);
+	/* No row back: the process is stored under another uid. */
+	if (rc == 0 && it.result == 0)
+		return -EPERM;
 	if (rc == 0) {
 		*id = it.result;
 		if (was != NULL)

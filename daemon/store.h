@@ -131,8 +131,10 @@ struct store_counters {
  * in state p->state (running or dormant). A process already stored with
  * the same host, pid and start time (it registered with an earlier daemon)
  * gets its row back in that state, and its counters as last stored in
- * *was (zero for a new process; `was` may be NULL).
- * 0 with the id in *id; -EIO; -EINVAL for a state other than those two.
+ * *was (zero for a new process; `was` may be NULL). A stored process never
+ * changes owner: one stored under another uid is refused.
+ * 0 with the id in *id; -EPERM when stored under another uid; -EIO;
+ * -EINVAL for a state other than those two.
  */
 int store_process_register(struct store *s, const struct store_process *p,
 			   int64_t *id, struct store_counters *was);

@@ -804,6 +804,48 @@ START_TEST(server_register_of_another_pid_refused)
 }
 END_TEST
 
+/*
+ * Issue 12: a process connects, hands its connection to another and exits;
+ * a registration of that pid, with a start time of its choosing, must not
+ * be believed: /proc cannot vouch for it any more.
+ */
+START_TEST(server_register_from_a_dead_connector_refused)
+{
+	int sv[2], fd = -1;
+	struct ring *ring;
+	uint8_t byte;
+	size_t len;
+	pid_t child;
+	struct td t;
+	int status;
+
+	ck_assert_int_eq(ring_create(RING_MIN_CAPACITY, 0, 0, &ring), 0);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+				    sv), 0);
+	td_init(&t);
+	td_start(&t, NULL);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		int c = td_connect(&t);
+
+		_exit(frame_send(sv[1], "c", 1, c, 5000) == 0 ? 0 : 3);
+	}
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	ck_assert_int_eq(frame_recv(sv[0], &byte, 1, &len, &fd, 5000), 0);
+	ck_assert_int_ge(fd, 0);
+	/* The connector is gone: its pid, any start time. */
+	send_register(fd, (uint32_t)child, ring_fd(ring), 4242);
+	expect_refused(fd, "has exited");
+	expect_serving(&t);
+	close(sv[0]);
+	close(sv[1]);
+	td_stop(&t);
+	ring_destroy(ring);
+}
+END_TEST
+
 START_TEST(server_register_without_ring_refused)
 {
 	struct td t;
@@ -1639,6 +1681,94 @@ START_TEST(wire_rx_reassembles_byte_by_byte)
 }
 END_TEST
 
+/* ---- isolation: root and nobody (test_server isolation) ------------------ */
+
+/*
+ * In a child: registers this process over a fresh connection and ring.
+ * 0 when accepted; 1 when refused with `why` in the error; 2 otherwise.
+ */
+static int iso_register(const struct td *t, const char *why)
+{
+	struct ring *ring;
+	Npusan__FromDaemon *m;
+	int fd, rc = 2;
+
+	if (ring_create(RING_MIN_CAPACITY, 0, 0, &ring) < 0)
+		return 2;
+	fd = td_connect(t);
+	send_register(fd, (uint32_t)getpid(), ring_fd(ring), 0);
+	m = recv_msg(fd);
+	if (m != NULL && m->msg_case == NPUSAN__FROM_DAEMON__MSG_REGISTER_REPLY) {
+		if (m->register_reply->accepted)
+			rc = 0;
+		else if (why != NULL && m->register_reply->error != NULL &&
+			 strstr(m->register_reply->error, why) != NULL)
+			rc = 1;
+	}
+	if (m != NULL)
+		npusan__from_daemon__free_unpacked(m, NULL);
+	close(fd);
+	ring_destroy(ring);
+	return rc;
+}
+
+/* The uid the daemon's list gives process `pid`; -1 when not listed. */
+static int64_t iso_listed_uid(const struct td *t, pid_t pid)
+{
+	Npusan__Query q = NPUSAN__QUERY__INIT;
+	Npusan__ListRequest lr = NPUSAN__LIST_REQUEST__INIT;
+	Npusan__FromDaemon *m;
+	int64_t uid = -1;
+	int fd = td_connect(t);
+
+	q.q_case = NPUSAN__QUERY__Q_LIST;
+	q.list = &lr;
+	send_query(fd, 1, &q);
+	m = recv_msg(fd);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_int_eq(m->msg_case, NPUSAN__FROM_DAEMON__MSG_LIST);
+	for (size_t i = 0; i < m->list->n_processes; i++)
+		if (m->list->processes[i]->pid == (uint32_t)pid)
+			uid = m->list->processes[i]->uid;
+	npusan__from_daemon__free_unpacked(m, NULL);
+	close(fd);
+	return uid;
+}
+
+/*
+ * Issue 12: a stored process never changes owner. Root's process registers,
+ * becomes nobody (same pid, same start time) and registers again: refused,
+ * and root still owns the process.
+ */
+START_TEST(isolation_stored_process_never_changes_owner)
+{
+	struct td t;
+	pid_t child;
+	int status;
+
+	td_init(&t);
+	td_start(&t, NULL);
+	ck_assert_int_eq(chmod(t.dir, 0755), 0); /* nobody reaches the socket */
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		if (iso_register(&t, NULL) != 0)
+			_exit(3);
+		if (setgroups(0, NULL) < 0 ||
+		    setresgid(NOBODY, NOBODY, NOBODY) < 0 ||
+		    setresuid(NOBODY, NOBODY, NOBODY) < 0)
+			_exit(4);
+		_exit(iso_register(&t, "another user") == 1 ? 0 : 5);
+	}
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "nobody's registration of root's process: status %d "
+		      "(5: not refused)", status);
+	ck_assert_int_eq(iso_listed_uid(&t, child), 0);
+	td_stop(&t);
+}
+END_TEST
+
 /*
  * The tests of a user without $XDG_RUNTIME_DIR need /tmp/npusan-65534
  * (65534: nobody, whom root runs them as) and skip when it exists. Check
@@ -1669,6 +1799,7 @@ static Suite *server_suite(void)
 	TCase *tc = tcase_create("daemon");
 	TCase *tt = tcase_create("tmpdir");
 	TCase *tw = tcase_create("wire");
+	TCase *th = tcase_create("hostile");
 
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, server_ready_after_listen);
@@ -1709,10 +1840,35 @@ static Suite *server_suite(void)
 	tcase_add_test(tw, wire_batch_splits_under_frame_max);
 	tcase_add_test(tw, wire_rx_reassembles_byte_by_byte);
 	suite_add_tcase(s, tw);
+	/* Issue 12's hostile peers that need no second uid. */
+	tcase_set_timeout(th, 120);
+	tcase_add_test(th, server_register_from_a_dead_connector_refused);
+	suite_add_tcase(s, th);
 	return s;
 }
 
-int main(void)
+/* The tests that need root, to be root and nobody: a suite of their own,
+ * with a CTest entry of its own that is a skip (77) when not root. */
+static Suite *isolation_suite(void)
 {
+	Suite *s = suite_create("isolation");
+	TCase *tc = tcase_create("isolation");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, isolation_stored_process_never_changes_owner);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && strcmp(argv[1], "isolation") == 0) {
+		if (geteuid() != 0) {
+			fprintf(stderr, "isolation: needs root (to become "
+					"nobody); skipped\n");
+			return 77;
+		}
+		return tu_main(isolation_suite());
+	}
 	return tu_main(server_suite());
 }

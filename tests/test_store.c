@@ -293,6 +293,31 @@ START_TEST(store_register_returns_same_row_again)
 }
 END_TEST
 
+/* Issue 12: a registration of another uid never takes a stored process
+ * (and its findings) over. */
+START_TEST(store_register_never_changes_owner)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(100, "job1", 0, 1000);
+	struct store_process q = proc(100, "job1", 0, 2000);
+	struct procs v;
+	int64_t a, b = 0;
+
+	a = reg(s, &p);
+	ck_assert_int_eq(store_process_register(s, &q, &b, NULL), -EPERM);
+	ck_assert_int_eq(b, 0);
+	list(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 1);
+	ck_assert_int_eq(v.p[0].id, a);
+	ck_assert_uint_eq(v.p[0].uid, 1000);
+	/* Its owner registers it again as before. */
+	ck_assert_int_eq(reg(s, &p), a);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
 /* An update queued before a re-registration must not undo it. */
 START_TEST(store_register_after_queued_update_stays_running)
 {
@@ -1243,6 +1268,7 @@ static Suite *store_suite(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_add_test(tc, store_register_returns_same_row_again);
+	tcase_add_test(tc, store_register_never_changes_owner);
 	tcase_add_test(tc, store_register_after_queued_update_stays_running);
 	tcase_add_test(tc, store_update_visible_after_flush);
 	tcase_add_test(tc, store_dedup_equal_keys_add_counts);
