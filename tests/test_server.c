@@ -846,6 +846,81 @@ START_TEST(server_register_from_a_dead_connector_refused)
 }
 END_TEST
 
+/* The modes of the files and directory the daemon made. */
+static void expect_private(const char *path, unsigned mode)
+{
+	struct stat st;
+
+	ck_assert_msg(lstat(path, &st) == 0, "%s: %s", path, strerror(errno));
+	ck_assert_msg((st.st_mode & 0777) == mode, "%s has mode %04o, not %04o",
+		      path, (unsigned)(st.st_mode & 0777), mode);
+}
+
+/*
+ * Issue 12: `npusand --system` outside systemd, under umask 022, made its
+ * database world-readable. Whatever the umask, what it creates is its own.
+ */
+START_TEST(server_state_private_under_umask_022)
+{
+	static const char *const args[] = { "--system", NULL };
+	struct td_how h = { .args = args };
+	char dir[96], path[PATH_MAX + 8];
+	mode_t old = umask(022);
+	struct td t;
+
+	td_init(&t);
+	snprintf(dir, sizeof(dir), "%s/state", t.dir);
+	snprintf(t.db, sizeof(t.db), "%s/npusan.db", dir);
+	td_start(&t, &h);
+	umask(old);
+	expect_serving(&t); /* the WAL is open */
+	expect_private(dir, 0700);
+	expect_private(t.db, 0600);
+	snprintf(path, sizeof(path), "%s-wal", t.db);
+	expect_private(path, 0600);
+	snprintf(path, sizeof(path), "%s-shm", t.db);
+	expect_private(path, 0600);
+	snprintf(path, sizeof(path), "%s.lock", t.db);
+	expect_private(path, 0600);
+	td_stop(&t);
+}
+END_TEST
+
+/* A database, or its directory, that others could read or write: the
+ * daemon does not start, and says which and why. */
+START_TEST(server_refuses_a_database_others_can_read)
+{
+	char dir[PATH_MAX], *log;
+	struct td t;
+	int fd;
+
+	td_init(&t);
+	fd = open(t.db, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	ck_assert_int_eq(chmod(t.db, 0644), 0);
+	td_spawn(&t, &(struct td_how){ 0 });
+	ck_assert_int_eq(td_wait_exit(&t, 20000), 1);
+	log = td_log(&t);
+	ck_assert_msg(strstr(log, "other users may read or write") &&
+			      strstr(log, t.db) && strstr(log, "0644"),
+		      "%s", log);
+	free(log);
+	/* A private database in a directory others may list and write. */
+	ck_assert_int_eq(chmod(t.db, 0600), 0);
+	snprintf(dir, sizeof(dir), "%s", t.dir);
+	ck_assert_int_eq(chmod(dir, 0777), 0);
+	ck_assert_int_eq(truncate(t.log, 0), 0);
+	td_spawn(&t, &(struct td_how){ 0 });
+	ck_assert_int_eq(td_wait_exit(&t, 20000), 1);
+	log = td_log(&t);
+	ck_assert_msg(strstr(log, "database's directory") &&
+			      strstr(log, "0777"), "%s", log);
+	free(log);
+	ck_assert_int_eq(chmod(dir, 0700), 0);
+}
+END_TEST
+
 START_TEST(server_register_without_ring_refused)
 {
 	struct td t;
@@ -1063,6 +1138,8 @@ static void populate(const char *path, int64_t ids[2])
 	}
 	ck_assert_int_eq(store_flush(st), 0);
 	store_close(st);
+	/* As the daemon makes its own: others may not read it. */
+	ck_assert_int_eq(chmod(path, 0600), 0);
 }
 
 /*
@@ -1178,9 +1255,10 @@ START_TEST(server_user_sees_only_its_own)
 		return;
 	}
 	td_init(&t);
-	ck_assert_int_eq(chmod(t.dir, 0755), 0);
 	populate(t.db, ids);
 	td_start(&t, NULL);
+	/* Once it runs: the daemon refuses a database others could list. */
+	ck_assert_int_eq(chmod(t.dir, 0755), 0);
 	child = fork();
 	ck_assert_int_ge(child, 0);
 	if (child == 0) {
@@ -1843,6 +1921,8 @@ static Suite *server_suite(void)
 	/* Issue 12's hostile peers that need no second uid. */
 	tcase_set_timeout(th, 120);
 	tcase_add_test(th, server_register_from_a_dead_connector_refused);
+	tcase_add_test(th, server_state_private_under_umask_022);
+	tcase_add_test(th, server_refuses_a_database_others_can_read);
 	suite_add_tcase(s, th);
 	return s;
 }
