@@ -63,6 +63,8 @@ struct cfg {
 	char *log_file;
 	char *metrics_listen;
 	char *metrics_textfile;
+	unsigned max_agents_per_user;
+	unsigned max_queries_per_user;
 	unsigned system;
 	unsigned help;
 	unsigned version;
@@ -81,6 +83,10 @@ struct opt {
 	size_t off;           /* in struct cfg */
 	const char *help;
 };
+
+/* A number's digits, for an option's default. */
+#define NPUSAN_STR_(x) #x
+#define NPUSAN_STR(x) NPUSAN_STR_(x)
 
 static const struct opt opts[] = {
 	{ "socket", 0, OPT_PATH, "PATH", 0, 0, NULL, offsetof(struct cfg, socket),
@@ -115,6 +121,16 @@ static const struct opt opts[] = {
 	  "write the same metrics to PATH every few seconds and at exit, "
 	  "atomically, for node_exporter's textfile collector (PATH should "
 	  "end in .prom)" },
+	{ "max-agents-per-user", 0, OPT_UINT, "N", 1, 1000000,
+	  NPUSAN_STR(SERVER_AGENTS_PER_UID),
+	  offsetof(struct cfg, max_agents_per_user),
+	  "agents (processes) one user other than root may have connected at "
+	  "once; more are refused, and logged" },
+	{ "max-queries-per-user", 0, OPT_UINT, "N", 1, 1000000,
+	  NPUSAN_STR(SERVER_QUERIES_PER_UID),
+	  offsetof(struct cfg, max_queries_per_user),
+	  "npusanctl connections one user other than root may have open at "
+	  "once; more are refused, and logged" },
 	{ "system", 0, OPT_FLAG, NULL, 0, 0, NULL, offsetof(struct cfg, system),
 	  "use the system service's default paths even when not root" },
 	{ "version", 0, OPT_FLAG, NULL, 0, 0, NULL,
@@ -961,6 +977,8 @@ int main(int argc, char **argv)
 	sv.store = d.store;
 	sv.ingest = d.ingest;
 	sv.max_conns = max_conns;
+	sv.max_agents_per_uid = d.cfg.max_agents_per_user;
+	sv.max_queries_per_uid = d.cfg.max_queries_per_user;
 	sv.start_ns = uv_hrtime();
 	err = server_start(&sv, &d.server);
 	if (err < 0) {

@@ -37,9 +37,15 @@
  *    uv_async_t) walks what was stored after it. A follower is sent new
  *    findings only: a finding it has seen whose count grows later keeps
  *    its id and is not sent again (`npusanctl show` has the count).
+ * 7. No user locks others out: a user other than root holds at most
+ *    max_agents agent and max_queries query connections, and at most their
+ *    sum in all; the last SERVER_ROOT_RESERVE connections are root's. A
+ *    refusal says so to the peer and in the log (rate-limited), naming
+ *    the uid.
  */
 #include "server.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -143,13 +149,25 @@ struct agent_info {
 	char job[WIRE_JOB_MAX + 1]; /* "" when none */
 };
 
+/* One user's connections (DESIGN 7). */
+struct server_uid {
+	uid_t uid;
+	unsigned conns; /* all of them, NEW ones included */
+	unsigned agents;
+	unsigned queries;
+};
+
 struct server {
 	uv_loop_t *loop;
 	struct store *store;
 	struct ingest *ingest;
 	uint64_t start_ns;
 	unsigned max_conns;
+	unsigned max_agents; /* per uid */
+	unsigned max_queries;
 	unsigned nconns;
+	struct server_uid *uids; /* the users with a connection open */
+	size_t nuids, uids_cap;
 	int lfd;
 	bool stopping;
 	bool accept_paused;
@@ -182,12 +200,124 @@ static int64_t now_real_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* ---- limits per user (DESIGN 7) ---------------------------------------- */
+
+static struct server_uid *server_uid_find(struct server *s, uid_t uid)
+{
+	for (size_t i = 0; i < s->nuids; i++)
+		if (s->uids[i].uid == uid)
+			return &s->uids[i];
+	return NULL;
+}
+
+/* Counts a new connection of `uid`. 0; -ENOMEM. */
+static int server_uid_add(struct server *s, uid_t uid)
+{
+	struct server_uid *u = server_uid_find(s, uid);
+
+	if (u == NULL) {
+		if (s->nuids == s->uids_cap) {
+			size_t cap = s->uids_cap ? 2 * s->uids_cap : 8;
+			struct server_uid *v = realloc(s->uids,
+						       cap * sizeof(*v));
+
+			if (v == NULL)
+				return -ENOMEM;
+			s->uids = v;
+			s->uids_cap = cap;
+		}
+		u = &s->uids[s->nuids++];
+		*u = (struct server_uid){ .uid = uid };
+	}
+	u->conns++;
+	return 0;
+}
+
+/* Uncounts connection `c`; a user with none left is forgotten. */
+static void server_uid_remove(struct server *s, const struct conn *c)
+{
+	struct server_uid *u = server_uid_find(s, c->uid);
+
+	assert(u != NULL && u->conns > 0);
+	u->conns--;
+	if (c->kind == CONN_AGENT)
+		u->agents--;
+	else if (c->kind == CONN_QUERY)
+		u->queries--;
+	if (u->conns == 0)
+		*u = s->uids[--s->nuids];
+}
+
+/* Makes NEW connection `c` an agent's or a query connection, counted. */
+static void conn_set_kind(struct conn *c, enum conn_kind kind)
+{
+	struct server_uid *u = server_uid_find(c->srv, c->uid);
+
+	assert(c->kind == CONN_NEW && kind != CONN_NEW && u != NULL);
+	c->kind = kind;
+	if (kind == CONN_AGENT)
+		u->agents++;
+	else
+		u->queries++;
+}
+
+/*
+ * Why user `uid` may not have one more connection of `kind` (CONN_NEW: any
+ * connection, at accept), written into `buf`; NULL when it may. Root is
+ * never refused here, only by the cap on all connections.
+ */
+static const char *server_uid_over(struct server *s, uid_t uid,
+				   enum conn_kind kind, char *buf, size_t len)
+{
+	unsigned reserve = s->max_conns / 4 < SERVER_ROOT_RESERVE ?
+				   s->max_conns / 4 : SERVER_ROOT_RESERVE;
+	struct server_uid *u = server_uid_find(s, uid);
+	unsigned agents = u ? u->agents : 0, queries = u ? u->queries : 0;
+
+	if (uid == 0)
+		return NULL;
+	if (kind == CONN_NEW && s->nconns >= s->max_conns - reserve)
+		snprintf(buf, len, "too many connections: %u open, the last "
+			 "%u kept for root", s->nconns, reserve);
+	else if (kind == CONN_NEW && u != NULL &&
+		 u->conns >= s->max_agents + s->max_queries)
+		snprintf(buf, len, "too many connections of uid %u: %u open, "
+			 "its limit", (unsigned)uid, u->conns);
+	else if (kind == CONN_AGENT && agents >= s->max_agents)
+		snprintf(buf, len, "too many agents of uid %u: %u connected, "
+			 "its limit (npusand --max-agents-per-user)",
+			 (unsigned)uid, agents);
+	else if (kind == CONN_QUERY && queries >= s->max_queries)
+		snprintf(buf, len, "too many query connections of uid %u: %u "
+			 "open, its limit (npusand --max-queries-per-user)",
+			 (unsigned)uid, queries);
+	else
+		return NULL;
+	return buf;
+}
+
+/* Counts a refusal and says who, at most every 10 s. */
+static void server_log_refusal(struct server *s, pid_t pid, uid_t uid,
+			       const char *why)
+{
+	int64_t now = now_mono_ms();
+
+	s->refused++;
+	if (now - s->refused_log_ms < 10000)
+		return;
+	log_warn("refusing connections: pid %d uid %u: %s (%" PRIu64
+		 " refused so far)", (int)pid, (unsigned)uid, why, s->refused);
+	s->refused_log_ms = now;
+}
+
 /* ---- closing ----------------------------------------------------------- */
 
 static void server_handle_closed(struct server *s)
 {
-	if (--s->open_handles == 0 && s->free_when_closed)
+	if (--s->open_handles == 0 && s->free_when_closed) {
+		free(s->uids);
 		free(s);
+	}
 }
 
 static void conn_free_out(struct conn *c)
@@ -236,6 +366,7 @@ static void conn_close(struct conn *c)
 	if (c->next != NULL)
 		c->next->prev = c->prev;
 	s->nconns--;
+	server_uid_remove(s, c);
 	if (c->kind == CONN_AGENT && c->proc != NULL && !s->stopping)
 		ingest_disconnect(s->ingest, c->proc);
 	c->proc = NULL;
@@ -481,6 +612,33 @@ static void conn_refuse(struct conn *c, const char *why)
 		conn_update(c);
 }
 
+/*
+ * Refuses NEW connection `c`'s first request, of `kind`, when its user has
+ * as many of those as it may (DESIGN 7), closing `fd` (ours, or -1) then.
+ * The log line is server_log_refusal()'s, rate-limited. Whether refused.
+ */
+static bool conn_limit_refused(struct conn *c, enum conn_kind kind, int fd)
+{
+	char buf[160];
+	const char *why = server_uid_over(c->srv, c->uid, kind, buf,
+					  sizeof(buf));
+
+	if (why == NULL)
+		return false;
+	if (fd >= 0)
+		close(fd);
+	server_log_refusal(c->srv, c->pid, c->uid, why);
+	c->closing = true;
+	c->closing_ms = now_mono_ms();
+	if (kind == CONN_AGENT)
+		conn_register_reply(c, why);
+	else
+		conn_error(c, EMFILE, why, false);
+	if (!c->dead)
+		conn_update(c);
+	return true;
+}
+
 /* The Register `r` arrived with descriptor `fd` (ours, or -1). */
 static void conn_on_register(struct conn *c, const Npusan__Register *r,
 			     int fd)
@@ -539,7 +697,7 @@ static void conn_on_register(struct conn *c, const Npusan__Register *r,
 			why = err == -EIO ? "database error" : strerror(-err);
 		goto refuse;
 	}
-	c->kind = CONN_AGENT;
+	conn_set_kind(c, CONN_AGENT);
 	c->proc = proc;
 	ai->id = ingest_proc_id(proc);
 	ai->has_rank = p.has_rank;
@@ -1079,7 +1237,10 @@ static void conn_on_query(struct conn *c, const Npusan__Query *q)
 		conn_error(c, EPROTO, why, true);
 		return;
 	}
-	c->kind = CONN_QUERY;
+	if (c->kind == CONN_NEW && conn_limit_refused(c, CONN_QUERY, -1))
+		return;
+	if (c->kind == CONN_NEW)
+		conn_set_kind(c, CONN_QUERY);
 	switch (q->q_case) {
 	case NPUSAN__QUERY__Q_LIST:
 		conn_list(c, q->list);
@@ -1134,7 +1295,7 @@ static void conn_on_frame(struct conn *c, const uint8_t *p, size_t len,
 				   "already registered" :
 				   "a registration on a query connection",
 				   true);
-		} else {
+		} else if (!conn_limit_refused(c, CONN_AGENT, fd)) {
 			conn_on_register(c, m->register_, fd);
 		}
 	} else {
@@ -1298,21 +1459,27 @@ static void accept_pause_cb(uv_timer_t *t)
 	server_listen_resume(s);
 }
 
-/* Refuses `fd` with a best-effort Error, logging now and then. */
-static void server_refuse(struct server *s, int fd)
+/*
+ * Refuses `fd` with a best-effort Error saying `why`; NULL: the cap on all
+ * connections, logged now and then here (the caller logs any other).
+ */
+static void server_refuse(struct server *s, int fd, const char *why)
 {
 	int64_t now = now_mono_ms();
 	uint8_t *f;
 	size_t len;
 
-	s->refused++;
-	if (wire_error(EMFILE, "too many connections", &f, &len) == 0) {
+	if (wire_error(EMFILE, why ? why : "too many connections", &f,
+		       &len) == 0) {
 		ssize_t n = send(fd, f, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 
 		(void)n;
 		free(f);
 	}
 	close(fd);
+	if (why != NULL)
+		return;
+	s->refused++;
 	if (now - s->refused_log_ms >= 10000) {
 		log_warn("refusing connections: %u open, the limit (%" PRIu64
 			 " refused so far)", s->nconns, s->refused);
@@ -1324,16 +1491,32 @@ static void server_add_conn(struct server *s, int fd)
 {
 	struct ucred cred;
 	socklen_t clen = sizeof(cred);
+	const char *why;
 	struct conn *c;
+	char buf[160];
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0) {
 		log_warn("SO_PEERCRED: %s", strerror(errno));
 		close(fd);
 		return;
 	}
+	why = server_uid_over(s, cred.uid, CONN_NEW, buf, sizeof(buf));
+	if (why != NULL) {
+		server_refuse(s, fd, why);
+		server_log_refusal(s, cred.pid, cred.uid, why);
+		return;
+	}
 	c = calloc(1, sizeof(*c));
-	if (c == NULL || uv_poll_init(s->loop, &c->poll, fd) < 0) {
+	if (c == NULL || server_uid_add(s, cred.uid) < 0) {
 		log_warn("cannot take a connection: out of memory");
+		free(c);
+		close(fd);
+		return;
+	}
+	c->uid = cred.uid;
+	if (uv_poll_init(s->loop, &c->poll, fd) < 0) {
+		log_warn("cannot take a connection: out of memory");
+		server_uid_remove(s, c);
 		free(c);
 		close(fd);
 		return;
@@ -1343,7 +1526,6 @@ static void server_add_conn(struct server *s, int fd)
 	c->fd = fd;
 	c->rx_fd = -1;
 	c->pid = cred.pid;
-	c->uid = cred.uid;
 	conn_identify(c);
 	c->since_ms = now_mono_ms();
 	c->next = s->conns;
@@ -1386,7 +1568,7 @@ static void listener_cb(uv_poll_t *h, int status, int events)
 			break;
 		}
 		if (s->nconns >= s->max_conns)
-			server_refuse(s, fd);
+			server_refuse(s, fd, NULL);
 		else
 			server_add_conn(s, fd);
 	}
@@ -1454,6 +1636,10 @@ int server_start(const struct server_opts *o, struct server **out)
 	s->ingest = o->ingest;
 	s->start_ns = o->start_ns;
 	s->max_conns = o->max_conns ? o->max_conns : SERVER_MAX_CONNS;
+	s->max_agents = o->max_agents_per_uid ? o->max_agents_per_uid :
+						SERVER_AGENTS_PER_UID;
+	s->max_queries = o->max_queries_per_uid ? o->max_queries_per_uid :
+						  SERVER_QUERIES_PER_UID;
 	s->lfd = o->listen_fd;
 	err = uv_poll_init(s->loop, &s->listener, s->lfd);
 	if (err < 0) {
@@ -1526,5 +1712,6 @@ void server_free(struct server *s)
 	/* The loop ran until the handles closed (server.h). */
 	if (s->open_handles != 0)
 		log_error("server freed with %u handles open", s->open_handles);
+	free(s->uids);
 	free(s);
 }

@@ -1848,6 +1848,183 @@ START_TEST(isolation_stored_process_never_changes_owner)
 END_TEST
 
 /*
+ * How many of the `n` connections in `fds` the daemon refuses within
+ * `wait_ms`: an Error (EMFILE) holding `why`, then the close. Closes and
+ * marks (-1) those. In a child: -1 for any other answer.
+ */
+static int iso_refused(int *fds, int n, const char *why, int wait_ms)
+{
+	int refused = 0;
+
+	for (int64_t until = now_ms() + wait_ms; now_ms() < until;) {
+		struct pollfd p[128];
+
+		for (int i = 0; i < n; i++)
+			p[i] = (struct pollfd){ .fd = fds[i], .events = POLLIN };
+		if (poll(p, (nfds_t)n, 50) < 0)
+			return -1;
+		for (int i = 0; i < n; i++) {
+			Npusan__FromDaemon *m;
+			bool ok;
+
+			if (fds[i] < 0 || p[i].revents == 0)
+				continue;
+			m = recv_msg(fds[i]);
+			ok = m != NULL &&
+			     m->msg_case == NPUSAN__FROM_DAEMON__MSG_ERROR &&
+			     m->error->code == EMFILE &&
+			     strstr(m->error->message, why) != NULL;
+			if (m != NULL)
+				npusan__from_daemon__free_unpacked(m, NULL);
+			if (!ok)
+				return -1;
+			close(fds[i]);
+			fds[i] = -1;
+			refused++;
+		}
+	}
+	return refused;
+}
+
+/* A StatsReply to a stats query on `fd`, in a child: whether it came. */
+static bool iso_stats(int fd)
+{
+	Npusan__FromDaemon *m;
+	bool ok;
+
+	send_stats_query(fd);
+	m = recv_msg(fd);
+	ok = m != NULL && m->msg_case == NPUSAN__FROM_DAEMON__MSG_STATS;
+	if (m != NULL)
+		npusan__from_daemon__free_unpacked(m, NULL);
+	return ok;
+}
+
+/* Becomes nobody, in a child. */
+static void iso_become_nobody(void)
+{
+	if (setgroups(0, NULL) < 0 || setresgid(NOBODY, NOBODY, NOBODY) < 0 ||
+	    setresuid(NOBODY, NOBODY, NOBODY) < 0)
+		_exit(2);
+}
+
+/*
+ * Runs `fn` as nobody in a child that holds what it opened until the
+ * parent, root, has run `check`; fn's exit status must be 0.
+ */
+static void iso_as_nobody(const struct td *t, int (*fn)(const struct td *),
+			  void (*check)(const struct td *))
+{
+	int ready[2], done[2], status;
+	char byte = 0;
+	pid_t child;
+
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(done), 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		int rc;
+
+		iso_become_nobody();
+		rc = fn(t);
+		if (write(ready[1], "r", 1) != 1 || read(done[0], &byte, 1) != 1)
+			_exit(9);
+		_exit(rc);
+	}
+	ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+	check(t);
+	ck_assert_int_eq(write(done[1], "d", 1), 1);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "nobody's side: status %d", status);
+	close(ready[0]);
+	close(ready[1]);
+	close(done[0]);
+	close(done[1]);
+}
+
+/* Root is served, and the log names whom the daemon refused. */
+static void iso_root_served(const struct td *t)
+{
+	char *log;
+
+	expect_serving(t);
+	log = td_log(t);
+	ck_assert_msg(strstr(log, "refusing connections: pid") != NULL &&
+			      strstr(log, "uid 65534") != NULL,
+		      "%s", log);
+	free(log);
+}
+
+/* Nobody, limited to 3 agents and 2 queries: 12 connections. */
+static int iso_flood_per_user(const struct td *t)
+{
+	int fds[12], q;
+
+	for (int i = 0; i < 12; i++)
+		fds[i] = td_connect(t);
+	/* 5 (3 + 2) held, the rest refused at once. */
+	if (iso_refused(fds, 12, "connections of uid 65534", 1000) != 7)
+		return 3;
+	/* The first two that ask are query connections; a third is not. */
+	for (q = 0; q < 12 && fds[q] < 0; q++)
+		;
+	if (!iso_stats(fds[q]) || !iso_stats(fds[q + 1]))
+		return 4;
+	send_stats_query(fds[q + 2]);
+	if (iso_refused(&fds[q + 2], 1, "query connections of uid 65534",
+			2000) != 1)
+		return 5;
+	return 0;
+}
+
+/*
+ * Issue 12: one user's 4,200 connections locked everyone out. A user
+ * other than root holds at most its own limits; root is still served.
+ */
+START_TEST(isolation_one_user_cannot_lock_out_others)
+{
+	static const char *const args[] = { "--max-agents-per-user", "3",
+					     "--max-queries-per-user", "2",
+					     NULL };
+	struct td_how h = { .args = args };
+	struct td t;
+
+	td_init(&t);
+	td_start(&t, &h);
+	ck_assert_int_eq(chmod(t.dir, 0755), 0);
+	iso_as_nobody(&t, iso_flood_per_user, iso_root_served);
+	td_stop(&t);
+}
+END_TEST
+
+/* Nobody takes every connection it may: 68 at most, 16 of them root's. */
+static int iso_flood_all(const struct td *t)
+{
+	int fds[60];
+
+	for (int i = 0; i < 60; i++)
+		fds[i] = td_connect(t);
+	return iso_refused(fds, 60, "kept for root", 1000) == 60 - 52 ? 0 : 3;
+}
+
+/* Root's reserve: a user may not take the last connections. */
+START_TEST(isolation_root_keeps_a_reserve)
+{
+	/* 200 descriptors: (200 - 64) / 2 = 68 connections. */
+	struct td_how h = { .nofile = 200 };
+	struct td t;
+
+	td_init(&t);
+	td_start(&t, &h);
+	ck_assert_int_eq(chmod(t.dir, 0755), 0);
+	iso_as_nobody(&t, iso_flood_all, iso_root_served);
+	td_stop(&t);
+}
+END_TEST
+
+/*
  * The tests of a user without $XDG_RUNTIME_DIR need /tmp/npusan-65534
  * (65534: nobody, whom root runs them as) and skip when it exists. Check
  * ends a failed test with _exit(), past any cleanup of its own: this
@@ -1936,6 +2113,8 @@ static Suite *isolation_suite(void)
 
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, isolation_stored_process_never_changes_owner);
+	tcase_add_test(tc, isolation_one_user_cannot_lock_out_others);
+	tcase_add_test(tc, isolation_root_keeps_a_reserve);
 	suite_add_tcase(s, tc);
 	return s;
 }
