@@ -23,9 +23,11 @@
  *    gets an Error and the connection stays.
  * 3. What one connection may make the daemon hold is bounded: a request
  *    frame of WIRE_RX_MAX, allocated only while it arrives, and an output
- *    queue that answers stop filling at SERVER_OUT_HIGH (findings are
- *    walked page by page from the store as the queue drains; a follower's
- *    new findings wait in the store, not here). Connections are capped;
+ *    queue that answers stop filling at SERVER_OUT_HIGH (findings, and
+ *    the processes of a list answer, are walked page by page from the
+ *    store as the queue drains: a list answer holds the ids it will send,
+ *    8 bytes each, and nothing more; a follower's new findings wait in
+ *    the store, not here). Connections are capped;
  *    one that dawdles (SERVER_*_TIMEOUT_MS) is closed by the sweep.
  * 4. A connection's memory is freed in its poll handle's close callback,
  *    never before: code that may close one checks `dead` afterwards.
@@ -70,8 +72,10 @@
 #define SERVER_OUT_HIGH (256u * 1024)
 /* An answer frame is sent once its items pass this many bytes. */
 #define SERVER_FRAME_TARGET (128u * 1024)
-/* A list answer larger than this is refused: filter it. */
-#define SERVER_LIST_MAX (64u << 20)
+/* A list answer naming more processes than this is refused: filter it. */
+#define SERVER_LIST_MAX_PROCS (1u << 20)
+/* Processes a list answer walks at a time (DESIGN 3). */
+#define SERVER_LIST_PAGE 256
 /* A new connection must have sent its first frame within this. */
 #define SERVER_FIRST_TIMEOUT_MS 10000
 /* A frame once begun must be whole within this. */
@@ -100,6 +104,12 @@ struct out {
 	struct out *next;
 	uint8_t *data;
 	size_t len, off;
+};
+
+/* A list answer in progress: the processes it names, and the next one. */
+struct list_cursor {
+	int64_t *ids;
+	size_t n, next;
 };
 
 /* A findings answer in progress, and then, with follow, a follow. */
@@ -137,6 +147,7 @@ struct conn {
 	size_t out_bytes;
 	struct ingest_proc *proc; /* AGENT: ours to disconnect */
 	struct cursor *cur;	  /* QUERY: a findings answer or follow */
+	struct list_cursor *lcur; /* QUERY: a list answer (DESIGN 3) */
 	struct agent_info *agent; /* AGENT: what attach needs to know */
 };
 
@@ -183,6 +194,8 @@ struct server {
 
 static void conn_update(struct conn *c);
 static bool conn_walking(const struct conn *c);
+static void conn_list_done(struct conn *c);
+static void conn_pump(struct conn *c);
 
 static int64_t now_mono_ms(void)
 {
@@ -345,6 +358,7 @@ static void conn_closed_cb(uv_handle_t *h)
 		close(c->pidfd);
 	wire_rx_reset(&c->rx);
 	conn_free_out(c);
+	conn_list_done(c);
 	free(c->cur);
 	free(c->agent);
 	free(c);
@@ -836,8 +850,6 @@ static bool conn_send_batch(struct conn *c, struct wire_batch *b,
 struct list_walk {
 	struct conn *c;
 	struct wire_batch b;
-	size_t sent;
-	int err;
 };
 
 static int list_cb(void *arg, const struct store_process *p)
@@ -849,7 +861,6 @@ static int list_cb(void *arg, const struct store_process *p)
 	process_msg(p, &m);
 	err = wire_batch_add(&w->b, 1, &m.base);
 	if (err == -E2BIG && w->b.n > 0) {
-		w->sent += w->b.len;
 		if (!conn_send_batch(w->c, &w->b, 3, 2, false))
 			return -EPIPE;
 		err = wire_batch_add(&w->b, 1, &m.base);
@@ -861,41 +872,91 @@ static int list_cb(void *arg, const struct store_process *p)
 	}
 	if (err < 0)
 		return err;
-	if (w->b.len >= SERVER_FRAME_TARGET) {
-		w->sent += w->b.len;
-		if (w->sent > SERVER_LIST_MAX)
-			return -E2BIG;
-		if (!conn_send_batch(w->c, &w->b, 3, 2, false))
-			return -EPIPE;
-	}
+	if (w->b.len >= SERVER_FRAME_TARGET &&
+	    !conn_send_batch(w->c, &w->b, 3, 2, false))
+		return -EPIPE;
 	return 0;
+}
+
+/* Ends c's list answer, if any. */
+static void conn_list_done(struct conn *c)
+{
+	if (c->lcur == NULL)
+		return;
+	free(c->lcur->ids);
+	free(c->lcur);
+	c->lcur = NULL;
+}
+
+/*
+ * One page of c's list answer (DESIGN 3), the last with done. False when
+ * the walk cannot go on: complete, the connection closed, or an error sent
+ * and the answer dropped.
+ */
+static bool conn_list_walk(struct conn *c)
+{
+	struct list_cursor *lc = c->lcur;
+	struct list_walk w = { .c = c };
+	size_t k = lc->n - lc->next < SERVER_LIST_PAGE ? lc->n - lc->next :
+							  SERVER_LIST_PAGE;
+	bool done;
+	int err;
+
+	err = store_list_get(c->srv->store, lc->ids + lc->next, k, list_cb,
+			     &w);
+	lc->next += k;
+	done = lc->next == lc->n;
+	if (err == 0 && (w.b.n > 0 || done) &&
+	    !conn_send_batch(c, &w.b, 3, 2, done))
+		err = -EPIPE;
+	wire_batch_free(&w.b);
+	if (err == -EPIPE || c->dead)
+		return false;
+	if (err < 0 || done) {
+		conn_list_done(c);
+		c->since_ms = now_mono_ms();
+		if (err < 0)
+			conn_error(c, err == -ENOMEM ? ENOMEM : EIO,
+				   err == -ENOMEM ? "out of memory" :
+						    "database error",
+				   false);
+		return false;
+	}
+	return true;
 }
 
 static void conn_list(struct conn *c, const Npusan__ListRequest *r)
 {
-	struct list_walk w = { .c = c };
 	struct wire_strings *strs = malloc(sizeof(*strs));
+	struct list_cursor *lc = calloc(1, sizeof(*lc));
 	struct store_filter f;
 	int err;
 
-	if (strs == NULL) {
+	if (strs == NULL || lc == NULL) {
+		free(strs);
+		free(lc);
 		conn_error(c, ENOMEM, "out of memory", true);
 		return;
 	}
 	wire_list_filter(r, strs, &f);
 	conn_restrict(c, &f);
-	err = store_list(c->srv->store, &f, list_cb, &w);
+	err = store_list_ids(c->srv->store, &f, SERVER_LIST_MAX_PROCS,
+			     &lc->ids, &lc->n);
 	free(strs);
-	if (err == 0)
-		conn_send_batch(c, &w.b, 3, 2, true);
-	else if (err == -E2BIG)
-		conn_error(c, E2BIG, "too many processes: filter by job or pid",
-			   false);
-	else if (err != -EPIPE && !c->dead)
-		conn_error(c, err == -ENOMEM ? ENOMEM : EIO,
-			   err == -ENOMEM ? "out of memory" : "database error",
-			   false);
-	wire_batch_free(&w.b);
+	if (err < 0) {
+		free(lc);
+		if (err == -E2BIG)
+			conn_error(c, E2BIG, "too many processes: filter by "
+					     "job or pid", false);
+		else
+			conn_error(c, err == -ENOMEM ? ENOMEM : EIO,
+				   err == -ENOMEM ? "out of memory" :
+						    "database error",
+				   false);
+		return;
+	}
+	c->lcur = lc;
+	conn_pump(c);
 }
 
 struct findings_walk {
@@ -991,10 +1052,12 @@ static bool conn_walk(struct conn *c)
 	return true;
 }
 
-/* Whether the cursor has findings to walk now. */
+/* Whether the cursor has findings, or a list answer processes, to walk
+ * now. */
 static bool conn_walking(const struct conn *c)
 {
-	return c->cur != NULL && (!c->cur->following || c->cur->pending);
+	return c->lcur != NULL ||
+	       (c->cur != NULL && (!c->cur->following || c->cur->pending));
 }
 
 /*
@@ -1007,7 +1070,9 @@ static void conn_pump(struct conn *c)
 	for (int i = 0; i < SERVER_WALKS_PER_CB && !c->dead && !c->closing &&
 			c->out_bytes < SERVER_OUT_HIGH && conn_walking(c);
 	     i++) {
-		if (!conn_walk(c) && !conn_walking(c))
+		bool more = c->lcur != NULL ? conn_list_walk(c) : conn_walk(c);
+
+		if (!more && !conn_walking(c))
 			break;
 	}
 	if (!c->dead)
@@ -1432,7 +1497,7 @@ static void conn_update(struct conn *c)
 
 	if (c->dead)
 		return;
-	if (!c->closing && c->out_bytes < SERVER_OUT_HIGH &&
+	if (!c->closing && c->out_bytes < SERVER_OUT_HIGH && c->lcur == NULL &&
 	    (c->cur == NULL || c->cur->following))
 		want |= UV_READABLE;
 	if (c->out_head != NULL ||

@@ -804,6 +804,108 @@ START_TEST(server_register_of_another_pid_refused)
 }
 END_TEST
 
+/* A database of `n` exited processes of root's, each with a long path. */
+static void populate_many(const char *path, unsigned n)
+{
+	struct store_opts o = { .path = path };
+	struct store *st;
+	char *err = NULL, sql[640];
+	struct timespec now;
+	sqlite3 *db;
+
+	/* Recent: the daemon prunes what is older than --retain-days. */
+	clock_gettime(CLOCK_REALTIME, &now);
+	ck_assert_int_eq(store_open(&o, &st, &err), 0);
+	store_close(st);
+	ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE,
+					 NULL), SQLITE_OK);
+	snprintf(sql, sizeof(sql),
+		 "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 "
+		 "FROM c WHERE x < %u) INSERT INTO processes (host, pid, "
+		 "start_time, uid, exe, job, state, first_ms, last_ms) "
+		 "SELECT 'node', x, 7, 0, '/opt/a/rather/long/path/to/an/"
+		 "interpreter/in/a/virtual/environment/of/some/project/with/"
+		 "many/directories/bin/python3.11-' || x, 'job-' || (x %% 50),"
+		 " 'exited', %lld + x, %lld + x FROM c", n,
+		 (long long)now.tv_sec * 1000, (long long)now.tv_sec * 1000);
+	ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	ck_assert_int_eq(chmod(path, 0600), 0);
+}
+
+/* The daemon's resident memory, in KiB. */
+static long daemon_rss_kib(pid_t pid)
+{
+	char path[64], line[256];
+	long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+#define UNREAD_PROCS 40000 /* about 10 MiB of list answer */
+#define UNREAD_CONNS 20
+
+/*
+ * Issue 12: clients that sent `list` and read nothing took the daemon from
+ * 335 to 643 MiB. An answer stops at a small bound until its client reads;
+ * one that reads gets every process.
+ */
+START_TEST(server_unread_list_answers_stay_small)
+{
+	Npusan__Query q = NPUSAN__QUERY__INIT;
+	Npusan__ListRequest lr = NPUSAN__LIST_REQUEST__INIT;
+	int fds[UNREAD_CONNS], fd;
+	long before, after;
+	size_t n = 0;
+	bool done = false;
+	struct td t;
+
+	td_init(&t);
+	populate_many(t.db, UNREAD_PROCS);
+	td_start(&t, NULL);
+	expect_serving(&t);
+	before = daemon_rss_kib(t.pid);
+	q.q_case = NPUSAN__QUERY__Q_LIST;
+	q.list = &lr;
+	for (int i = 0; i < UNREAD_CONNS; i++) {
+		fds[i] = td_connect(&t);
+		send_query(fds[i], 1, &q);
+	}
+	expect_serving(&t); /* they were all taken up */
+	tu_nap_ms(1000);
+	after = daemon_rss_kib(t.pid);
+	ck_assert_msg(after - before < 64 * 1024, "%d unread list answers "
+		      "took %ld KiB", UNREAD_CONNS, after - before);
+	/* A client that reads gets them all, in frames. */
+	fd = td_connect(&t);
+	send_query(fd, 1, &q);
+	while (!done) {
+		Npusan__FromDaemon *m = recv_msg(fd);
+
+		ck_assert_ptr_nonnull(m);
+		ck_assert_int_eq(m->msg_case, NPUSAN__FROM_DAEMON__MSG_LIST);
+		for (size_t i = 0; i < m->list->n_processes; i++)
+			ck_assert_uint_eq(m->list->processes[i]->pid,
+					  UNREAD_PROCS - n++);
+		done = m->list->done;
+		npusan__from_daemon__free_unpacked(m, NULL);
+	}
+	ck_assert_uint_eq(n, UNREAD_PROCS);
+	close(fd);
+	for (int i = 0; i < UNREAD_CONNS; i++)
+		close(fds[i]);
+	td_stop(&t);
+}
+END_TEST
+
 /*
  * Issue 12: a process connects, hands its connection to another and exits;
  * a registration of that pid, with a start time of its choosing, must not
@@ -2100,6 +2202,7 @@ static Suite *server_suite(void)
 	tcase_add_test(th, server_register_from_a_dead_connector_refused);
 	tcase_add_test(th, server_state_private_under_umask_022);
 	tcase_add_test(th, server_refuses_a_database_others_can_read);
+	tcase_add_test(th, server_unread_list_answers_stay_small);
 	suite_add_tcase(s, th);
 	return s;
 }
