@@ -32,7 +32,11 @@
  * 4. A connection's memory is freed in its poll handle's close callback,
  *    never before: code that may close one checks `dead` afterwards.
  * 5. The uid that decides what a query sees, and the pid an agent may
- *    register, come from SO_PEERCRED at accept, never from a message.
+ *    register, come from SO_PEERCRED at accept, never from a message; so
+ *    does the start time that names the process with its pid: read from
+ *    /proc while a pidfd of the process that connected shows it alive. A
+ *    registration that cannot be verified so is refused; the store refuses
+ *    one of a process stored under another uid.
  * 6. A findings answer is a cursor: the last id sent. It walks the store
  *    page by page (after_id), and with follow it stays, and each commit of
  *    the store's writer (server_on_commit(), through the caller's
@@ -268,6 +272,10 @@ static void conn_set_kind(struct conn *c, enum conn_kind kind)
 
 	assert(c->kind == CONN_NEW && kind != CONN_NEW && u != NULL);
 	c->kind = kind;
+	/* Identity is settled (DESIGN 5): the descriptor goes back. */
+	if (c->pidfd >= 0)
+		close(c->pidfd);
+	c->pidfd = -1;
 	if (kind == CONN_AGENT)
 		u->agents++;
 	else
