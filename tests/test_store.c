@@ -759,6 +759,43 @@ START_TEST(store_list_recent_first_and_filters)
 }
 END_TEST
 
+/* A list answer walked a page at a time: the ids in store_list()'s order,
+ * then the processes as they are when each page is read. */
+START_TEST(store_list_ids_then_pages)
+{
+	struct store_filter f = { .job = "jobA" };
+	struct procs all, w;
+	int64_t ids[3], *got = NULL, gone = 999;
+	size_t n = 0;
+	char *path;
+	struct store *s = filter_fixture(&path, ids);
+
+	list(s, NULL, &all);
+	ck_assert_int_eq(store_list_ids(s, NULL, 10, &got, &n), 0);
+	ck_assert_uint_eq(n, all.n);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(got[i], all.p[i].id);
+	/* Page by page, and an id no longer stored is passed over. */
+	memset(&w, 0, sizeof(w));
+	ck_assert_int_eq(store_list_get(s, got, 2, procs_cb, &w), 0);
+	ck_assert_int_eq(store_list_get(s, &gone, 1, procs_cb, &w), 0);
+	ck_assert_int_eq(store_list_get(s, got + 2, n - 2, procs_cb, &w), 0);
+	ck_assert_uint_eq(w.n, n);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_uint_eq(w.p[i].pid, all.p[i].pid);
+	free(got);
+	/* Filters as store_list(); more than `max` is refused. */
+	ck_assert_int_eq(store_list_ids(s, &f, 10, &got, &n), 0);
+	ck_assert_uint_eq(n, 2);
+	free(got);
+	got = NULL;
+	ck_assert_int_eq(store_list_ids(s, NULL, 2, &got, &n), -E2BIG);
+	ck_assert_ptr_null(got);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
 START_TEST(store_migrates_an_empty_file)
 {
 	char *path = db_path();
@@ -1280,6 +1317,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, store_uid_filter_hides_other_users);
 	tcase_add_test(tc, store_finding_get_missing_is_enoent);
 	tcase_add_test(tc, store_list_recent_first_and_filters);
+	tcase_add_test(tc, store_list_ids_then_pages);
 	tcase_add_test(tc, store_migrates_an_empty_file);
 	tcase_add_test(tc, store_migrates_version_1_keeping_rows);
 	tcase_add_test(tc, store_refuses_a_newer_schema);
