@@ -1351,11 +1351,6 @@ START_TEST(server_user_sees_only_its_own)
 	pid_t child;
 	int status;
 
-	if (geteuid() != 0) {
-		fprintf(stderr, "server_user_sees_only_its_own: skipped, "
-				"needs root\n");
-		return;
-	}
 	td_init(&t);
 	populate(t.db, ids);
 	td_start(&t, NULL);
@@ -2179,7 +2174,6 @@ static Suite *server_suite(void)
 	tcase_add_test(tc, server_queries_on_an_empty_database);
 	tcase_add_test(tc, server_follow_answers_then_waits);
 	tcase_add_test(tc, server_findings_answer_spans_frames);
-	tcase_add_test(tc, server_user_sees_only_its_own);
 	tcase_add_test(tc, server_follow_pushes_new_findings);
 	tcase_add_test(tc, server_connections_capped);
 	tcase_add_test(tc, server_sigterm_exits_zero_db_consistent);
@@ -2215,6 +2209,7 @@ static Suite *isolation_suite(void)
 	TCase *tc = tcase_create("isolation");
 
 	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, server_user_sees_only_its_own);
 	tcase_add_test(tc, isolation_stored_process_never_changes_owner);
 	tcase_add_test(tc, isolation_one_user_cannot_lock_out_others);
 	tcase_add_test(tc, isolation_root_keeps_a_reserve);
