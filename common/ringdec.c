@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@ struct ringdec {
 	size_t text_cap;
 	uint32_t *frames;
 	size_t frames_cap;
+	size_t max_bytes; /* of syms; 0: none */
 	struct ringdec_counters n;
 	char error[128];
 };
@@ -53,6 +55,31 @@ void ringdec_free(struct ringdec *d)
 	free(d->text);
 	free(d->frames);
 	free(d);
+}
+
+void ringdec_set_max_bytes(struct ringdec *d, size_t max_bytes)
+{
+	d->max_bytes = max_bytes;
+}
+
+/* Whether `add` more bytes would take the symtab past its bound (counted
+ * when so). */
+static bool ringdec_over_cap(struct ringdec *d, size_t add)
+{
+	if (d->max_bytes == 0 || symtab_bytes(d->syms) + add <= d->max_bytes)
+		return false;
+	d->n.over_cap++;
+	return true;
+}
+
+/* Interns `len` bytes, or RINGDEC_OVER_CAP past the bound. */
+static int ringdec_put(struct ringdec *d, const char *s, size_t len,
+		       uint32_t *id)
+{
+	if (ringdec_over_cap(d, len))
+		return symtab_intern(d->syms, RINGDEC_OVER_CAP,
+				     sizeof(RINGDEC_OVER_CAP) - 1, id);
+	return symtab_intern(d->syms, s, len, id);
 }
 
 const char *ringdec_error(const struct ringdec *d)
@@ -94,22 +121,25 @@ static int ringdec_reserve(void **buf, size_t *cap, size_t n, size_t size)
 
 /*
  * Interns `len` bytes from a producer as a printable string: bytes that
- * are not valid UTF-8, and control characters, become '?'.
+ * are not valid UTF-8, and control characters, become '?'; past
+ * RINGDEC_STRING_MAX it is cut and marked.
  */
 static int ringdec_intern(struct ringdec *d, const char *s, size_t len,
 			  uint32_t *id)
 {
 	const unsigned char *p = (const unsigned char *)s;
-	size_t i = 0, n;
+	size_t i = 0, n, keep = len < RINGDEC_STRING_MAX ? len :
+						       RINGDEC_STRING_MAX;
 	int err;
 
 	if (len == 0)
 		return symtab_intern(d->syms, "?", 1, id);
-	err = ringdec_reserve((void **)&d->text, &d->text_cap, len, 1);
+	err = ringdec_reserve((void **)&d->text, &d->text_cap,
+			      keep + sizeof(RINGDEC_CUT_MARK), 1);
 	if (err < 0)
 		return err;
-	while (i < len) {
-		n = p[i] < 0x80 ? 1 : utf8_seq(p + i, len - i);
+	while (i < keep) {
+		n = p[i] < 0x80 ? 1 : utf8_seq(p + i, keep - i);
 		if (n == 0 || p[i] < 0x20 || p[i] == 0x7f) {
 			d->text[i++] = '?';
 			continue;
@@ -117,7 +147,13 @@ static int ringdec_intern(struct ringdec *d, const char *s, size_t len,
 		memcpy(d->text + i, p + i, n);
 		i += n;
 	}
-	return symtab_intern(d->syms, d->text, len, id);
+	if (keep < len) {
+		memcpy(d->text + keep, RINGDEC_CUT_MARK,
+		       sizeof(RINGDEC_CUT_MARK) - 1);
+		keep += sizeof(RINGDEC_CUT_MARK) - 1;
+		d->n.truncated++;
+	}
+	return ringdec_put(d, d->text, keep, id);
 }
 
 /* The symtab id of producer string `id`, or of a placeholder naming it. */
@@ -138,13 +174,14 @@ static int ringdec_string(struct ringdec *d, uint32_t id, const char *what,
 		d->n.undefined++;
 		n = snprintf(buf, sizeof(buf), "<%s %u>", what, id);
 	}
-	return symtab_intern(d->syms, buf, (size_t)n, out);
+	return ringdec_put(d, buf, (size_t)n, out);
 }
 
 static int ringdec_def_string(struct ringdec *d, const void *payload,
 			      size_t len)
 {
 	const struct ring_string *s = payload;
+	uint64_t over;
 	uint32_t id;
 	int err;
 
@@ -152,7 +189,11 @@ static int ringdec_def_string(struct ringdec *d, const void *payload,
 	    len - sizeof(*s) - s->len >= RING_ALIGN || s->id == 0)
 		return ringdec_bad(d, "malformed string definition",
 				   RING_REC_STRING, len);
+	over = d->n.over_cap;
 	err = ringdec_intern(d, s->bytes, s->len, &id);
+	/* Past the bound nothing is kept, not even the mapping. */
+	if (err == 0 && d->n.over_cap != over)
+		return 0;
 	if (err == 0)
 		err = u64map_put(&d->strings, s->id, id);
 	if (err == 0)
@@ -176,6 +217,8 @@ static int ringdec_def_stack(struct ringdec *d, const void *payload,
 			      sizeof(*d->frames));
 	for (uint32_t i = 0; err == 0 && i < s->nframes; i++)
 		err = ringdec_string(d, s->frames[i], "frame", &d->frames[i]);
+	if (err == 0 && ringdec_over_cap(d, (size_t)s->nframes * 4))
+		return 0; /* an undefined stack: the empty one */
 	if (err == 0)
 		err = symtab_intern_stack(d->syms, d->frames, s->nframes, &id);
 	if (err == 0)

@@ -23,8 +23,22 @@
 
 struct ringdec;
 
+/* The longest string (an operator's name, a stack frame) kept whole, in
+ * bytes: a longer one is cut there and ends in RINGDEC_CUT_MARK. */
+#define RINGDEC_STRING_MAX 1024
+#define RINGDEC_CUT_MARK "...[truncated]"
+/* What a string becomes once the symtab holds its bound of bytes. */
+#define RINGDEC_OVER_CAP "<over the memory cap>"
+
 int ringdec_new(struct symtab *syms, struct ringdec **out);
 void ringdec_free(struct ringdec *d);
+
+/*
+ * Bounds the bytes the symtab may hold (symtab_bytes()) through this
+ * ring's definitions; 0 (the default): no bound. Past it a string becomes
+ * RINGDEC_OVER_CAP and a stack the empty one, counted in over_cap.
+ */
+void ringdec_set_max_bytes(struct ringdec *d, size_t max_bytes);
 
 /*
  * Decodes one record (type and payload as passed to a ringread_cb). 1 with
@@ -49,6 +63,8 @@ struct ringdec_counters {
 	uint64_t malformed;
 	uint64_t lost;      /* operation records made gaps (see above) */
 	uint64_t undefined; /* references to ids never defined */
+	uint64_t truncated; /* strings cut at RINGDEC_STRING_MAX */
+	uint64_t over_cap;  /* definitions past the bound on bytes */
 };
 
 void ringdec_counters(const struct ringdec *d, struct ringdec_counters *c);

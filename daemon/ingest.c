@@ -57,6 +57,9 @@
 #define INGEST_ALIVE_CHECK_MS 500 /* a disconnected process's liveness */
 #define INGEST_MAX_THREADS 64
 #define INGEST_ENGINE_BYTES ((size_t)1 << 30)
+/* Of that cap, what a process's strings and stacks may take (its symtab,
+ * ringdec_set_max_bytes()); the engine has the rest. */
+#define INGEST_SYMTAB_BYTES (INGEST_ENGINE_BYTES / 8)
 
 struct ingest_proc {
 	struct ingest_proc *next;
@@ -656,7 +659,8 @@ static int ingest_proc_new(struct ingest *in, int fd, struct ingest_proc **out,
 {
 	struct engine_opts eo = { .dedup = true,
 				  .finding_cb = ingest_finding_cb,
-				  .max_bytes = INGEST_ENGINE_BYTES };
+				  .max_bytes = INGEST_ENGINE_BYTES -
+					       INGEST_SYMTAB_BYTES };
 	struct ingest_proc *p = calloc(1, sizeof(*p));
 	int err;
 
@@ -672,6 +676,8 @@ static int ingest_proc_new(struct ingest *in, int fd, struct ingest_proc **out,
 		err = symtab_new(&p->syms);
 	if (err == 0)
 		err = ringdec_new(p->syms, &p->dec);
+	if (err == 0)
+		ringdec_set_max_bytes(p->dec, INGEST_SYMTAB_BYTES);
 	if (err == 0)
 		err = engine_new(&eo, &p->engine);
 	if (err < 0) {

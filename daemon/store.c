@@ -507,10 +507,11 @@ static int prepare_all(struct store *s, char **errmsg)
 		  " rank, local_rank, world_size, state, first_ms, last_ms)"
 		  " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 		  " ON CONFLICT (host, pid, start_time) DO UPDATE SET"
-		  " uid = excluded.uid, exe = excluded.exe, job = excluded.job,"
+		  " exe = excluded.exe, job = excluded.job,"
 		  " rank = excluded.rank, local_rank = excluded.local_rank,"
 		  " world_size = excluded.world_size, state = excluded.state,"
 		  " last_ms = max(last_ms, excluded.last_ms)"
+		  " WHERE uid = excluded.uid" /* never changes owner */
 		  " RETURNING id, events, lost, gaps, ring_ops" },
 		{ &s->wdb, &s->w_update,
 		  "UPDATE processes SET events = ?2, lost = ?3, gaps = ?4,"
@@ -846,6 +847,9 @@ int store_process_register(struct store *s, const struct store_process *p,
 	if (p->state != STORE_RUNNING && p->state != STORE_DORMANT)
 		return -EINVAL;
 	rc = enqueue_sync(s, &it);
+	/* No row back: the process is stored under another uid. */
+	if (rc == 0 && it.result == 0)
+		return -EPERM;
 	if (rc == 0) {
 		*id = it.result;
 		if (was != NULL)
@@ -1977,6 +1981,28 @@ int store_finding_get(struct store *s, int64_t id,
 	return rc == 0 && rows == 0 ? -ENOENT : rc;
 }
 
+/* store_list()'s filters and order after "WHERE 1"; false when nothing
+ * can match. */
+static bool q_list(struct query *q, const struct store_filter *f)
+{
+	q_process_filter(q, f);
+	/* A kind: the processes with a finding of that kind. */
+	if (f->has_kind) {
+		if (finding_kind_name(f->kind) == NULL)
+			return false;
+		q_text(q,
+		       " AND EXISTS (SELECT 1 FROM findings f"
+		       " WHERE f.process_id = p.id AND f.kind = ?)",
+		       finding_kind_name(f->kind));
+	}
+	if (f->since_ms != 0)
+		q_int(q, " AND p.last_ms >= ?", f->since_ms);
+	q_add(q, " ORDER BY p.last_ms DESC, p.id DESC");
+	if (f->limit != 0)
+		q_int(q, " LIMIT ?", f->limit);
+	return true;
+}
+
 int store_list(struct store *s, const struct store_filter *f,
 	       store_process_cb cb, void *arg)
 {
@@ -1988,21 +2014,8 @@ int store_list(struct store *s, const struct store_filter *f,
 	if (f == NULL)
 		f = &none;
 	q_add(&q, "SELECT " PROCESS_COLS " FROM processes p WHERE 1");
-	q_process_filter(&q, f);
-	/* A kind: the processes with a finding of that kind. */
-	if (f->has_kind) {
-		if (finding_kind_name(f->kind) == NULL)
-			return 0;
-		q_text(&q,
-		       " AND EXISTS (SELECT 1 FROM findings f"
-		       " WHERE f.process_id = p.id AND f.kind = ?)",
-		       finding_kind_name(f->kind));
-	}
-	if (f->since_ms != 0)
-		q_int(&q, " AND p.last_ms >= ?", f->since_ms);
-	q_add(&q, " ORDER BY p.last_ms DESC, p.id DESC");
-	if (f->limit != 0)
-		q_int(&q, " LIMIT ?", f->limit);
+	if (!q_list(&q, f))
+		return 0;
 
 	pthread_mutex_lock(&s->rlock);
 	rc = q_prepare(s, &q, &st);
@@ -2018,6 +2031,92 @@ int store_list(struct store *s, const struct store_filter *f,
 	if (rc == 0 && src != SQLITE_DONE) {
 		store_log(s, LOG_ERROR, "query: %s", sqlite3_errmsg(s->rdb));
 		rc = -EIO;
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&s->rlock);
+	return rc;
+}
+
+int store_list_ids(struct store *s, const struct store_filter *f,
+		   size_t max, int64_t **ids, size_t *n)
+{
+	static const struct store_filter none;
+	struct query q = { .len = 0 };
+	sqlite3_stmt *st = NULL;
+	int64_t *v = NULL;
+	size_t k = 0, cap = 0;
+	int rc, src = SQLITE_DONE;
+
+	q_add(&q, "SELECT p.id FROM processes p WHERE 1");
+	if (!q_list(&q, f != NULL ? f : &none)) {
+		*ids = NULL;
+		*n = 0;
+		return 0;
+	}
+	pthread_mutex_lock(&s->rlock);
+	rc = q_prepare(s, &q, &st);
+	while (rc == 0 && (src = sqlite3_step(st)) == SQLITE_ROW) {
+		if (k == max) {
+			rc = -E2BIG;
+			break;
+		}
+		if (k == cap) {
+			size_t c = cap ? 2 * cap : 256;
+			int64_t *w = realloc(v, c * sizeof(*w));
+
+			if (w == NULL) {
+				rc = -ENOMEM;
+				break;
+			}
+			v = w;
+			cap = c;
+		}
+		v[k++] = sqlite3_column_int64(st, 0);
+	}
+	if (rc == 0 && src != SQLITE_DONE) {
+		store_log(s, LOG_ERROR, "query: %s", sqlite3_errmsg(s->rdb));
+		rc = -EIO;
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&s->rlock);
+	if (rc < 0) {
+		free(v);
+		return rc;
+	}
+	*ids = v;
+	*n = k;
+	return 0;
+}
+
+int store_list_get(struct store *s, const int64_t *ids, size_t n,
+		   store_process_cb cb, void *arg)
+{
+	sqlite3_stmt *st = NULL;
+	int rc = 0, src;
+
+	pthread_mutex_lock(&s->rlock);
+	if (sqlite3_prepare_v2(s->rdb,
+			       "SELECT " PROCESS_COLS
+			       " FROM processes p WHERE p.id = ?",
+			       -1, &st, NULL) != SQLITE_OK) {
+		store_log(s, LOG_ERROR, "query: %s", sqlite3_errmsg(s->rdb));
+		rc = -EIO;
+	}
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		struct store_process p;
+
+		sqlite3_bind_int64(st, 1, ids[i]);
+		src = sqlite3_step(st);
+		if (src == SQLITE_ROW && row_process(st, 0, &p) == 0) {
+			rc = cb(arg, &p);
+			if (rc > 0)
+				rc = 0;
+		} else if (src != SQLITE_ROW && src != SQLITE_DONE) {
+			store_log(s, LOG_ERROR, "query: %s",
+				  sqlite3_errmsg(s->rdb));
+			rc = -EIO;
+		}
+		sqlite3_reset(st);
 	}
 	sqlite3_finalize(st);
 	pthread_mutex_unlock(&s->rlock);

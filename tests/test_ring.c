@@ -1314,6 +1314,97 @@ START_TEST(ringdec_string_past_payload_rejected)
 }
 END_TEST
 
+/* A string definition of `n` bytes of `fill` in a fresh aligned buffer;
+ * its payload length in *len (caller frees). */
+static struct ring_string *big_string(uint32_t id, size_t n, char fill,
+				      size_t *len)
+{
+	size_t size = ring_rec_size(sizeof(struct ring_string) + n);
+	struct ring_string *s = calloc(1, size);
+
+	ck_assert_ptr_nonnull(s);
+	s->id = id;
+	s->len = (uint32_t)n;
+	memset(s->bytes, fill, n);
+	*len = size - 8;
+	return s;
+}
+
+/* Issue 12: 100 distinct 4 MiB operator names took 409 MiB. A string is
+ * cut at RINGDEC_STRING_MAX bytes and says so. */
+START_TEST(ringdec_long_string_cut_and_marked)
+{
+	size_t len, n;
+	struct ring_string *big = big_string(5, (size_t)4 << 20, 'a', &len);
+	struct ringdec_counters c;
+	const char *name;
+	union buf u;
+	struct dec x;
+
+	dec_open(&x);
+	ck_assert_int_eq(dec(&x, RING_REC_STRING, big, len), 0);
+	len = put_launch(&u, 5, 0, 0);
+	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
+	name = symtab_str(x.syms, x.op.name, &n);
+	ck_assert_uint_eq(n, RINGDEC_STRING_MAX + strlen(RINGDEC_CUT_MARK));
+	ck_assert_uint_eq(strspn(name, "a"), RINGDEC_STRING_MAX);
+	ck_assert_str_eq(name + RINGDEC_STRING_MAX, RINGDEC_CUT_MARK);
+	ck_assert_uint_lt(symtab_bytes(x.syms), 128 << 10); /* not 4 MiB */
+	ringdec_counters(x.d, &c);
+	ck_assert_uint_eq(c.truncated, 1);
+	/* One exactly at the bound is whole. */
+	free(big);
+	big = big_string(6, RINGDEC_STRING_MAX, 'b', &len);
+	ck_assert_int_eq(dec(&x, RING_REC_STRING, big, len), 0);
+	len = put_launch(&u, 6, 0, 0);
+	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
+	symtab_str(x.syms, x.op.name, &n);
+	ck_assert_uint_eq(n, RINGDEC_STRING_MAX);
+	ringdec_counters(x.d, &c);
+	ck_assert_uint_eq(c.truncated, 1);
+	free(big);
+	dec_close(&x);
+}
+END_TEST
+
+/* A process's strings count against its cap: past it they are one
+ * placeholder, and nothing more is held. */
+START_TEST(ringdec_strings_bounded_by_max_bytes)
+{
+	const size_t cap = 256 << 10;
+	struct ringdec_counters c;
+	size_t len;
+	union buf u;
+	struct dec x;
+
+	dec_open(&x);
+	ringdec_set_max_bytes(x.d, cap);
+	for (uint32_t id = 1; id <= 2000; id++) {
+		struct ring_string *s = big_string(id, 1000, 'a', &len);
+
+		memcpy(s->bytes, &id, sizeof(id)); /* distinct */
+		s->bytes[0] |= 0x40;
+		s->bytes[1] |= 0x40;
+		s->bytes[2] |= 0x40;
+		s->bytes[3] |= 0x40;
+		ck_assert_int_eq(dec(&x, RING_REC_STRING, s, len), 0);
+		free(s);
+	}
+	/* Room for its tables to grow once more, no more. */
+	ck_assert_uint_le(symtab_bytes(x.syms), 2 * cap);
+	ringdec_counters(x.d, &c);
+	ck_assert_uint_gt(c.over_cap, 0);
+	ck_assert_uint_lt(c.strings, 2000);
+	len = put_launch(&u, 2000, 0, 0);
+	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
+	ck_assert_str_eq(dec_str(&x, x.op.name), RINGDEC_OVER_CAP);
+	len = put_launch(&u, 1, 0, 0);
+	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
+	ck_assert_uint_eq(strlen(dec_str(&x, x.op.name)), 1000);
+	dec_close(&x);
+}
+END_TEST
+
 /*
  * Through a real ring: a string and a stack defined by records, then a
  * launch naming them decodes to their text; ids never defined decode to a
@@ -1453,6 +1544,8 @@ static Suite *ring_suite(void)
 	tcase_add_test(dc, ringdec_unknown_kind_rejected);
 	tcase_add_test(dc, ringdec_string_past_payload_rejected);
 	tcase_add_test(dc, ringdec_names_ids_through_the_ring);
+	tcase_add_test(dc, ringdec_long_string_cut_and_marked);
+	tcase_add_test(dc, ringdec_strings_bounded_by_max_bytes);
 	suite_add_tcase(s, dc);
 	return s;
 }

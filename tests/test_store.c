@@ -293,6 +293,31 @@ START_TEST(store_register_returns_same_row_again)
 }
 END_TEST
 
+/* Issue 12: a registration of another uid never takes a stored process
+ * (and its findings) over. */
+START_TEST(store_register_never_changes_owner)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(100, "job1", 0, 1000);
+	struct store_process q = proc(100, "job1", 0, 2000);
+	struct procs v;
+	int64_t a, b = 0;
+
+	a = reg(s, &p);
+	ck_assert_int_eq(store_process_register(s, &q, &b, NULL), -EPERM);
+	ck_assert_int_eq(b, 0);
+	list(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 1);
+	ck_assert_int_eq(v.p[0].id, a);
+	ck_assert_uint_eq(v.p[0].uid, 1000);
+	/* Its owner registers it again as before. */
+	ck_assert_int_eq(reg(s, &p), a);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
 /* An update queued before a re-registration must not undo it. */
 START_TEST(store_register_after_queued_update_stays_running)
 {
@@ -729,6 +754,43 @@ START_TEST(store_list_recent_first_and_filters)
 				   .has_rank = true, .rank = 0 };
 	list(s, &f, &w);
 	ck_assert_uint_eq(w.n, 1);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* A list answer walked a page at a time: the ids in store_list()'s order,
+ * then the processes as they are when each page is read. */
+START_TEST(store_list_ids_then_pages)
+{
+	struct store_filter f = { .job = "jobA" };
+	struct procs all, w;
+	int64_t ids[3], *got = NULL, gone = 999;
+	size_t n = 0;
+	char *path;
+	struct store *s = filter_fixture(&path, ids);
+
+	list(s, NULL, &all);
+	ck_assert_int_eq(store_list_ids(s, NULL, 10, &got, &n), 0);
+	ck_assert_uint_eq(n, all.n);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(got[i], all.p[i].id);
+	/* Page by page, and an id no longer stored is passed over. */
+	memset(&w, 0, sizeof(w));
+	ck_assert_int_eq(store_list_get(s, got, 2, procs_cb, &w), 0);
+	ck_assert_int_eq(store_list_get(s, &gone, 1, procs_cb, &w), 0);
+	ck_assert_int_eq(store_list_get(s, got + 2, n - 2, procs_cb, &w), 0);
+	ck_assert_uint_eq(w.n, n);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_uint_eq(w.p[i].pid, all.p[i].pid);
+	free(got);
+	/* Filters as store_list(); more than `max` is refused. */
+	ck_assert_int_eq(store_list_ids(s, &f, 10, &got, &n), 0);
+	ck_assert_uint_eq(n, 2);
+	free(got);
+	got = NULL;
+	ck_assert_int_eq(store_list_ids(s, NULL, 2, &got, &n), -E2BIG);
+	ck_assert_ptr_null(got);
 	store_close(s);
 	free(path);
 }
@@ -1243,6 +1305,7 @@ static Suite *store_suite(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_add_test(tc, store_register_returns_same_row_again);
+	tcase_add_test(tc, store_register_never_changes_owner);
 	tcase_add_test(tc, store_register_after_queued_update_stays_running);
 	tcase_add_test(tc, store_update_visible_after_flush);
 	tcase_add_test(tc, store_dedup_equal_keys_add_counts);
@@ -1254,6 +1317,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, store_uid_filter_hides_other_users);
 	tcase_add_test(tc, store_finding_get_missing_is_enoent);
 	tcase_add_test(tc, store_list_recent_first_and_filters);
+	tcase_add_test(tc, store_list_ids_then_pages);
 	tcase_add_test(tc, store_migrates_an_empty_file);
 	tcase_add_test(tc, store_migrates_version_1_keeping_rows);
 	tcase_add_test(tc, store_refuses_a_newer_schema);
