@@ -452,8 +452,11 @@ static int resolve_paths(const struct cfg *c, bool activated, struct paths *p)
 
 /* ---- the database's privacy -------------------------------------------- */
 
-/* What other users may do to a file or directory of mode `m`. */
-#define STATE_OTHERS_RW (S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH)
+/* Other users may create, rename or remove names in a directory of mode
+ * `m`: write access without the sticky bit, which (as on /tmp) lets only
+ * a file's owner rename or remove it. */
+#define STATE_DIR_OPEN(m) \
+	(((m) & (S_IWGRP | S_IWOTH)) != 0 && ((m) & S_ISVTX) == 0)
 
 /*
  * Whether `path`, the database or a file SQLite or we keep beside it, is
@@ -493,11 +496,15 @@ static int state_file_private(const char *path)
 }
 
 /*
- * Refuses a database others could read or change (issue 12): its
- * directory must be ours (or root's) and closed to other users, the
- * database, its -wal, -shm and -journal and our .lock private files. The
- * daemon creates them so itself (resolve_paths(), state_open()), so this
- * refuses only what someone else left. 0, or a message and EXIT_START.
+ * Refuses a database others could read or change (issue 12): the
+ * database, its -wal, -shm and -journal and our .lock must be private
+ * files of ours, and their directory ours (or root's) with no other user
+ * able to replace them (not writable by others, or sticky as /tmp is). A
+ * directory others may only list (a 0755 home) is fine: the names in it
+ * say nothing, the files are closed. The daemon creates its own state
+ * directory 0700 (resolve_paths()) and its files 0600 (state_open()), so
+ * this refuses only what someone else left. 0, or a message and
+ * EXIT_START.
  */
 static int state_private(const char *db)
 {
@@ -520,10 +527,11 @@ static int state_private(const char *db)
 			dir, (unsigned)st.st_uid);
 		return EXIT_START;
 	}
-	if (st.st_mode & STATE_OTHERS_RW) {
-		fprintf(stderr, "npusand: other users may read or write the "
-				"database's directory %s (mode %04o): chmod "
-				"700 it, or choose another --db\n",
+	if (STATE_DIR_OPEN(st.st_mode)) {
+		fprintf(stderr, "npusand: other users may write the "
+				"database's directory %s (mode %04o) and "
+				"replace its files: chmod 700 it, or choose "
+				"another --db\n",
 			dir, (unsigned)(st.st_mode & 07777));
 		return EXIT_START;
 	}

@@ -293,6 +293,8 @@ static void td_stop(struct td *t)
 	td_assert_clean_log(t);
 	close(t->notify_fd);
 	t->notify_fd = -1;
+	if (t->notify[0] != '@') /* so that a next start can bind it again */
+		unlink(t->notify);
 }
 
 static int td_connect(const struct td *t)
@@ -988,8 +990,8 @@ START_TEST(server_state_private_under_umask_022)
 }
 END_TEST
 
-/* A database, or its directory, that others could read or write: the
- * daemon does not start, and says which and why. */
+/* A database others could read or write, or a directory in which they
+ * could replace it: the daemon does not start, and says which and why. */
 START_TEST(server_refuses_a_database_others_can_read)
 {
 	char dir[PATH_MAX], *log;
@@ -1019,6 +1021,14 @@ START_TEST(server_refuses_a_database_others_can_read)
 	ck_assert_msg(strstr(log, "database's directory") &&
 			      strstr(log, "0777"), "%s", log);
 	free(log);
+	/* One others may only list, or a sticky one as /tmp is, holds a
+	 * private database safely. */
+	ck_assert_int_eq(chmod(dir, 0755), 0);
+	td_start(&t, NULL);
+	td_stop(&t);
+	ck_assert_int_eq(chmod(dir, 01777), 0);
+	td_start(&t, NULL);
+	td_stop(&t);
 	ck_assert_int_eq(chmod(dir, 0700), 0);
 }
 END_TEST
