@@ -1951,6 +1951,35 @@ static int note_usage(struct engine *e, const struct elem *el, uint16_t s,
 	return 0;
 }
 
+/*
+ * A write element that belongs to another allocation, or to none, and runs
+ * into allocation A still wrote A: the usage of A this launch recorded
+ * (through an access that belongs to A) says so. Runs after every access
+ * of the launch has recorded its usage; a usage from an earlier launch is
+ * left alone, since this launch has no access that belongs to A.
+ */
+static void note_wrote_beyond(struct engine *e, const struct elem *el,
+			      uint16_t s)
+{
+	struct region_walk w;
+	struct region r;
+
+	walk_init(e, &w, el->start, el->last, el->alloc);
+	while (walk_next(&w, &r)) {
+		struct alloc *a = r.alloc;
+
+		if (a == NULL || a == el->alloc)
+			continue;
+		for (size_t i = 0; i < a->nusage; i++) {
+			struct usage *u = &a->usages[i];
+
+			if (u->sidx == s && (u->flags & USAGE_USED) &&
+			    u->seq == e->seq)
+				u->flags |= USAGE_WROTE;
+		}
+	}
+}
+
 static struct access *access_new(struct engine *e, uint16_t s,
 				 uint32_t site, uint64_t ptr, bool write)
 {
@@ -2009,6 +2038,10 @@ static int launch_update(struct engine *e, uint16_t s, uint32_t site,
 		if (err == 0)
 			err = note_usage(e, el, s, site);
 		access_put(e, el->acc); /* the history holds its own refs */
+	}
+	for (size_t i = 0; i < nw && err == 0; i++) {
+		if (!e->elems[i].dup)
+			note_wrote_beyond(e, &e->elems[i], s);
 	}
 	return err;
 }
