@@ -121,9 +121,12 @@ static void replay_op(struct replay *rp, const struct op *op)
 	case OP_STREAM_SYNC: npusan_stream_sync(op->stream); break;
 	case OP_DEVICE_SYNC: npusan_device_sync(); break;
 	case OP_ALLOC:
-		npusan_alloc(op->ptr, op->size,
-			     op->has_stream ? op->stream : NPUSAN_NO_STREAM,
-			     replay_stack(rp, op->stack));
+		if (op->has_stream)
+			npusan_alloc_on(op->ptr, op->size, op->stream,
+					replay_stack(rp, op->stack));
+		else
+			npusan_alloc(op->ptr, op->size, NPUSAN_NO_STREAM,
+				     replay_stack(rp, op->stack));
 		break;
 	case OP_FREE: npusan_free(op->ptr); break;
 	case OP_RECORD_STREAM: npusan_record_stream(op->ptr, op->stream); break;
