@@ -10,8 +10,8 @@
 
 #include "../proto/ring.h"
 #include "ringread.h"
+#include "text.h"
 #include "u64map.h"
-#include "utf8.h"
 
 struct ringdec {
 	struct symtab *syms;
@@ -19,7 +19,7 @@ struct ringdec {
 	struct u64map stacks;  /* producer stack id -> symtab stack id */
 	struct op_range *ranges;
 	size_t ranges_cap;
-	char *text; /* a string made printable */
+	char *text; /* a string as text_keep() keeps it */
 	size_t text_cap;
 	uint32_t *frames;
 	size_t frames_cap;
@@ -92,30 +92,18 @@ static int ringdec_reserve(void **buf, size_t *cap, size_t n, size_t size)
 }
 
 /*
- * Interns `len` bytes from a producer as a printable string: bytes that
- * are not valid UTF-8, and control characters, become '?'.
+ * Interns `len` bytes from a producer as text_keep() keeps them: what the
+ * trace format can carry, as it came (text.h: displays clean it).
  */
 static int ringdec_intern(struct ringdec *d, const char *s, size_t len,
 			  uint32_t *id)
 {
-	const unsigned char *p = (const unsigned char *)s;
-	size_t i = 0, n;
 	int err;
 
-	if (len == 0)
-		return symtab_intern(d->syms, "?", 1, id);
-	err = ringdec_reserve((void **)&d->text, &d->text_cap, len, 1);
+	err = ringdec_reserve((void **)&d->text, &d->text_cap, len + 1, 1);
 	if (err < 0)
 		return err;
-	while (i < len) {
-		n = p[i] < 0x80 ? 1 : utf8_seq(p + i, len - i);
-		if (n == 0 || p[i] < 0x20 || p[i] == 0x7f) {
-			d->text[i++] = '?';
-			continue;
-		}
-		memcpy(d->text + i, p + i, n);
-		i += n;
-	}
+	len = text_keep(s, len, d->text, len + 1);
 	return symtab_intern(d->syms, d->text, len, id);
 }
 
