@@ -216,7 +216,7 @@ out:
 
 uint32_t intern_string(const char *s, size_t len)
 {
-	if (len == 0 || len > INTERN_MAX_STRING)
+	if (len > INTERN_MAX_STRING)
 		return 0;
 	return intern_add(&strings, &string_ids, s, len, 1);
 }

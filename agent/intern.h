@@ -45,8 +45,8 @@ struct intern_stack {
 /* Frees every entry and table. Only when no thread can use them. */
 void intern_fini(void);
 
-/* The id (at least 1) of the `len` bytes at s; 0 when out of memory or ids,
- * or when len is 0 or above 64 KiB. */
+/* The id (at least 1) of the `len` bytes at s, none included; 0 when out
+ * of memory or ids, or when len is above 64 KiB. */
 uint32_t intern_string(const char *s, size_t len);
 
 /* The id (at least 1) of the stack of `n` string ids (innermost first); 0

@@ -129,9 +129,10 @@ int npusan_enabled(void);
 int npusan_attached(void);
 
 /*
- * The id of a string (an operator name or a stack frame), at least 1; the
- * same string always gets the same id. 0 when s is NULL or empty, or out of
- * memory. Ids are valid in this process and its forked children.
+ * The id of a string (an operator name or a stack frame, the empty one
+ * included), at least 1; the same string always gets the same id. 0 when s
+ * is NULL, or out of memory. Ids are valid in this process and its forked
+ * children.
  */
 uint32_t npusan_intern(const char *s);
 
