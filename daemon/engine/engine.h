@@ -102,7 +102,10 @@ struct finding_key {
 				 allocation (no operator, no access type) */
 	uint8_t has_s2;
 	uint8_t w1, w2;
+	uint8_t zero[3]; /* no padding: keys compare and hash as bytes */
 };
+
+_Static_assert(sizeof(struct finding_key) == 56, "a key has no padding");
 
 /* Text ids naming a finding's operators and stacks; 0 for none. */
 struct finding_text {
