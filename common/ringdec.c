@@ -213,6 +213,7 @@ static int ringdec_launch(struct ringdec *d, const void *payload, size_t len,
 {
 	const struct ring_launch *l = payload;
 	uint64_t n;
+	size_t oplen;
 	int err;
 
 	if (len < sizeof(*l) || l->kind != OP_LAUNCH)
@@ -226,6 +227,11 @@ static int ringdec_launch(struct ringdec *d, const void *payload, size_t len,
 			      sizeof(*d->ranges));
 	if (err == 0)
 		err = ringdec_string(d, l->name, "operator", &op->name);
+	/* An empty name (npusan_intern("")) is none: a trace's `op` is never
+	 * empty, and a recording must stay a trace. */
+	if (err == 0 && symtab_str(d->syms, op->name, &oplen) != NULL &&
+	    oplen == 0)
+		err = ringdec_string(d, 0, "operator", &op->name);
 	if (err < 0)
 		return err;
 	op->kind = OP_LAUNCH;

@@ -1240,6 +1240,31 @@ END_TEST
  * launch naming them decodes to their text; ids never defined decode to a
  * placeholder, id 0 to "none"; a lost stretch and a gap become gaps.
  */
+/* Names are kept as a trace carries them (text.h): tab, newline, DEL and
+ * C1 stay; an empty frame is a frame; an empty operator is none, as a
+ * trace's `op` is never empty. */
+START_TEST(ringdec_keeps_text_as_traces_carry_it)
+{
+	static const char name[] = "a\tb\nc\x7f\xc2\x85\x1b";
+	union buf u;
+	struct dec x;
+	size_t len;
+
+	dec_open(&x);
+	ck_assert_int_eq(dec(&x, RING_REC_STRING, &u, put_string(&u, 1, name)),
+			 0);
+	ck_assert_int_eq(dec(&x, RING_REC_STRING, &u, put_string(&u, 2, "")),
+			 0);
+	len = put_launch(&u, 1, 0, 0);
+	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
+	ck_assert_str_eq(dec_str(&x, x.op.name), "a\tb\nc\x7f\xc2\x85?");
+	len = put_launch(&u, 2, 0, 0);
+	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
+	ck_assert_str_eq(dec_str(&x, x.op.name), "<no operator>");
+	dec_close(&x);
+}
+END_TEST
+
 START_TEST(ringdec_names_ids_through_the_ring)
 {
 	static const char name[] = "aten::add\x01\xff";
@@ -1371,6 +1396,7 @@ static Suite *ring_suite(void)
 	tcase_add_test(dc, ringdec_launch_ranges_must_match_length);
 	tcase_add_test(dc, ringdec_unknown_kind_rejected);
 	tcase_add_test(dc, ringdec_string_past_payload_rejected);
+	tcase_add_test(dc, ringdec_keeps_text_as_traces_carry_it);
 	tcase_add_test(dc, ringdec_names_ids_through_the_ring);
 	suite_add_tcase(s, dc);
 	return s;
