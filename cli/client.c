@@ -156,21 +156,14 @@ static int client_wait(int fd, int timeout_ms, const sigset_t *mask)
 	}
 }
 
-void client_put_clean(FILE *f, const char *s)
-{
-	for (; *s != '\0'; s++) {
-		unsigned char c = (unsigned char)*s;
 
-		fputc(c < 0x20 || c == 0x7f ? '?' : c, f);
-	}
-}
 
 /* The daemon's Error, as one line. */
 static void client_refused(const char *cmd, const Npusan__Error *e)
 {
 	fprintf(stderr, "%s: the daemon refused the request: ", cmd);
 	if (e != NULL && e->message != NULL && e->message[0] != '\0')
-		client_put_clean(stderr, e->message);
+		text_put(stderr, e->message);
 	else if (e != NULL && e->has_code && e->code > 0)
 		fputs(strerror(e->code), stderr);
 	else

@@ -23,6 +23,7 @@
 #include "npusan.pb-c.h"
 #include "paths.h"
 #include "report.h"
+#include "text.h" /* text_put(): the daemon's text on a terminal */
 
 #define CLIENT_PROTOCOL_VERSION 1
 #define CLIENT_TIMEOUT_MS 10000
@@ -157,7 +158,5 @@ void client_span(int64_t ms, char *buf, size_t len);
 /* A size: "512 B", "1.5 KiB", "12.3 MiB"... */
 void client_bytes(uint64_t n, char *buf, size_t len);
 
-/* `s` on `f` with control characters as '?' (a daemon's untrusted text). */
-void client_put_clean(FILE *f, const char *s);
 
 #endif

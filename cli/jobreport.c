@@ -371,7 +371,7 @@ static char *jr_verdict(const struct jr *r, const struct jr_sum *s)
 	if (b == NULL)
 		return NULL;
 	fputs("npusan: job ", b);
-	client_put_clean(b, r->job);
+	text_put(b, r->job);
 	fputs(": ", b);
 	if (s->findings == 0) {
 		fputs("clean", b);
@@ -382,7 +382,7 @@ static char *jr_verdict(const struct jr *r, const struct jr_sum *s)
 			if (s->kinds[k].n == 0)
 				continue;
 			fprintf(b, "%s%zu ", first ? "" : ", ", s->kinds[k].n);
-			client_put_clean(b, kind_words(s->kinds[k].kind,
+			text_put(b, kind_words(s->kinds[k].kind,
 						       s->kinds[k].n));
 			first = false;
 		}
@@ -424,7 +424,7 @@ static int jr_text(const struct jr *r, const struct jr_sum *s,
 	char num[5][24];
 
 	fputs("Job ", stdout);
-	client_put_clean(stdout, r->job);
+	text_put(stdout, r->job);
 	fputs("\n\n", stdout);
 	if (table_new(cols, 6, color, &t) < 0)
 		return -ENOMEM;
@@ -824,7 +824,7 @@ static int jr_run(struct jr *r, const struct client_opts *co)
 		return status;
 	if (r->nprocs == 0 && r->nfinds == 0) {
 		fputs(JR_CMD ": no process of job '", stderr);
-		client_put_clean(stderr, r->job);
+		text_put(stderr, r->job);
 		fputs("' is known to the daemon (was it run under npusan, "
 		      "and is the job's name right?)\n",
 		      stderr);

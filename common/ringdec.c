@@ -12,8 +12,8 @@
 
 #include "../proto/ring.h"
 #include "ringread.h"
+#include "text.h"
 #include "u64map.h"
-#include "utf8.h"
 
 struct ringdec {
 	struct symtab *syms;
@@ -21,7 +21,7 @@ struct ringdec {
 	struct u64map stacks;  /* producer stack id -> symtab stack id */
 	struct op_range *ranges;
 	size_t ranges_cap;
-	char *text; /* a string made printable */
+	char *text; /* a string as text_keep() keeps it */
 	size_t text_cap;
 	uint32_t *frames;
 	size_t frames_cap;
@@ -120,39 +120,24 @@ static int ringdec_reserve(void **buf, size_t *cap, size_t n, size_t size)
 }
 
 /*
- * Interns `len` bytes from a producer as a printable string: bytes that
- * are not valid UTF-8, and control characters, become '?'; past
- * RINGDEC_STRING_MAX it is cut and marked.
+ * Interns `len` bytes from a producer as text_keep() keeps them: what the
+ * trace format can carry, as it came (text.h: displays clean it), cut as
+ * the agent and the trace reader cut it (op_cut_string()), so that a
+ * producer that is not our agent cannot make one string huge, and the
+ * daemon sees what `analyze` sees.
  */
 static int ringdec_intern(struct ringdec *d, const char *s, size_t len,
 			  uint32_t *id)
 {
-	const unsigned char *p = (const unsigned char *)s;
-	size_t i = 0, n, keep = len < RINGDEC_STRING_MAX ? len :
-						       RINGDEC_STRING_MAX;
+	size_t keep = op_cut_string(s, len);
 	int err;
 
-	if (len == 0)
-		return symtab_intern(d->syms, "?", 1, id);
-	err = ringdec_reserve((void **)&d->text, &d->text_cap,
-			      keep + sizeof(RINGDEC_CUT_MARK), 1);
+	if (keep < len)
+		d->n.truncated++;
+	err = ringdec_reserve((void **)&d->text, &d->text_cap, keep + 1, 1);
 	if (err < 0)
 		return err;
-	while (i < keep) {
-		n = p[i] < 0x80 ? 1 : utf8_seq(p + i, keep - i);
-		if (n == 0 || p[i] < 0x20 || p[i] == 0x7f) {
-			d->text[i++] = '?';
-			continue;
-		}
-		memcpy(d->text + i, p + i, n);
-		i += n;
-	}
-	if (keep < len) {
-		memcpy(d->text + keep, RINGDEC_CUT_MARK,
-		       sizeof(RINGDEC_CUT_MARK) - 1);
-		keep += sizeof(RINGDEC_CUT_MARK) - 1;
-		d->n.truncated++;
-	}
+	keep = text_keep(s, keep, d->text, keep + 1);
 	return ringdec_put(d, d->text, keep, id);
 }
 
@@ -269,6 +254,7 @@ static int ringdec_launch(struct ringdec *d, const void *payload, size_t len,
 {
 	const struct ring_launch *l = payload;
 	uint64_t n;
+	size_t oplen;
 	int err;
 
 	if (len < sizeof(*l) || l->kind != OP_LAUNCH)
@@ -282,6 +268,11 @@ static int ringdec_launch(struct ringdec *d, const void *payload, size_t len,
 			      sizeof(*d->ranges));
 	if (err == 0)
 		err = ringdec_string(d, l->name, "operator", &op->name);
+	/* An empty name (npusan_intern("")) is none: a trace's `op` is never
+	 * empty, and a recording must stay a trace. */
+	if (err == 0 && symtab_str(d->syms, op->name, &oplen) != NULL &&
+	    oplen == 0)
+		err = ringdec_string(d, 0, "operator", &op->name);
 	if (err < 0)
 		return err;
 	op->kind = OP_LAUNCH;

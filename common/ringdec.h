@@ -23,10 +23,6 @@
 
 struct ringdec;
 
-/* The longest string (an operator's name, a stack frame) kept whole, in
- * bytes: a longer one is cut there and ends in RINGDEC_CUT_MARK. */
-#define RINGDEC_STRING_MAX 1024
-#define RINGDEC_CUT_MARK "...[truncated]"
 /* What a string becomes once the symtab holds its bound of bytes. */
 #define RINGDEC_OVER_CAP "<over the memory cap>"
 
@@ -63,7 +59,7 @@ struct ringdec_counters {
 	uint64_t malformed;
 	uint64_t lost;      /* operation records made gaps (see above) */
 	uint64_t undefined; /* references to ids never defined */
-	uint64_t truncated; /* strings cut at RINGDEC_STRING_MAX */
+	uint64_t truncated; /* strings cut at OP_MAX_STRING */
 	uint64_t over_cap;  /* definitions past the bound on bytes */
 };
 

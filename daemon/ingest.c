@@ -157,7 +157,7 @@ static size_t ingest_frames(const struct symtab *syms, uint32_t id,
 	return n;
 }
 
-#define INGEST_MAX_FRAMES 256
+#define INGEST_MAX_FRAMES OP_MAX_FRAMES
 
 static void ingest_access(const struct symtab *syms,
 			  const struct finding_access *a,

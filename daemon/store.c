@@ -26,11 +26,11 @@
  *     `committed_seq` is in the database (or was dropped as in 2). That is
  *     what store_flush() waits for.
  *  4. Findings of one process with equal deduplication keys are one row.
- *     The key is a computed text column (kind, then each access's stream,
- *     type, operator id and stack id, "-" for no previous access), because
- *     SQLite's UNIQUE treats NULLs as distinct and every 64-bit stream is a
- *     valid stream, so no sentinel value is free. Operator ids and stack ids
- *     are this database's, so equal texts give equal keys.
+ *     The key is the engine's (finding_key()), as text in a computed
+ *     column (finding_key_text()), because SQLite's UNIQUE treats NULLs as
+ *     distinct and every 64-bit stream is a valid stream, so no sentinel
+ *     value is free. Operator ids and stack ids in it are this database's,
+ *     so equal texts give equal keys, also across daemon restarts.
  *  5. Operator names and frame texts are rows of `strings`, stacks rows of
  *     `stacks` (a JSON array of string ids, innermost first), each stored
  *     once. An empty stack is no row: its id is NULL (0 in keys).
@@ -1145,14 +1145,41 @@ static void w_finding_line(struct store *s, const struct store_finding *f,
 	*out = line;
 }
 
+/* The engine's deduplication key of `f` as text, its strings and stacks
+ * named by this database's ids (DESIGN 4). */
+static void store__finding_key(const struct store_finding *f, int64_t aop,
+			       int64_t ast, int64_t pop, int64_t pst,
+			       int64_t alst, char key[FINDING_KEY_TEXT_MAX])
+{
+	const struct finding shape = {
+		.kind = f->kind,
+		.has_alloc = f->has_alloc,
+		.has_previous = f->has_previous,
+		.alloc = { .has_stream = f->alloc_has_stream,
+			   .stream = f->alloc_stream },
+		.access = { .stream = f->access.stream,
+			    .write = f->access.write },
+		.previous = { .stream = f->previous.stream,
+			      .write = f->previous.write },
+	};
+	const struct finding_text text = {
+		(uint64_t)aop, (uint64_t)ast, (uint64_t)pop, (uint64_t)pst,
+		(uint64_t)alst,
+	};
+	struct finding_key k;
+
+	finding_key(&shape, &text, &k);
+	finding_key_text(&k, key);
+}
+
 /* Stores finding `f`; a new row's log line into *line (DESIGN 9). */
 static int w_finding(struct store *s, const struct store_finding *f,
 		     char **line)
 {
 	sqlite3_stmt *st = s->w_finding;
 	int64_t aop, ast, pop = 0, pst = 0, alst = 0;
-	char key[192];
-	int rc, n;
+	char key[FINDING_KEY_TEXT_MAX];
+	int rc;
 
 	if ((rc = w_string(s, f->access.op, &aop)) != SQLITE_OK ||
 	    (rc = w_stack(s, f->access.stack, f->access.nstack, &ast)) !=
@@ -1168,17 +1195,7 @@ static int w_finding(struct store *s, const struct store_finding *f,
 		    SQLITE_OK)
 		return rc;
 
-	/* DESIGN 4. */
-	n = snprintf(key, sizeof(key), "%s %" PRIu64 " %c %" PRId64 " %" PRId64,
-		     finding_kind_name(f->kind), f->access.stream,
-		     f->access.write ? 'w' : 'r', aop, ast);
-	if (f->has_previous)
-		snprintf(key + n, sizeof(key) - (size_t)n,
-			 " %" PRIu64 " %c %" PRId64 " %" PRId64,
-			 f->previous.stream, f->previous.write ? 'w' : 'r',
-			 pop, pst);
-	else
-		snprintf(key + n, sizeof(key) - (size_t)n, " -");
+	store__finding_key(f, aop, ast, pop, pst, alst, key);
 
 	/*
 	 * A repeat first: the upsert below merges it as well, but a failed

@@ -1038,6 +1038,68 @@ START_TEST(engine_dedup_key_ignores_pointer_not_stack)
 }
 END_TEST
 
+/* Two allocations on different streams, each used on stream 2 and freed
+ * without record_stream: the allocation stream is part of the key. */
+START_TEST(engine_dedup_key_has_allocation_stream)
+{
+	run_mode("alloc ptr=0x1000 size=16 stream=0\n"
+		 "alloc ptr=0x2000 size=16 stream=1\n"
+		 "launch stream=2 op=use read=0x1000\n"
+		 "launch stream=2 op=use read=0x2000\n"
+		 "free ptr=0x1000\n"
+		 "free ptr=0x2000\n",
+		 true);
+	ck_assert_uint_eq(F.n, 2);
+	ck_assert_uint_ne(F.v[0].id, F.v[1].id);
+	ck_assert_uint_eq(F.v[1].count, 1);
+	ck_assert_uint_eq(F.v[1].alloc.stream, 1);
+}
+END_TEST
+
+/* ---- the record_stream check's access type ------------------------------ */
+
+/* A write element that starts in another allocation and runs into this
+ * one wrote this one: the use on stream 1 is a write (the record_stream
+ * rule, "whether that launch wrote any memory of the allocation"). */
+START_TEST(engine_record_stream_write_from_other_allocation)
+{
+	run("alloc ptr=0x1000 size=16 stream=0\n"
+	    "alloc ptr=0x1010 size=16 stream=0\n"
+	    "launch stream=1 op=k read=0x1018 write=0x1000+20\n"
+	    "free ptr=0x1010\n");
+	assert_findings(0, 1);
+	assert_mrs(0, 0x1010, 0, 1, 1);
+	ck_assert(F.v[0].access.write);
+}
+END_TEST
+
+/* The same through a write element that belongs to no allocation. */
+START_TEST(engine_record_stream_write_from_no_allocation)
+{
+	run("alloc ptr=0x1000 size=16 stream=0\n"
+	    "launch stream=1 op=k read=0x1008 write=0xff0+24\n"
+	    "free ptr=0x1000\n");
+	assert_findings(0, 1);
+	assert_mrs(0, 0x1000, 0, 1, 1);
+	ck_assert(F.v[0].access.write);
+}
+END_TEST
+
+/* A write into the allocation from a later launch that has no access of
+ * its own belonging to it records no usage; the earlier read stays a read. */
+START_TEST(engine_record_stream_write_without_own_access_is_no_use)
+{
+	run("alloc ptr=0x1000 size=16 stream=0\n"
+	    "launch stream=1 op=r read=0x1000\n"
+	    "launch stream=1 op=w write=0xff0+32\n"
+	    "free ptr=0x1000\n");
+	assert_findings(0, 1);
+	assert_mrs(0, 0x1000, 0, 1, 1);
+	ck_assert(!F.v[0].access.write);
+	ck_assert_str_eq(tu_op(&F, 0, false), "r");
+}
+END_TEST
+
 /* ---- the engine API ----------------------------------------------------- */
 
 static void count_cb(const struct finding *f, bool first, void *arg)
@@ -1254,6 +1316,10 @@ static Suite *engine_suite(void)
 	tcase_add_test(mem, engine_gap_exempts_live_allocations_keeps_sync_state);
 	tcase_add_test(mem, engine_dedup_merges_repeats_and_counts);
 	tcase_add_test(mem, engine_dedup_key_ignores_pointer_not_stack);
+	tcase_add_test(mem, engine_dedup_key_has_allocation_stream);
+	tcase_add_test(mem, engine_record_stream_write_from_other_allocation);
+	tcase_add_test(mem, engine_record_stream_write_from_no_allocation);
+	tcase_add_test(mem, engine_record_stream_write_without_own_access_is_no_use);
 	suite_add_tcase(s, mem);
 
 	tcase_add_checked_fixture(ranges, NULL, teardown);

@@ -1331,8 +1331,8 @@ static struct ring_string *big_string(uint32_t id, size_t n, char fill,
 }
 
 /* Issue 12: 100 distinct 4 MiB operator names took 409 MiB. A string is
- * cut at RINGDEC_STRING_MAX bytes and says so. */
-START_TEST(ringdec_long_string_cut_and_marked)
+ * cut at OP_MAX_STRING bytes, as the agent and the trace reader cut it. */
+START_TEST(ringdec_long_string_cut_as_the_agent_cuts)
 {
 	size_t len, n;
 	struct ring_string *big = big_string(5, (size_t)4 << 20, 'a', &len);
@@ -1346,20 +1346,19 @@ START_TEST(ringdec_long_string_cut_and_marked)
 	len = put_launch(&u, 5, 0, 0);
 	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
 	name = symtab_str(x.syms, x.op.name, &n);
-	ck_assert_uint_eq(n, RINGDEC_STRING_MAX + strlen(RINGDEC_CUT_MARK));
-	ck_assert_uint_eq(strspn(name, "a"), RINGDEC_STRING_MAX);
-	ck_assert_str_eq(name + RINGDEC_STRING_MAX, RINGDEC_CUT_MARK);
-	ck_assert_uint_lt(symtab_bytes(x.syms), 128 << 10); /* not 4 MiB */
+	ck_assert_uint_eq(n, OP_MAX_STRING);
+	ck_assert_uint_eq(strspn(name, "a"), OP_MAX_STRING);
+	ck_assert_uint_lt(symtab_bytes(x.syms), 1 << 20); /* not 4 MiB */
 	ringdec_counters(x.d, &c);
 	ck_assert_uint_eq(c.truncated, 1);
 	/* One exactly at the bound is whole. */
 	free(big);
-	big = big_string(6, RINGDEC_STRING_MAX, 'b', &len);
+	big = big_string(6, OP_MAX_STRING, 'b', &len);
 	ck_assert_int_eq(dec(&x, RING_REC_STRING, big, len), 0);
 	len = put_launch(&u, 6, 0, 0);
 	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
 	symtab_str(x.syms, x.op.name, &n);
-	ck_assert_uint_eq(n, RINGDEC_STRING_MAX);
+	ck_assert_uint_eq(n, OP_MAX_STRING);
 	ringdec_counters(x.d, &c);
 	ck_assert_uint_eq(c.truncated, 1);
 	free(big);
@@ -1410,6 +1409,31 @@ END_TEST
  * launch naming them decodes to their text; ids never defined decode to a
  * placeholder, id 0 to "none"; a lost stretch and a gap become gaps.
  */
+/* Names are kept as a trace carries them (text.h): tab, newline, DEL and
+ * C1 stay; an empty frame is a frame; an empty operator is none, as a
+ * trace's `op` is never empty. */
+START_TEST(ringdec_keeps_text_as_traces_carry_it)
+{
+	static const char name[] = "a\tb\nc\x7f\xc2\x85\x1b";
+	union buf u;
+	struct dec x;
+	size_t len;
+
+	dec_open(&x);
+	ck_assert_int_eq(dec(&x, RING_REC_STRING, &u, put_string(&u, 1, name)),
+			 0);
+	ck_assert_int_eq(dec(&x, RING_REC_STRING, &u, put_string(&u, 2, "")),
+			 0);
+	len = put_launch(&u, 1, 0, 0);
+	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
+	ck_assert_str_eq(dec_str(&x, x.op.name), "a\tb\nc\x7f\xc2\x85?");
+	len = put_launch(&u, 2, 0, 0);
+	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
+	ck_assert_str_eq(dec_str(&x, x.op.name), "<no operator>");
+	dec_close(&x);
+}
+END_TEST
+
 START_TEST(ringdec_names_ids_through_the_ring)
 {
 	static const char name[] = "aten::add\x01\xff";
@@ -1543,8 +1567,9 @@ static Suite *ring_suite(void)
 	tcase_add_test(dc, ringdec_launch_ranges_must_match_length);
 	tcase_add_test(dc, ringdec_unknown_kind_rejected);
 	tcase_add_test(dc, ringdec_string_past_payload_rejected);
+	tcase_add_test(dc, ringdec_keeps_text_as_traces_carry_it);
 	tcase_add_test(dc, ringdec_names_ids_through_the_ring);
-	tcase_add_test(dc, ringdec_long_string_cut_and_marked);
+	tcase_add_test(dc, ringdec_long_string_cut_as_the_agent_cuts);
 	tcase_add_test(dc, ringdec_strings_bounded_by_max_bytes);
 	suite_add_tcase(s, dc);
 	return s;

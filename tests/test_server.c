@@ -1751,18 +1751,21 @@ END_TEST
 
 /* ---- wire ---------------------------------------------------------------- */
 
-START_TEST(wire_clean_replaces_control_and_invalid_bytes)
+/* Names are kept as the trace format carries them (text.h): tab, newline,
+ * DEL and C1 stay, for displays to clean; what no trace can hold does not. */
+START_TEST(wire_clean_keeps_what_traces_carry)
 {
 	char out[16];
 
 	ck_assert_ptr_null(wire_clean(NULL, out, sizeof(out)));
 	ck_assert_ptr_null(wire_clean("", out, sizeof(out)));
-	ck_assert_str_eq(wire_clean("a\tb\x7f" "c", out, sizeof(out)),
-			 "a?b?c");
+	ck_assert_str_eq(wire_clean("a\tb\x7f" "c\n", out, sizeof(out)),
+			 "a\tb\x7f" "c\n");
+	ck_assert_str_eq(wire_clean("a\rb\x1b", out, sizeof(out)), "a?b?");
 	/* Invalid UTF-8, an overlong '/', a C1 control, a surrogate. */
 	ck_assert_str_eq(wire_clean("\xff" "x\xc0\xaf" "\xc2\x85"
 				    "\xed\xa0\x80", out, sizeof(out)),
-			 "?x??????");
+			 "?x??\xc2\x85???");
 	/* Valid UTF-8 stays; a cut never splits a character. */
 	ck_assert_str_eq(wire_clean("\xc3\xa9t\xc3\xa9", out, sizeof(out)),
 			 "\xc3\xa9t\xc3\xa9");
@@ -2197,7 +2200,7 @@ static Suite *server_suite(void)
 	tcase_add_test(tt, server_user_socket_in_tmp_without_runtime_dir);
 	tcase_add_test(tt, server_user_refuses_someone_elses_tmp_dir);
 	suite_add_tcase(s, tt);
-	tcase_add_test(tw, wire_clean_replaces_control_and_invalid_bytes);
+	tcase_add_test(tw, wire_clean_keeps_what_traces_carry);
 	tcase_add_test(tw, wire_batch_splits_under_frame_max);
 	tcase_add_test(tw, wire_rx_reassembles_byte_by_byte);
 	suite_add_tcase(s, tw);

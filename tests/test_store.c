@@ -474,6 +474,43 @@ START_TEST(store_dedup_distinct_keys_stay_distinct)
 }
 END_TEST
 
+/* A missing record_stream's allocation side, its stream (known or not)
+ * and its stack, is part of the engine's key, and so of the store's: two
+ * allocations on streams 0 and 1 used on stream 2 are two rows. */
+START_TEST(store_dedup_key_is_the_engines)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(1, "j", 0, 0);
+	struct store_finding f[4];
+	struct seen v;
+	int64_t a = reg(s, &p);
+	size_t n = 0;
+
+	for (size_t i = 0; i < 4; i++) {
+		f[i] = race(a);
+		f[i].kind = FINDING_MISSING_RECORD_STREAM;
+		f[i].detected_at = DETECTED_AT_FREE;
+		f[i].has_previous = false;
+		f[i].access.stream = 2;
+	}
+	f[n++].alloc_stream = 0;
+	f[n++].alloc_stream = 1;
+	f[n++].alloc_has_stream = false;
+	f[n++].alloc_nstack = 0;
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(store_finding_submit(s, &f[i]), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+
+	findings(s, NULL, &v);
+	ck_assert_uint_eq(v.n, n);
+	for (size_t i = 0; i < v.n; i++)
+		ck_assert_uint_eq(v.f[i].count, 1);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
 START_TEST(store_strings_and_stacks_stored_once)
 {
 	char *path = db_path();
@@ -1310,6 +1347,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, store_update_visible_after_flush);
 	tcase_add_test(tc, store_dedup_equal_keys_add_counts);
 	tcase_add_test(tc, store_dedup_distinct_keys_stay_distinct);
+	tcase_add_test(tc, store_dedup_key_is_the_engines);
 	tcase_add_test(tc, store_strings_and_stacks_stored_once);
 	tcase_add_test(tc, store_finding_roundtrips_extremes);
 	tcase_add_test(tc, store_findings_filters);

@@ -53,6 +53,8 @@
 #include "engine.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -239,21 +241,8 @@ struct region_walk {
 	bool done;
 };
 
-struct dkey {
-	uint64_t s1;
-	uint64_t s2;
-	uint32_t op1;
-	uint32_t op2;
-	uint32_t st1;
-	uint32_t st2;
-	uint8_t kind;
-	uint8_t w1;
-	uint8_t w2;
-	uint8_t has_s2;
-};
-
 struct dent {
-	struct dkey key;
+	struct finding_key key;
 	uint64_t id;
 	uint64_t count;
 	uint8_t used;
@@ -742,14 +731,15 @@ static int site_get(struct engine *e, uint32_t op, uint32_t stack,
 
 /* ---- findings ----------------------------------------------------------- */
 
-static uint64_t dkey_hash(const struct dkey *k)
+static uint64_t dkey_hash(const struct finding_key *k)
 {
 	return hash_bytes(k, sizeof(*k));
 }
 
 /* The dedup row of `k`, inserted with count 0 when new; NULL when the table
  * cannot grow, in which case the occurrence is reported undeduplicated. */
-static struct dent *dedup_row(struct engine *e, const struct dkey *k)
+static struct dent *dedup_row(struct engine *e,
+			      const struct finding_key *k)
 {
 	size_t i;
 
@@ -784,37 +774,73 @@ static struct dent *dedup_row(struct engine *e, const struct dkey *k)
 	return &e->dedup[i];
 }
 
-static void finding_key(const struct finding *f, struct dkey *k)
+void finding_key(const struct finding *f, const struct finding_text *t,
+		 struct finding_key *k)
 {
+	struct finding_text own = {
+		.op = f->access.op,
+		.stack = f->access.stack,
+		.prev_op = f->previous.op,
+		.prev_stack = f->previous.stack,
+		.alloc_stack = f->alloc.stack,
+	};
+
+	if (t == NULL)
+		t = &own;
 	memset(k, 0, sizeof(*k));
 	k->kind = (uint8_t)f->kind;
 	k->s1 = f->access.stream;
-	k->op1 = f->access.op;
-	k->st1 = f->access.stack;
+	k->op1 = t->op;
+	k->st1 = t->stack;
 	k->w1 = f->access.write;
+	k->has_previous = f->has_previous;
 	if (f->has_previous) {
 		k->s2 = f->previous.stream;
 		k->has_s2 = 1;
-		k->op2 = f->previous.op;
-		k->st2 = f->previous.stack;
+		k->op2 = t->prev_op;
+		k->st2 = t->prev_stack;
 		k->w2 = f->previous.write;
-	} else {
-		/* missing_record_stream: the allocation's side of the pair */
-		k->s2 = f->alloc.stream;
+	} else if (f->has_alloc) {
+		k->s2 = f->alloc.has_stream ? f->alloc.stream : 0;
 		k->has_s2 = f->alloc.has_stream;
-		k->st2 = f->alloc.stack;
+		k->st2 = t->alloc_stack;
 	}
+}
+
+int finding_key_text(const struct finding_key *k,
+		     char buf[FINDING_KEY_TEXT_MAX])
+{
+	const char *kind = finding_kind_name((enum finding_kind)k->kind);
+	int n;
+
+	n = snprintf(buf, FINDING_KEY_TEXT_MAX,
+		     "%s %" PRIu64 " %c %" PRIu64 " %" PRIu64,
+		     kind != NULL ? kind : "?", k->s1, k->w1 ? 'w' : 'r',
+		     k->op1, k->st1);
+	/* A previous access as before allocations joined the key, so that
+	 * the rows of data races keep their keys. */
+	if (k->has_previous)
+		n += snprintf(buf + n, FINDING_KEY_TEXT_MAX - (size_t)n,
+			      " %" PRIu64 " %c %" PRIu64 " %" PRIu64, k->s2,
+			      k->w2 ? 'w' : 'r', k->op2, k->st2);
+	else if (k->has_s2)
+		n += snprintf(buf + n, FINDING_KEY_TEXT_MAX - (size_t)n,
+			      " - %" PRIu64 " %" PRIu64, k->s2, k->st2);
+	else
+		n += snprintf(buf + n, FINDING_KEY_TEXT_MAX - (size_t)n,
+			      " - ? %" PRIu64, k->st2);
+	return n;
 }
 
 static void emit(struct engine *e, struct finding *f)
 {
 	struct dent *row = NULL;
-	struct dkey k;
+	struct finding_key k;
 	bool first = true;
 
 	e->st.occurrences++;
 	if (e->o.dedup) {
-		finding_key(f, &k);
+		finding_key(f, NULL, &k);
 		row = dedup_row(e, &k);
 	}
 	if (row != NULL && row->count > 0) {
@@ -1983,6 +2009,35 @@ static int note_usage(struct engine *e, const struct elem *el, uint16_t s,
 	return 0;
 }
 
+/*
+ * A write element that belongs to another allocation, or to none, and runs
+ * into allocation A still wrote A: the usage of A this launch recorded
+ * (through an access that belongs to A) says so. Runs after every access
+ * of the launch has recorded its usage; a usage from an earlier launch is
+ * left alone, since this launch has no access that belongs to A.
+ */
+static void note_wrote_beyond(struct engine *e, const struct elem *el,
+			      uint16_t s)
+{
+	struct region_walk w;
+	struct region r;
+
+	walk_init(e, &w, el->start, el->last, el->alloc);
+	while (walk_next(&w, &r)) {
+		struct alloc *a = r.alloc;
+
+		if (a == NULL || a == el->alloc)
+			continue;
+		for (size_t i = 0; i < a->nusage; i++) {
+			struct usage *u = &a->usages[i];
+
+			if (u->sidx == s && (u->flags & USAGE_USED) &&
+			    u->seq == e->seq)
+				u->flags |= USAGE_WROTE;
+		}
+	}
+}
+
 static struct access *access_new(struct engine *e, uint16_t s,
 				 uint32_t site, uint64_t ptr, bool write)
 {
@@ -2041,6 +2096,10 @@ static int launch_update(struct engine *e, uint16_t s, uint32_t site,
 		if (err == 0)
 			err = note_usage(e, el, s, site);
 		access_put(e, el->acc); /* the history holds its own refs */
+	}
+	for (size_t i = 0; i < nw && err == 0; i++) {
+		if (!e->elems[i].dup)
+			note_wrote_beyond(e, &e->elems[i], s);
 	}
 	return err;
 }
