@@ -165,9 +165,16 @@ void client_put_clean(FILE *f, const char *s)
 	}
 }
 
-/* The daemon's Error, as one line. */
+/* The daemon's Error, as one line; "no finding 42" needs no preface. */
 static void client_refused(const char *cmd, const Npusan__Error *e)
 {
+	if (e != NULL && e->has_code && e->code == ENOENT &&
+	    e->message != NULL && e->message[0] != '\0') {
+		fprintf(stderr, "%s: ", cmd);
+		client_put_clean(stderr, e->message);
+		fputc('\n', stderr);
+		return;
+	}
 	fprintf(stderr, "%s: the daemon refused the request: ", cmd);
 	if (e != NULL && e->message != NULL && e->message[0] != '\0')
 		client_put_clean(stderr, e->message);
@@ -176,6 +183,15 @@ static void client_refused(const char *cmd, const Npusan__Error *e)
 	else
 		fputs("no reason given", stderr);
 	fputc('\n', stderr);
+}
+
+/* The exit status for the daemon's Error: what was asked for does not
+ * exist (ENOENT: `show` of no such finding) is the asker's mistake, like a
+ * bad argument; anything else the daemon's refusal. */
+static int client_error_status(const Npusan__Error *e)
+{
+	return e != NULL && e->has_code && e->code == ENOENT ? CLI_USAGE :
+							       CLI_DAEMON;
 }
 
 /* Says why connecting to `path` failed. */
@@ -280,9 +296,11 @@ static int client_answer(const struct client_opts *o, const char *cmd,
 			return CLI_DAEMON;
 		}
 		if (m->msg_case == NPUSAN__FROM_DAEMON__MSG_ERROR) {
+			int status = client_error_status(m->error);
+
 			client_refused(cmd, m->error);
 			npusan__from_daemon__free_unpacked(m, NULL);
-			return CLI_DAEMON;
+			return status;
 		}
 		next = cb(arg, m);
 		fflush(stdout);

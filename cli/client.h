@@ -58,7 +58,8 @@ typedef int (*client_reply_cb)(void *arg, Npusan__FromDaemon *m);
  * standard error, led by `cmd` ("npusanctl list"), that says what went
  * wrong: no daemon listens (and how to start one), no answer within
  * o->timeout_ms, the connection closed early, a malformed reply, or the
- * daemon's Error.
+ * daemon's Error; CLI_USAGE after printing the daemon's Error when it says
+ * that what was asked for does not exist (ENOENT: no such finding).
  */
 int client_query(const struct client_opts *o, const char *cmd,
 		 Npusan__Query *q, client_reply_cb cb, void *arg);

@@ -1016,11 +1016,11 @@ START_TEST(ctl_error_reply_is_reported_and_exits_3)
 	struct fq *q = fq_new();
 	char *out, *err;
 
-	fq_error(q, "no finding 42\033[31m", ENOENT);
+	fq_error(q, "database error\033[31m", EIO);
 	ck_assert_int_eq(ctl_fq(q, &out, &err, "show", "42", NULL), 3);
 	ck_assert_str_eq(out, "");
 	ck_assert_str_eq(err, "npusanctl show: the daemon refused the "
-			      "request: no finding 42?[31m\n");
+			      "request: database error?[31m\n");
 	ck_assert_int_eq(fq_query(q)->q_case, NPUSAN__QUERY__Q_SHOW);
 	ck_assert_int_eq(fq_query(q)->show->id, 42);
 	free(out);
@@ -1032,6 +1032,22 @@ START_TEST(ctl_error_reply_is_reported_and_exits_3)
 	fq_error(q, NULL, EPROTO);
 	ck_assert_int_eq(ctl_fq(q, NULL, &err, "stats", NULL), 3);
 	ck_assert_ptr_nonnull(strstr(err, strerror(EPROTO)));
+	free(err);
+	fq_free(q);
+}
+END_TEST
+
+/* No such finding is the asker's mistake, not a missing daemon: 2. */
+START_TEST(ctl_show_of_no_such_finding_exits_2)
+{
+	struct fq *q = fq_new();
+	char *out, *err;
+
+	fq_error(q, "no finding 42\033[31m", ENOENT);
+	ck_assert_int_eq(ctl_fq(q, &out, &err, "show", "42", NULL), 2);
+	ck_assert_str_eq(out, "");
+	ck_assert_str_eq(err, "npusanctl show: no finding 42?[31m\n");
+	free(out);
 	free(err);
 	fq_free(q);
 }
@@ -1443,6 +1459,7 @@ static Suite *ctl_suite(void)
 	tcase_add_test(tc, ctl_findings_follow_prints_pushed_findings_until_sigint);
 	tcase_add_test(tc, ctl_findings_follow_table_prints_rows_as_they_come);
 	tcase_add_test(tc, ctl_error_reply_is_reported_and_exits_3);
+	tcase_add_test(tc, ctl_show_of_no_such_finding_exits_2);
 	tcase_add_test(tc, ctl_malformed_replies_exit_3);
 	tcase_add_test(tc, ctl_silent_daemon_times_out);
 	tcase_add_test(tc, ctl_show_prints_analyze_report_with_seen);
