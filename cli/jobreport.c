@@ -36,15 +36,18 @@ static const char jr_usage[] =
 	"findings by kind and by rank, and on the last line a verdict:\n"
 	"  npusan: job JOB: N findings (K data race, ...) on ranks R...;\n"
 	"  N ranks, N operations, N lost\n"
-	"or '... clean; ...'. When operations were lost, the verdict says it\n"
-	"may be incomplete. 'npusanctl findings --job JOB' lists the\n"
-	"findings, 'npusanctl show ID' prints one in full.\n"
+	"or '... clean; ...'. Without findings, operations lost make it\n"
+	"'no findings in what was analysed', and no operation analysed at\n"
+	"all 'nothing analysed', with why. 'npusanctl findings --job JOB'\n"
+	"lists the findings, 'npusanctl show ID' prints one in full.\n"
 	"\n"
 	"Options:\n"
 	"  --job JOB            the job (required)\n"
 	"  --json               one JSON object instead of the text:\n"
 	"                         job, verdict (the verdict line), clean (no\n"
-	"                         findings), complete (no operation lost),\n"
+	"                         findings, operations analysed and none\n"
+	"                         lost), analysed (some operation was),\n"
+	"                         complete (no operation lost),\n"
 	"                         ranks (distinct ranks), processes,\n"
 	"                         operations, lost, findings (finding rows),\n"
 	"                         occurrences (their counts summed), by_kind\n"
@@ -55,15 +58,21 @@ static const char jr_usage[] =
 	"  --junit FILE         also write a JUnit XML file: a testsuite for\n"
 	"                       the job, a testcase per process ('rank 0 (pid\n"
 	"                       1234)'), a <failure> per finding (message:\n"
-	"                       its kind and operators; body: its report);\n"
+	"                       its kind and operators; body: its report),\n"
+	"                       and a testcase 'npusan analysis' with an\n"
+	"                       <error> when the exit status is 4 or 5;\n"
 	"                       written to a temporary file and renamed\n"
 	"  --error-exitcode N   exit with N (0-255) when there are findings\n"
+	"  --allow-incomplete   exit 0, not 5, when operations were lost and\n"
+	"                       nothing was found\n"
 	CLIENT_OPTIONS_HELP
 	"\n"
 	"Exit status: 0 no findings, 1 findings (or --error-exitcode N),\n"
 	"2 usage error, an unknown job (no process of JOB is known to the\n"
 	"daemon: was it run under npusan?) or a JUnit file that cannot be\n"
-	"written, 3 no daemon answered or it refused the request.\n";
+	"written, 3 no daemon answered or it refused the request, 4 npusan\n"
+	"analysed no operation of the job, 5 no findings but operations were\n"
+	"lost (the verdict is incomplete; 0 with --allow-incomplete).\n";
 
 /* A process of the job and its findings (a testcase). */
 struct jr_proc {
@@ -85,6 +94,10 @@ struct jr {
 	bool json;
 	const char *junit;
 	int error_exitcode;
+	bool allow_incomplete;
+	/* The job's processes listed, launchers left out of nprocs or not:
+	 * whether any registered at all, for the verdict. */
+	size_t nseen;
 	Npusan__FromDaemon **msgs; /* every reply, kept for its strings */
 	size_t nmsgs;
 	const Npusan__Finding **finds;
@@ -168,11 +181,14 @@ static int jr_list_cb(void *arg, Npusan__FromDaemon *m)
 		 * this job's, whatever a daemon sends. */
 		if (p->job == NULL || strcmp(p->job, r->job) != 0)
 			continue;
+		if (r->since_ms != 0 && p->has_last_ms &&
+		    p->last_ms < r->since_ms)
+			continue;
+		r->nseen++;
 		if (r->since_ms != 0 &&
-		    ((p->has_last_ms && p->last_ms < r->since_ms) ||
-		     (!p->has_rank && (!p->has_events || p->events == 0) &&
-		      (!p->has_lost || p->lost == 0) &&
-		      (!p->has_findings || p->findings == 0))))
+		    (!p->has_rank && (!p->has_events || p->events == 0) &&
+		     (!p->has_lost || p->lost == 0) &&
+		     (!p->has_findings || p->findings == 0)))
 			continue;
 		jp = jr_add_proc(r);
 		if (jp == NULL)
@@ -298,6 +314,49 @@ static void jr_sum(const struct jr *r, struct jr_sum *s)
 
 /* ---- the verdict --------------------------------------------------------- */
 
+/* Findings first: a finding is true whatever else was missed. */
+static enum jobreport_verdict jr_outcome(const struct jr_sum *s)
+{
+	if (s->findings > 0)
+		return JOBREPORT_FINDINGS;
+	if (s->events == 0)
+		return JOBREPORT_NOTHING;
+	return s->lost > 0 ? JOBREPORT_INCOMPLETE : JOBREPORT_CLEAN;
+}
+
+int jobreport_status(enum jobreport_verdict v, int error_exitcode,
+		     bool allow_incomplete)
+{
+	switch (v) {
+	case JOBREPORT_CLEAN:
+		return CLI_OK;
+	case JOBREPORT_FINDINGS:
+		return error_exitcode;
+	case JOBREPORT_INCOMPLETE:
+		return allow_incomplete ? CLI_OK : CLI_INCOMPLETE;
+	case JOBREPORT_NOTHING:
+		break;
+	}
+	return CLI_NOTHING_ANALYSED;
+}
+
+/* Why nothing was analysed, as plainly as the daemon's answer allows. */
+static void jr_why_nothing(const struct jr *r, FILE *b)
+{
+	if (r->nseen == 0) {
+		fputs("nothing analysed: no process of the job registered "
+		      "with the daemon (was the agent loaded? an 'npusan:' "
+		      "line above may say why not)",
+		      b);
+		return;
+	}
+	fprintf(b, "nothing analysed: %zu process%s registered, but npusan "
+		   "received no operation to analyse (an adapter that turned "
+		   "off, or a device it does not watch? an 'npusan: off:' "
+		   "line above says why)",
+		r->nseen, r->nseen == 1 ? "" : "es");
+}
+
 static const char *kind_words(const char *kind, size_t n)
 {
 	if (strcmp(kind, "data_race") == 0)
@@ -373,8 +432,11 @@ static char *jr_verdict(const struct jr *r, const struct jr_sum *s)
 	fputs("npusan: job ", b);
 	client_put_clean(b, r->job);
 	fputs(": ", b);
-	if (s->findings == 0) {
-		fputs("clean", b);
+	if (jr_outcome(s) == JOBREPORT_NOTHING) {
+		jr_why_nothing(r, b);
+	} else if (s->findings == 0) {
+		fputs(s->lost > 0 ? "no findings in what was analysed" : "clean",
+		      b);
 	} else {
 		fprintf(b, "%zu finding%s (", s->findings,
 			s->findings == 1 ? "" : "s");
@@ -499,11 +561,12 @@ static void jr_json(const struct jr *r, const struct jr_sum *s,
 	report_json_string(stdout, r->job, strlen(r->job));
 	fputs(",\"verdict\":", stdout);
 	report_json_string(stdout, verdict, strlen(verdict));
-	printf(",\"clean\":%s,\"complete\":%s,\"ranks\":%zu,"
-	       "\"processes\":%zu,\"operations\":%" PRIu64
+	printf(",\"clean\":%s,\"analysed\":%s,\"complete\":%s,"
+	       "\"ranks\":%zu,\"processes\":%zu,\"operations\":%" PRIu64
 	       ",\"lost\":%" PRIu64 ",\"findings\":%zu,"
 	       "\"occurrences\":%" PRIu64 ",\"by_kind\":",
-	       s->findings == 0 ? "true" : "false",
+	       jr_outcome(s) == JOBREPORT_CLEAN ? "true" : "false",
+	       s->events > 0 ? "true" : "false",
 	       s->lost == 0 ? "true" : "false", s->ranks, r->nprocs, s->events,
 	       s->lost, s->findings, s->occurrences);
 	jr_json_kinds(s->kinds, s->nkinds);
@@ -634,21 +697,49 @@ static void jr_junit_failure(FILE *f, const Npusan__Finding *pf)
 	free(msg);
 }
 
+/*
+ * Whether the file gets an errored testcase: a job npusan saw nothing of,
+ * or saw only part of without findings, must not look green in CI.
+ */
+static bool jr_junit_error(const struct jr *r, const struct jr_sum *s)
+{
+	enum jobreport_verdict v = jr_outcome(s);
+
+	return v == JOBREPORT_NOTHING ||
+	       (v == JOBREPORT_INCOMPLETE && !r->allow_incomplete);
+}
+
+static void jr_junit_analysis(FILE *f, const struct jr *r,
+			      const struct jr_sum *s, const char *verdict)
+{
+	fputs("    <testcase classname=\"npusan.", f);
+	xml_put(f, r->job, true);
+	fprintf(f, "\" name=\"npusan analysis\">\n"
+		   "      <error type=\"%s\" message=\"",
+		jr_outcome(s) == JOBREPORT_NOTHING ? "nothing_analysed" :
+						     "incomplete");
+	xml_put(f, verdict, true);
+	fputs("\">", f);
+	xml_put(f, verdict, false);
+	fputs("</error>\n    </testcase>\n", f);
+}
+
 static void jr_junit_body(FILE *f, const struct jr *r, const struct jr_sum *s,
 			  const char *verdict)
 {
-	size_t failed = 0;
+	size_t failed = 0, errors = jr_junit_error(r, s) ? 1 : 0;
+	size_t tests = r->nprocs + errors;
 	char name[64];
 
 	for (size_t i = 0; i < r->nprocs; i++)
 		failed += r->procs[i].nfinds > 0;
 	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
 		   "<testsuites name=\"npusan\" tests=\"%zu\" "
-		   "failures=\"%zu\" errors=\"0\">\n"
+		   "failures=\"%zu\" errors=\"%zu\">\n"
 		   "  <testsuite name=\"npusan job ",
-		r->nprocs, failed);
+		tests, failed, errors);
 	xml_put(f, r->job, true);
-	fprintf(f, "\" tests=\"%zu\" failures=\"%zu\" errors=\"0\" "
+	fprintf(f, "\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\" "
 		   "skipped=\"0\">\n"
 		   "    <properties>\n"
 		   "      <property name=\"ranks\" value=\"%zu\"/>\n"
@@ -657,7 +748,10 @@ static void jr_junit_body(FILE *f, const struct jr *r, const struct jr_sum *s,
 		   "      <property name=\"lost\" value=\"%" PRIu64 "\"/>\n"
 		   "      <property name=\"findings\" value=\"%zu\"/>\n"
 		   "    </properties>\n",
-		r->nprocs, failed, s->ranks, s->events, s->lost, s->findings);
+		tests, failed, errors, s->ranks, s->events, s->lost,
+		s->findings);
+	if (errors > 0)
+		jr_junit_analysis(f, r, s, verdict);
 	for (size_t i = 0; i < r->nprocs; i++) {
 		const struct jr_proc *p = &r->procs[i];
 
@@ -730,6 +824,7 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		{ "job", required_argument, NULL, 'J' },
 		{ "junit", required_argument, NULL, 'U' },
 		{ "error-exitcode", required_argument, NULL, 'x' },
+		{ "allow-incomplete", no_argument, NULL, 'I' },
 		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
 		CLIENT_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
@@ -756,6 +851,9 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 						       &r->error_exitcode);
 			if (status >= 0)
 				return status;
+			break;
+		case 'I':
+			r->allow_incomplete = true;
 			break;
 		case CLIENT_OPT_JSON:
 			r->json = true;
@@ -849,7 +947,8 @@ static int jr_run(struct jr *r, const struct client_opts *co)
 		goto oom;
 	}
 	free(verdict);
-	return s.findings > 0 ? r->error_exitcode : CLI_OK;
+	return jobreport_status(jr_outcome(&s), r->error_exitcode,
+				r->allow_incomplete);
 oom:
 	fprintf(stderr, JR_CMD ": out of memory\n");
 	return CLI_DAEMON;
@@ -872,7 +971,7 @@ int cli_report(int argc, char **argv)
 
 int jobreport_findings(const struct client_opts *co, const char *cmd,
 		       const char *job, int64_t since_ms, bool json,
-		       size_t *nfindings)
+		       enum jobreport_verdict *outcome)
 {
 	struct jr r = { .job = job, .cmd = cmd, .since_ms = since_ms };
 	bool color = report_want_color(stdout);
@@ -881,7 +980,6 @@ int jobreport_findings(const struct client_opts *co, const char *cmd,
 	char *verdict = NULL;
 	int status = jr_fetch(&r, co);
 
-	*nfindings = 0;
 	if (status != CLI_OK)
 		goto out;
 	status = CLI_DAEMON;
@@ -900,7 +998,7 @@ int jobreport_findings(const struct client_opts *co, const char *cmd,
 			report_text(stdout, color, &f);
 	}
 	fprintf(json ? stderr : stdout, "%s\n", verdict);
-	*nfindings = r.nfinds;
+	*outcome = jr_outcome(&s);
 	status = CLI_OK;
 	goto out;
 oom:

@@ -86,21 +86,28 @@ static const char run_usage[] =
 	"                       goes to standard error\n"
 	"  --error-exitcode N   exit with N (0-255) when CMD succeeded but\n"
 	"                       there are findings (default 1)\n"
+	"  --allow-incomplete   exit 0, not 5, when operations were lost and\n"
+	"                       nothing was found\n"
 	CLIENT_OPTIONS_HELP
 	"\n"
 	"SIGINT and SIGTERM sent to npusanctl are passed on to CMD; the\n"
-	"findings are still printed.\n"
+	"findings are still printed. A full ring makes CMD wait for the\n"
+	"daemon (NPUSAN_RING_FULL=block) unless NPUSAN_RING_FULL is set.\n"
 	"\n"
 	"Exit status: CMD's own when it failed (128+N when signal N killed it);\n"
-	"else 1 (or --error-exitcode N) when there are findings; else 0.\n"
-	"127: CMD was not found (126: not executable); 2: usage error; 3: no\n"
-	"daemon could be reached or started, or it did not answer.\n";
+	"else 1 (or --error-exitcode N) when there are findings; 4 when\n"
+	"npusan analysed no operation of the job (the verdict says why); 5\n"
+	"when operations were lost and nothing was found (0 with\n"
+	"--allow-incomplete); else 0. 127: CMD was not found (126: not\n"
+	"executable); 2: usage error; 3: no daemon could be reached or\n"
+	"started, or it did not answer.\n";
 
 struct run {
 	const char *job;
 	char jobbuf[128];
 	int error_exitcode;
 	bool json;
+	bool allow_incomplete;
 	char **argv; /* CMD and its arguments */
 	char socket[PATHS_SOCKET_MAX + 1];
 	bool default_socket; /* no --socket nor NPUSAN_SOCKET */
@@ -416,7 +423,11 @@ static int run_environment(const struct run *r)
 	char asan[PATH_MAX] = "";
 	int err = 0;
 
+	/* A ring that fills waits for the daemon rather than dropping: a CI
+	 * verdict with operations lost is one that cannot be trusted, and the
+	 * daemon is known to be there. The user's own choice stands. */
 	if (setenv("NPUSAN_JOB", r->job, 1) < 0 ||
+	    setenv("NPUSAN_RING_FULL", "block", 0) < 0 ||
 	    setenv("NPUSAN_SOCKET", r->socket, 1) < 0 ||
 	    setenv("NPUSAN_LIBRARY", r->lib, 1) < 0 ||
 	    setenv("NPUSAN", mode != NULL && strcmp(mode, "dormant") == 0 ?
@@ -661,6 +672,7 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		{ "job", required_argument, NULL, 'J' },
 		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
 		{ "error-exitcode", required_argument, NULL, 'x' },
+		{ "allow-incomplete", no_argument, NULL, 'I' },
 		CLIENT_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
@@ -681,6 +693,9 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 			break;
 		case CLIENT_OPT_JSON:
 			r->json = true;
+			break;
+		case 'I':
+			r->allow_incomplete = true;
 			break;
 		case 'x':
 			status = client_parse_exitcode(RUN_CMD, optarg,
@@ -725,8 +740,8 @@ static void run_name_job(struct run *r)
 
 static int run_main(struct run *r, struct client_opts *co)
 {
+	enum jobreport_verdict verdict = JOBREPORT_CLEAN;
 	int status, cmd_status = 0, job_status;
-	size_t nfindings = 0;
 	const char *env = getenv("NPUSAN_SOCKET");
 
 	status = run_locate(r);
@@ -747,7 +762,7 @@ static int run_main(struct run *r, struct client_opts *co)
 		status = run_settle(r, co);
 	if (job_status == CLI_OK && status == CLI_OK)
 		status = jobreport_findings(co, RUN_CMD, r->job, r->start_ms,
-					    r->json, &nfindings);
+					    r->json, &verdict);
 	run_release_daemon(r, co);
 	if (job_status != CLI_OK)
 		return job_status;
@@ -755,7 +770,8 @@ static int run_main(struct run *r, struct client_opts *co)
 		return status;
 	if (run_exit_status(cmd_status) != 0)
 		return run_exit_status(cmd_status);
-	return nfindings > 0 ? r->error_exitcode : CLI_OK;
+	return jobreport_status(verdict, r->error_exitcode,
+				r->allow_incomplete);
 }
 
 int cli_run(int argc, char **argv)

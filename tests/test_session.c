@@ -932,6 +932,62 @@ START_TEST(session_run_exit_statuses)
 }
 END_TEST
 
+/*
+ * A job npusan saw nothing of is no clean job (4), whether no process
+ * registered or one did and sent nothing; a job with operations lost and
+ * nothing found is not either (5), unless the user allows it.
+ */
+START_TEST(session_run_blind_or_incomplete_is_not_clean)
+{
+	static const char silent_trace[] = "npusan-trace 1\n"
+					   "process pid=1 rank=0\n";
+	static const char lossy_trace[] = "npusan-trace 1\n"
+					  "process pid=1 rank=0\n"
+					  "launch stream=0 op=a write=0x10+8\n"
+					  "gap lost=12\n"
+					  "launch stream=0 op=b write=0x10+8\n";
+	char *silent = tu_write_file("silent.trace", silent_trace);
+	char *lossy = tu_write_file("lossy.trace", lossy_trace);
+	char *rep = strdup(tu_bin("agent/npusan-replay")), *out, *err;
+	struct tu_daemon d;
+
+	tu_daemon_init(&d);
+	/* Nothing under the agent at all: a variable's typo, an adapter
+	 * that turned off before its process did anything. */
+	ck_assert_int_eq(ctl(&out, NULL, "run", "--job", "b1", "--", "/bin/true",
+			     NULL), 4);
+	ck_assert_msg(strstr(out, "npusan: job b1: nothing analysed: ") !=
+			      NULL, "%s", out);
+	ck_assert_ptr_null(strstr(out, "clean"));
+	free(out);
+	ck_assert_int_eq(ctl(&out, NULL, "run", "--job", "b2", "--", rep,
+			     silent, NULL), 4);
+	/* The replay and its child, the rank. */
+	ck_assert_msg(strstr(out, "npusan: job b2: nothing analysed: 2 "
+				  "processes registered") != NULL, "%s", out);
+	free(out);
+	/* The command's failure still wins. */
+	ck_assert_int_eq(ctl(&out, NULL, "run", "--", "/bin/sh", "-c", "exit 7",
+			     NULL), 7);
+	free(out);
+	ck_assert_int_eq(ctl(&out, &err, "run", "--job", "l1", "--", rep,
+			     lossy, NULL), 5);
+	ck_assert_msg(strstr(out, "npusan: job l1: no findings in what was "
+				  "analysed; 1 rank, 2 operations, 12 lost") !=
+			      NULL, "%s%s", out, err);
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(&out, NULL, "run", "--allow-incomplete", "--job",
+			     "l2", "--", rep, lossy, NULL), 0);
+	free(out);
+	no_daemon_left(&d);
+	free(rep);
+	free(silent);
+	free(lossy);
+	free(d.dir);
+}
+END_TEST
+
 /* A launcher that exits at once, leaving its rank running: run waits for
  * the rank, and --json prints exactly analyze's findings. */
 START_TEST(session_run_waits_for_what_the_command_leaves)
@@ -1165,6 +1221,7 @@ static Suite *session_suite(void)
 	suite_add_tcase(s, ov);
 	tcase_set_timeout(run, 120);
 	tcase_add_test(run, session_run_exit_statuses);
+	tcase_add_test(run, session_run_blind_or_incomplete_is_not_clean);
 	tcase_add_test(run, session_run_waits_for_what_the_command_leaves);
 	tcase_add_test(run, session_run_uses_a_running_daemon);
 	tcase_add_test(run, session_run_forwards_sigterm);
