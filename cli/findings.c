@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "client.h"
+#include "settle.h"
 #include "table.h"
 
 #define FINDINGS_CMD "npusanctl findings"
@@ -48,6 +49,10 @@ static const char findings_usage[] =
 	"  --follow             then print each finding the daemon stores or\n"
 	"                       updates, as it comes, until interrupted\n"
 	"                       (Ctrl-C: exit status 0)\n" CLIENT_OPTIONS_HELP
+	"\n"
+	"With --job or --pid, the findings of processes that have exited are\n"
+	"waited for (up to --timeout) until the daemon has stored all they\n"
+	"left.\n"
 	"\n"
 	"Exit status: 0 no findings (or --follow ended by SIGINT or SIGTERM),\n"
 	"1 findings, 2 usage error, 3 no daemon answered or it refused the\n"
@@ -379,12 +384,21 @@ int cli_findings(int argc, char **argv)
 	Npusan__Query q = NPUSAN__QUERY__INIT;
 	struct client_opts co;
 	struct findings s = { 0 };
+	size_t unstored;
 	int status;
 
 	client_opts_init(&co);
 	status = parse_opts(argc, argv, &co, &s, &req);
 	if (status >= 0)
 		return status;
+	/* A job's or a process's findings include what it left at exit. */
+	if (req.job != NULL || req.has_pid) {
+		status = settle_wait(&co, FINDINGS_CMD, req.job,
+				     req.has_pid ? req.pid : 0, 0,
+				     co.timeout_ms, &unstored);
+		if (status != CLI_OK)
+			return status;
+	}
 	if (!s.json &&
 	    table_new(findings_cols,
 		      sizeof(findings_cols) / sizeof(findings_cols[0]),

@@ -24,6 +24,7 @@
 #include "cli.h"
 #include "client.h"
 #include "jobreport.h"
+#include "settle.h"
 #include "table.h"
 
 #define JR_CMD "npusanctl report"
@@ -67,6 +68,9 @@ static const char jr_usage[] =
 	"                       nothing was found\n"
 	CLIENT_OPTIONS_HELP
 	"\n"
+	"Processes of JOB that have exited are waited for (up to --timeout)\n"
+	"until the daemon has stored all they left.\n"
+	"\n"
 	"Exit status: 0 no findings, 1 findings (or --error-exitcode N),\n"
 	"2 usage error, an unknown job (no process of JOB is known to the\n"
 	"daemon: was it run under npusan?) or a JUnit file that cannot be\n"
@@ -98,6 +102,8 @@ struct jr {
 	/* The job's processes listed, launchers left out of nprocs or not:
 	 * whether any registered at all, for the verdict. */
 	size_t nseen;
+	/* Processes that exited but the daemon had not stored in time. */
+	size_t unstored;
 	Npusan__FromDaemon **msgs; /* every reply, kept for its strings */
 	size_t nmsgs;
 	const Npusan__Finding **finds;
@@ -269,7 +275,7 @@ struct jr_kind {
 };
 
 struct jr_sum {
-	size_t ranks, findings;
+	size_t ranks, findings, unstored;
 	uint64_t events, lost, occurrences;
 	struct jr_kind kinds[16]; /* known kinds first, then others */
 	size_t nkinds;
@@ -310,6 +316,7 @@ static void jr_sum(const struct jr *r, struct jr_sum *s)
 							   1;
 	}
 	s->findings = r->nfinds;
+	s->unstored = r->unstored;
 }
 
 /* ---- the verdict --------------------------------------------------------- */
@@ -319,9 +326,10 @@ static enum jobreport_verdict jr_outcome(const struct jr_sum *s)
 {
 	if (s->findings > 0)
 		return JOBREPORT_FINDINGS;
-	if (s->events == 0)
+	if (s->events == 0 && s->unstored == 0)
 		return JOBREPORT_NOTHING;
-	return s->lost > 0 ? JOBREPORT_INCOMPLETE : JOBREPORT_CLEAN;
+	return s->lost > 0 || s->unstored > 0 ? JOBREPORT_INCOMPLETE :
+						JOBREPORT_CLEAN;
 }
 
 int jobreport_status(enum jobreport_verdict v, int error_exitcode,
@@ -435,7 +443,9 @@ static char *jr_verdict(const struct jr *r, const struct jr_sum *s)
 	if (jr_outcome(s) == JOBREPORT_NOTHING) {
 		jr_why_nothing(r, b);
 	} else if (s->findings == 0) {
-		fputs(s->lost > 0 ? "no findings in what was analysed" : "clean",
+		fputs(s->lost > 0 || s->unstored > 0 ?
+			      "no findings in what was analysed" :
+			      "clean",
 		      b);
 	} else {
 		fprintf(b, "%zu finding%s (", s->findings,
@@ -460,6 +470,10 @@ static char *jr_verdict(const struct jr *r, const struct jr_sum *s)
 	if (s->lost > 0)
 		fputs(" (operations were lost: the verdict may be incomplete)",
 		      b);
+	if (s->unstored > 0)
+		fprintf(b, " (%zu exited process%s not stored by the daemon "
+			   "yet: the verdict may be incomplete)",
+			s->unstored, s->unstored == 1 ? "" : "es");
 	if (fclose(b) != 0) {
 		free(out);
 		return NULL;
@@ -917,7 +931,10 @@ static int jr_run(struct jr *r, const struct client_opts *co)
 	char *verdict;
 	int status, err;
 
-	status = jr_fetch(r, co);
+	status = settle_wait(co, JR_CMD, r->job, 0, 0, co->timeout_ms,
+			     &r->unstored);
+	if (status == CLI_OK)
+		status = jr_fetch(r, co);
 	if (status != CLI_OK)
 		return status;
 	if (r->nprocs == 0 && r->nfinds == 0) {
@@ -970,10 +987,11 @@ int cli_report(int argc, char **argv)
 }
 
 int jobreport_findings(const struct client_opts *co, const char *cmd,
-		       const char *job, int64_t since_ms, bool json,
-		       enum jobreport_verdict *outcome)
+		       const char *job, int64_t since_ms, size_t unstored,
+		       bool json, enum jobreport_verdict *outcome)
 {
-	struct jr r = { .job = job, .cmd = cmd, .since_ms = since_ms };
+	struct jr r = { .job = job, .cmd = cmd, .since_ms = since_ms,
+			.unstored = unstored };
 	bool color = report_want_color(stdout);
 	struct report_finding f;
 	struct jr_sum s;

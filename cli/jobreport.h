@@ -29,7 +29,8 @@ int jobreport_status(enum jobreport_verdict v, int error_exitcode,
 
 /*
  * Asks the daemon for job `job`'s findings last seen at or after `since_ms`
- * (Unix ms) and its processes active since then, leaving out any without
+ * (Unix ms) and its processes active since then (`unstored` of them, which
+ * exited, were not stored in time: settle_wait()'s *left), leaving out any without
  * a rank that did nothing (a launcher). Prints each finding in full (with
  * `json`, as shared/spec/findings.md's JSON Lines) on standard output, then
  * report's verdict line (on standard error with `json`, so that standard
@@ -37,7 +38,7 @@ int jobreport_status(enum jobreport_verdict v, int error_exitcode,
  * Returns CLI_OK; CLI_DAEMON after saying what went wrong (prefixed `cmd`).
  */
 int jobreport_findings(const struct client_opts *co, const char *cmd,
-		       const char *job, int64_t since_ms, bool json,
-		       enum jobreport_verdict *verdict);
+		       const char *job, int64_t since_ms, size_t unstored,
+		       bool json, enum jobreport_verdict *verdict);
 
 #endif

@@ -54,6 +54,7 @@
 #include "client.h"
 #include "jobreport.h"
 #include "paths.h"
+#include "settle.h"
 
 #define RUN_CMD "npusanctl run"
 /* How long a private daemon may take to say READY=1. */
@@ -570,12 +571,9 @@ static int run_job(struct run *r, int *cmd_status)
 
 /* ---- the findings -------------------------------------------------------- */
 
-/* Counts the processes not exited yet: the job's, active since the job
- * started, or (others) those of every other job. */
+/* Counts the processes of other jobs not exited yet. */
 struct run_count {
 	const char *job;
-	int64_t since_ms;
-	bool others;
 	size_t busy;
 };
 
@@ -591,13 +589,9 @@ static int run_count_cb(void *arg, Npusan__FromDaemon *m)
 	}
 	for (size_t i = 0; i < lr->n_processes; i++) {
 		const Npusan__Process *p = lr->processes[i];
-		bool ours = p->job != NULL && strcmp(p->job, c->job) == 0;
 
-		if (p->state == NULL || strcmp(p->state, "exited") == 0)
-			continue;
-		if (c->others ? !ours :
-				ours && p->has_last_ms &&
-					p->last_ms >= c->since_ms)
+		if (p->state != NULL && strcmp(p->state, "exited") != 0 &&
+		    (p->job == NULL || strcmp(p->job, c->job) != 0))
 			c->busy++;
 	}
 	done = lr->has_done && lr->done;
@@ -611,45 +605,16 @@ static int run_count(const struct client_opts *co, struct run_count *c)
 	Npusan__ListRequest req = NPUSAN__LIST_REQUEST__INIT;
 	Npusan__Query q = NPUSAN__QUERY__INIT;
 
-	/* Only the job's, unless the others are asked for. */
-	req.job = c->others ? NULL : (char *)c->job;
 	q.q_case = NPUSAN__QUERY__Q_LIST;
 	q.list = &req;
 	c->busy = 0;
 	return client_query(co, RUN_CMD, &q, run_count_cb, c);
 }
 
-/*
- * Waits until the daemon has drained and stored every process of the job
- * (each shows exited): only then are its findings all there. A status.
- */
-static int run_settle(const struct run *r, const struct client_opts *co)
-{
-	int64_t deadline = client_mono_ms() + RUN_SETTLE_MS;
-	struct run_count c = { .job = r->job, .since_ms = r->start_ms };
-	int status;
-
-	for (;;) {
-		status = run_count(co, &c);
-		if (status != CLI_OK || c.busy == 0)
-			return status;
-		if (client_mono_ms() >= deadline) {
-			fprintf(stderr, RUN_CMD ": %zu process%s of job %s "
-					"still not finished by the daemon "
-					"after %d s; its findings may be "
-					"incomplete\n",
-				c.busy, c.busy == 1 ? "" : "es", r->job,
-				RUN_SETTLE_MS / 1000);
-			return CLI_OK;
-		}
-		run_nap_ms(50);
-	}
-}
-
 /* Stops the daemon we started, unless other jobs use it by now. */
 static void run_release_daemon(struct run *r, const struct client_opts *co)
 {
-	struct run_count c = { .job = r->job, .others = true };
+	struct run_count c = { .job = r->job };
 
 	if (r->daemon_pid <= 0)
 		return;
@@ -742,6 +707,7 @@ static int run_main(struct run *r, struct client_opts *co)
 {
 	enum jobreport_verdict verdict = JOBREPORT_CLEAN;
 	int status, cmd_status = 0, job_status;
+	size_t unstored = 0;
 	const char *env = getenv("NPUSAN_SOCKET");
 
 	status = run_locate(r);
@@ -758,11 +724,14 @@ static int run_main(struct run *r, struct client_opts *co)
 	run_name_job(r);
 	r->start_ms = client_now_ms();
 	job_status = run_job(r, &cmd_status);
+	/* Every process of the job is gone by now: wait until the daemon
+	 * has stored each, so that its findings are all there. */
 	if (job_status == CLI_OK)
-		status = run_settle(r, co);
+		status = settle_wait(co, RUN_CMD, r->job, 0, r->start_ms,
+				     RUN_SETTLE_MS, &unstored);
 	if (job_status == CLI_OK && status == CLI_OK)
 		status = jobreport_findings(co, RUN_CMD, r->job, r->start_ms,
-					    r->json, &verdict);
+					    unstored, r->json, &verdict);
 	run_release_daemon(r, co);
 	if (job_status != CLI_OK)
 		return job_status;

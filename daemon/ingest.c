@@ -411,17 +411,12 @@ static void ingest_update(struct ingest_proc *p, enum store_state st)
 	p->updated_ms = ingest_now_ms();
 }
 
-/* Whether the process is still the one that registered. */
+/* Whether the process is still the one that registered and can push:
+ * a zombie cannot, and waiting for its parent to reap it would keep its
+ * last operations from every query meanwhile. */
 static bool ingest_alive(const struct ingest_proc *p)
 {
-	uint64_t t = 0;
-
-	if (kill((pid_t)p->pid, 0) < 0 && errno == ESRCH)
-		return false;
-	if (procstat_start_time((pid_t)p->pid, &t) < 0)
-		t = 0;
-	/* Unreadable /proc (hidepid): trust kill(), which said it exists. */
-	return t == 0 || p->start_time == 0 || t == p->start_time;
+	return !procstat_gone((pid_t)p->pid, p->start_time);
 }
 
 static void ingest_proc_free(struct ingest_proc *p)

@@ -487,6 +487,43 @@ START_TEST(report_blind_or_incomplete_job_is_not_clean)
 }
 END_TEST
 
+/*
+ * Asked the moment a job's processes exited, report and findings tell
+ * what the processes left in their rings, not "clean" a drain too early.
+ */
+START_TEST(report_right_after_exit_sees_the_last_operations)
+{
+	char trace[512], job[32], *path, *out, *err;
+	struct tu_daemon d;
+
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, DAEMON_ARGS);
+	for (int i = 0; i < 3; i++) {
+		snprintf(job, sizeof(job), "quick%d", i);
+		snprintf(trace, sizeof(trace),
+			 "npusan-trace 1\n"
+			 "process pid=1 job=%s rank=0\n"
+			 "stream_create stream=1\n"
+			 "launch stream=0 op=w write=0x1000+64\n"
+			 "launch stream=1 op=r read=0x1000+64\n",
+			 job);
+		path = tu_write_file("quick.trace", trace);
+		replay(path, NULL);
+		ck_assert_int_eq(ctlv(&out, &err, i == 1 ? "findings" : "report",
+				      "--job", job, NULL),
+				 1);
+		ck_assert_msg(strstr(out, i == 1 ? "data_race" :
+						   "1 finding (1 data race)"),
+			      "%s%s", out, err);
+		free(out);
+		free(err);
+		free(path);
+	}
+	tu_daemon_stop(&d, SIGTERM);
+	free(d.dir);
+}
+END_TEST
+
 START_TEST(report_without_daemon_exits_3)
 {
 	char *dir = tu_tmpdir(), sock[PATH_MAX], junit[PATH_MAX], *err;
@@ -514,6 +551,7 @@ static Suite *report_suite(void)
 	tcase_add_test(tc, report_repeat_logs_once_and_escapes);
 	tcase_add_test(tc, report_clean_and_unknown_job);
 	tcase_add_test(tc, report_blind_or_incomplete_job_is_not_clean);
+	tcase_add_test(tc, report_right_after_exit_sees_the_last_operations);
 	tcase_add_test(tc, report_without_daemon_exits_3);
 	suite_add_tcase(s, tc);
 	return s;
