@@ -75,6 +75,7 @@ struct ingest_proc {
 	uint64_t events, lost, gaps;
 	uint64_t bad; /* records and counts found corrupt, as of the last drain */
 	bool warned;  /* the log said so once */
+	bool skipping; /* engine_feed_or_skip()'s */
 	/* enum store_state, running or dormant: the loop thread's (attach and
 	 * detach), read by the drain thread. */
 	_Atomic int state;
@@ -326,6 +327,20 @@ static void ingest_check_corrupt(struct ingest_proc *p)
 	p->warned = true;
 }
 
+/* Feeds one operation; one naming a stream beyond the engine's limit is
+ * counted lost, in a gap, as `analyze` counts it. engine_feed_or_skip()'s
+ * result. */
+static int ingest_feed(struct ingest_proc *p, const struct op *op)
+{
+	int rc = engine_feed_or_skip(p->engine, op, &p->skipping);
+
+	if (rc > 0) {
+		p->gaps += rc == ENGINE_SKIPPED_GAP;
+		ingest_count_lost(p, 1);
+	}
+	return rc;
+}
+
 static int ingest_record_cb(void *arg, unsigned type, const void *payload,
 			    size_t len)
 {
@@ -335,13 +350,15 @@ static int ingest_record_cb(void *arg, unsigned type, const void *payload,
 	if (ringdec_record(p->dec, type, payload, len, &op) != 1)
 		return 0; /* a definition, or malformed: ringdec counts it */
 	/* A gap is no operation of the process's: it is counted apart. */
-	if (op.kind == OP_GAP)
+	if (op.kind == OP_GAP) {
 		ingest_count_gap(p, &op);
-	else
-		p->events++;
-	/* An op the engine refuses (a stream beyond its limit) is skipped;
-	 * out of memory it forgets history itself, as a gap would. */
-	engine_feed(p->engine, &op);
+		engine_feed(p->engine, &op);
+		return 0;
+	}
+	/* Out of memory the engine forgets history itself, as a gap would. */
+	if (ingest_feed(p, &op) > 0)
+		return 0;
+	p->events++;
 	return 0;
 }
 

@@ -853,6 +853,55 @@ START_TEST(session_gaps_in_a_trace_live_and_offline)
 }
 END_TEST
 
+/* A process naming more streams than the engine follows: the daemon and
+ * analyze skip the same operations, count them lost in one gap, and find
+ * the same (the race after the gap, not the pair across it). */
+START_TEST(session_streams_past_the_limit_live_and_offline)
+{
+	static const char *const varying[] = { "id", "pid", "first_seen",
+					       "last_seen", NULL };
+	struct text t = { 0 };
+	struct tu_daemon d;
+	char *trace, *live, *offline, *err, *a, *b, *list;
+	pid_t rp;
+
+	add(&t, "npusan-trace 1");
+	add(&t, "process pid=1 job=streams rank=0");
+	add(&t, "launch stream=0 op=w_across write=0x9000+64");
+	for (int i = 1; i <= 1100; i++)
+		add(&t, "stream_create stream=%d", i);
+	add(&t, "launch stream=1 op=r_across read=0x9000+64");
+	race(&t, 0x1000, "after");
+	trace = text_file(&t, "streams.trace");
+	ck_assert_int_eq(ctl(&offline, &err, "analyze", "--json", trace, NULL),
+			 1);
+	ck_assert_ptr_nonnull(strstr(err, "77 operations on streams beyond"));
+	ck_assert_uint_eq(tu_count_lines(offline, "\"kind\""), 1);
+	ck_assert_ptr_null(strstr(offline, "r_across"));
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, NULL);
+	rp = replay_start(trace, NULL);
+	ck_assert_int_eq(WEXITSTATUS(reap(rp)), 0);
+	list = job_exited("streams", 1);
+	ck_assert_uint_eq(list_field(list, 0, "lost"), 77);
+	ck_assert_uint_eq(list_field(list, 0, "gaps"), 1);
+	ck_assert_uint_eq(list_field(list, 0, "events"), t.ops - 77);
+	live = job_findings("streams", 1);
+	a = tu_json_lines(live, "\"kind\"", varying);
+	b = tu_json_lines(offline, "\"kind\"", varying);
+	ck_assert_str_eq(a, b);
+	tu_daemon_stop(&d, SIGTERM);
+	free(a);
+	free(b);
+	free(list);
+	free(live);
+	free(offline);
+	free(err);
+	free(trace);
+	free(d.dir);
+}
+END_TEST
+
 /* ---- npusanctl run ------------------------------------------------------- */
 
 /* Traces without a job: under run, the job is run's. */
@@ -1218,6 +1267,7 @@ static Suite *session_suite(void)
 	tcase_add_test(ov, session_ring_overflow_drop_counts_every_lost_operation);
 	tcase_add_test(ov, session_ring_overflow_block_loses_nothing);
 	tcase_add_test(ov, session_gaps_in_a_trace_live_and_offline);
+	tcase_add_test(ov, session_streams_past_the_limit_live_and_offline);
 	suite_add_tcase(s, ov);
 	tcase_set_timeout(run, 120);
 	tcase_add_test(run, session_run_exit_statuses);
