@@ -902,6 +902,104 @@ START_TEST(session_streams_past_the_limit_live_and_offline)
 }
 END_TEST
 
+/* ---- findings --follow --------------------------------------------------- */
+
+/* Reads `fd` into *buf until it holds `want`; fails after 20 s. */
+static void read_until(int fd, char **buf, size_t *len, const char *want)
+{
+	for (int i = 0; i < 2000; i++) {
+		char chunk[4096];
+		ssize_t n;
+
+		if (*buf != NULL && strstr(*buf, want) != NULL)
+			return;
+		n = read(fd, chunk, sizeof(chunk));
+		if (n > 0) {
+			*buf = realloc(*buf, *len + (size_t)n + 1);
+			memcpy(*buf + *len, chunk, (size_t)n);
+			*len += (size_t)n;
+			(*buf)[*len] = '\0';
+			continue;
+		}
+		tu_nap_ms(10);
+	}
+	ck_abort_msg("no '%s' in: %s", want, *buf ? *buf : "");
+}
+
+/*
+ * A follower sees a finding when it is stored, again when its count
+ * grows, and goes on across a daemon restart, saying so; Ctrl-C ends it
+ * with 0.
+ */
+START_TEST(session_findings_follow_shows_updates_across_restarts)
+{
+	struct text t = { 0 }, t2 = { 0 };
+	struct tu_daemon d;
+	char *trace, *trace2, *k1, *out = NULL, *err = NULL, *bin;
+	size_t len = 0, elen = 0;
+	int po[2], pe[2], status;
+	pid_t fol, rp, pid;
+
+	add(&t, "npusan-trace 1");
+	add(&t, "process pid=1 job=fol rank=0");
+	add(&t, "stream_create stream=1");
+	race(&t, 0x1000, "x");
+	k1 = pause_arg(t.ops);
+	race(&t, 0x2000, "x"); /* the same finding: its count grows */
+	trace = text_file(&t, "fol.trace");
+	add(&t2, "npusan-trace 1");
+	add(&t2, "process pid=1 job=fol rank=1");
+	add(&t2, "stream_create stream=1");
+	race(&t2, 0x1000, "y");
+	trace2 = text_file(&t2, "fol2.trace");
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, NULL);
+	ck_assert_int_eq(pipe2(po, O_CLOEXEC | O_NONBLOCK), 0);
+	ck_assert_int_eq(pipe2(pe, O_CLOEXEC | O_NONBLOCK), 0);
+	bin = strdup(tu_bin("npusanctl"));
+	fol = fork();
+	ck_assert_int_ge(fol, 0);
+	if (fol == 0) {
+		dup2(po[1], STDOUT_FILENO);
+		dup2(pe[1], STDERR_FILENO);
+		execl(bin, bin, "findings", "--follow", "--json", "--job",
+		      "fol", (char *)NULL);
+		_exit(127);
+	}
+	close(po[1]);
+	close(pe[1]);
+	rp = replay_start("--pause-at", k1, trace, NULL);
+	job_stopped("fol", &pid, 1);
+	read_until(po[0], &out, &len, "\"count\":1,");
+	job_continue(&pid, 1);
+	ck_assert_int_eq(WEXITSTATUS(reap(rp)), 0);
+	read_until(po[0], &out, &len, "\"count\":2,");
+	tu_daemon_stop(&d, SIGTERM);
+	read_until(pe[0], &err, &elen, "waiting for the daemon");
+	tu_daemon_start(&d, NULL);
+	read_until(pe[0], &err, &elen, "answers again");
+	rp = replay_start(trace2, NULL);
+	ck_assert_int_eq(WEXITSTATUS(reap(rp)), 0);
+	read_until(po[0], &out, &len, "\"op\":\"r_y\"");
+	ck_assert_int_eq(kill(fol, SIGINT), 0);
+	status = reap(fol);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "status %d", status);
+	/* Each state once: first seen, grown, and the second rank's. */
+	ck_assert_uint_eq(tu_count_lines(out, "\"kind\""), 3);
+	tu_daemon_stop(&d, SIGTERM);
+	close(po[0]);
+	close(pe[0]);
+	free(out);
+	free(err);
+	free(bin);
+	free(k1);
+	free(trace);
+	free(trace2);
+	free(d.dir);
+}
+END_TEST
+
 /* ---- npusanctl run ------------------------------------------------------- */
 
 /* Traces without a job: under run, the job is run's. */
@@ -1268,6 +1366,8 @@ static Suite *session_suite(void)
 	tcase_add_test(ov, session_ring_overflow_block_loses_nothing);
 	tcase_add_test(ov, session_gaps_in_a_trace_live_and_offline);
 	tcase_add_test(ov, session_streams_past_the_limit_live_and_offline);
+	tcase_add_test(ov,
+		       session_findings_follow_shows_updates_across_restarts);
 	suite_add_tcase(s, ov);
 	tcase_set_timeout(run, 120);
 	tcase_add_test(run, session_run_exit_statuses);
