@@ -45,9 +45,11 @@ static const char jr_usage[] =
 	"Options:\n"
 	"  --job JOB            the job (required)\n"
 	"  --json               one JSON object instead of the text:\n"
-	"                         job, verdict (the verdict line), clean (no\n"
-	"                         findings, operations analysed and none\n"
-	"                         lost), analysed (some operation was),\n"
+	"                         job, run (the run reported, or null),\n"
+	"                         runs (of JOB), verdict (the verdict line),\n"
+	"                         clean (no findings, operations analysed\n"
+	"                         and none lost), analysed (some operation\n"
+	"                         was),\n"
 	"                         complete (no operation lost),\n"
 	"                         ranks (distinct ranks), processes,\n"
 	"                         operations, lost, findings (finding rows),\n"
@@ -66,6 +68,9 @@ static const char jr_usage[] =
 	"  --error-exitcode N   exit with N (0-255) when there are findings\n"
 	"  --allow-incomplete   exit 0, not 5, when operations were lost and\n"
 	"                       nothing was found\n"
+	"  --run ID             the run ID of JOB (each 'npusanctl run' is one,\n"
+	"                       named by $NPUSAN_RUN); default: the latest\n"
+	"  --all                every run of JOB together\n"
 	CLIENT_OPTIONS_HELP
 	"\n"
 	"Processes of JOB that have exited are waited for (up to --timeout)\n"
@@ -84,6 +89,9 @@ struct jr_proc {
 	int64_t id; /* the daemon's process id */
 	uint32_t rank, pid;
 	const char *state;
+	const char *run;  /* NULL: none */
+	int64_t first_ms; /* when it registered */
+	bool launcher;    /* no rank, and did nothing */
 	uint64_t events, lost;
 	size_t *finds; /* indexes into jr.finds */
 	size_t nfinds;
@@ -99,6 +107,11 @@ struct jr {
 	const char *junit;
 	int error_exitcode;
 	bool allow_incomplete;
+	/* The run reported: `run` (NULL: none) when has_run, else the
+	 * latest (that of the process that registered last), unless all. */
+	bool has_run, all;
+	const char *run;
+	size_t nruns; /* distinct runs of the job's processes listed */
 	/* The job's processes listed, launchers left out of nprocs or not:
 	 * whether any registered at all, for the verdict. */
 	size_t nseen;
@@ -190,12 +203,6 @@ static int jr_list_cb(void *arg, Npusan__FromDaemon *m)
 		if (r->since_ms != 0 && p->has_last_ms &&
 		    p->last_ms < r->since_ms)
 			continue;
-		r->nseen++;
-		if (r->since_ms != 0 &&
-		    (!p->has_rank && (!p->has_events || p->events == 0) &&
-		     (!p->has_lost || p->lost == 0) &&
-		     (!p->has_findings || p->findings == 0)))
-			continue;
 		jp = jr_add_proc(r);
 		if (jp == NULL)
 			return -ENOMEM;
@@ -206,11 +213,89 @@ static int jr_list_cb(void *arg, Npusan__FromDaemon *m)
 		jp->has_pid = p->has_pid;
 		jp->pid = p->pid;
 		jp->state = p->state;
+		jp->run = p->run;
+		jp->first_ms = p->has_first_ms ? p->first_ms : 0;
+		jp->launcher = !p->has_rank &&
+			       (!p->has_events || p->events == 0) &&
+			       (!p->has_lost || p->lost == 0) &&
+			       (!p->has_findings || p->findings == 0);
 		jp->events = p->has_events ? p->events : 0;
 		jp->lost = p->has_lost ? p->lost : 0;
 	}
 	r->answered = r->answered || done;
 	return done ? CLIENT_DONE : CLIENT_MORE;
+}
+
+static bool jr_owns(const struct jr_proc *c, const Npusan__Finding *f)
+{
+	if (c->has_id && f->has_process_id)
+		return c->id == f->process_id;
+	return c->has_rank == f->has_rank &&
+	       (!f->has_rank || c->rank == f->rank) &&
+	       c->has_pid == f->has_pid && (!f->has_pid || c->pid == f->pid);
+}
+
+static bool jr_same_run(const char *a, const char *b)
+{
+	return a == NULL ? b == NULL : b != NULL && strcmp(a, b) == 0;
+}
+
+/* The run to report when none was asked for: the latest. */
+static const char *jr_latest_run(const struct jr *r)
+{
+	const struct jr_proc *latest = NULL;
+
+	for (size_t i = 0; i < r->nprocs; i++) {
+		if (latest == NULL || r->procs[i].first_ms > latest->first_ms)
+			latest = &r->procs[i];
+	}
+	return latest != NULL ? latest->run : NULL;
+}
+
+/*
+ * Keeps the processes of the run reported (all with r->all) and their
+ * findings, counting the job's runs and the processes seen (r->nseen);
+ * leaves out launchers when only what was active since r->since_ms is
+ * asked for (run's own verdict).
+ */
+static void jr_select(struct jr *r)
+{
+	size_t keep = 0;
+
+	if (!r->all && !r->has_run) {
+		r->run = jr_latest_run(r);
+		r->has_run = r->nprocs > 0;
+	}
+	for (size_t i = 0; i < r->nprocs; i++) {
+		size_t j = 0;
+
+		while (j < i && !jr_same_run(r->procs[j].run, r->procs[i].run))
+			j++;
+		r->nruns += j == i;
+	}
+	for (size_t i = 0; i < r->nprocs; i++) {
+		const struct jr_proc *p = &r->procs[i];
+
+		if (r->has_run && !jr_same_run(p->run, r->run))
+			continue;
+		r->nseen++;
+		if (r->since_ms != 0 && p->launcher)
+			continue;
+		r->procs[keep++] = *p;
+	}
+	r->nprocs = keep;
+	if (!r->has_run)
+		return;
+	keep = 0;
+	for (size_t i = 0; i < r->nfinds; i++) {
+		for (size_t j = 0; j < r->nprocs; j++) {
+			if (jr_owns(&r->procs[j], r->finds[i])) {
+				r->finds[keep++] = r->finds[i];
+				break;
+			}
+		}
+	}
+	r->nfinds = keep;
 }
 
 static int proc_cmp(const void *pa, const void *pb)
@@ -224,14 +309,6 @@ static int proc_cmp(const void *pa, const void *pb)
 	return a->pid < b->pid ? -1 : a->pid > b->pid;
 }
 
-static bool jr_owns(const struct jr_proc *c, const Npusan__Finding *f)
-{
-	if (c->has_id && f->has_process_id)
-		return c->id == f->process_id;
-	return c->has_rank == f->has_rank &&
-	       (!f->has_rank || c->rank == f->rank) &&
-	       c->has_pid == f->has_pid && (!f->has_pid || c->pid == f->pid);
-}
 
 /* Gives each finding to its process. 0; -ENOMEM. */
 static int jr_assign(struct jr *r)
@@ -501,6 +578,14 @@ static int jr_text(const struct jr *r, const struct jr_sum *s,
 
 	fputs("Job ", stdout);
 	client_put_clean(stdout, r->job);
+	if (r->has_run && r->run != NULL) {
+		fputs(", run ", stdout);
+		client_put_clean(stdout, r->run);
+	}
+	if (r->has_run && r->nruns > 1)
+		printf(" (of %zu runs under this name: --run ID or --all for "
+		       "the others)",
+		       r->nruns);
 	fputs("\n\n", stdout);
 	if (table_new(cols, 6, color, &t) < 0)
 		return -ENOMEM;
@@ -573,7 +658,12 @@ static void jr_json(const struct jr *r, const struct jr_sum *s,
 {
 	fputs("{\"job\":", stdout);
 	report_json_string(stdout, r->job, strlen(r->job));
-	fputs(",\"verdict\":", stdout);
+	fputs(",\"run\":", stdout);
+	if (r->has_run && r->run != NULL)
+		report_json_string(stdout, r->run, strlen(r->run));
+	else
+		fputs("null", stdout);
+	printf(",\"runs\":%zu,\"verdict\":", r->nruns);
 	report_json_string(stdout, verdict, strlen(verdict));
 	printf(",\"clean\":%s,\"analysed\":%s,\"complete\":%s,"
 	       "\"ranks\":%zu,\"processes\":%zu,\"operations\":%" PRIu64
@@ -760,10 +850,15 @@ static void jr_junit_body(FILE *f, const struct jr *r, const struct jr_sum *s,
 		   "      <property name=\"operations\" value=\"%" PRIu64
 		   "\"/>\n"
 		   "      <property name=\"lost\" value=\"%" PRIu64 "\"/>\n"
-		   "      <property name=\"findings\" value=\"%zu\"/>\n"
-		   "    </properties>\n",
+		   "      <property name=\"findings\" value=\"%zu\"/>\n",
 		tests, failed, errors, s->ranks, s->events, s->lost,
 		s->findings);
+	if (r->has_run && r->run != NULL) {
+		fputs("      <property name=\"run\" value=\"", f);
+		xml_put(f, r->run, true);
+		fputs("\"/>\n", f);
+	}
+	fputs("    </properties>\n", f);
 	if (errors > 0)
 		jr_junit_analysis(f, r, s, verdict);
 	for (size_t i = 0; i < r->nprocs; i++) {
@@ -839,6 +934,8 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		{ "junit", required_argument, NULL, 'U' },
 		{ "error-exitcode", required_argument, NULL, 'x' },
 		{ "allow-incomplete", no_argument, NULL, 'I' },
+		{ "run", required_argument, NULL, 'r' },
+		{ "all", no_argument, NULL, 'a' },
 		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
 		CLIENT_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
@@ -869,6 +966,13 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		case 'I':
 			r->allow_incomplete = true;
 			break;
+		case 'r':
+			r->has_run = true;
+			r->run = optarg;
+			break;
+		case 'a':
+			r->all = true;
+			break;
 		case CLIENT_OPT_JSON:
 			r->json = true;
 			break;
@@ -886,6 +990,11 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 	}
 	if (r->job == NULL || r->job[0] == '\0') {
 		fprintf(stderr, JR_CMD ": which job? Give --job JOB\n"
+				       "Try '" JR_CMD " --help'.\n");
+		return CLI_USAGE;
+	}
+	if (r->has_run && r->all) {
+		fprintf(stderr, JR_CMD ": --run and --all exclude each other\n"
 				       "Try '" JR_CMD " --help'.\n");
 		return CLI_USAGE;
 	}
@@ -937,9 +1046,17 @@ static int jr_run(struct jr *r, const struct client_opts *co)
 		status = jr_fetch(r, co);
 	if (status != CLI_OK)
 		return status;
+	jr_select(r);
 	if (r->nprocs == 0 && r->nfinds == 0) {
 		fputs(JR_CMD ": no process of job '", stderr);
 		client_put_clean(stderr, r->job);
+		if (r->has_run && r->nruns > 0) {
+			fputs("' ran as run '", stderr);
+			client_put_clean(stderr, r->run ? r->run : "");
+			fputs("' (see 'npusanctl list --job JOB --json')\n",
+			      stderr);
+			return CLI_USAGE;
+		}
 		fputs("' is known to the daemon (was it run under npusan, "
 		      "and is the job's name right?)\n",
 		      stderr);
@@ -987,11 +1104,12 @@ int cli_report(int argc, char **argv)
 }
 
 int jobreport_findings(const struct client_opts *co, const char *cmd,
-		       const char *job, int64_t since_ms, size_t unstored,
-		       bool json, enum jobreport_verdict *outcome)
+		       const char *job, const char *run, int64_t since_ms,
+		       size_t unstored, bool json,
+		       enum jobreport_verdict *outcome)
 {
 	struct jr r = { .job = job, .cmd = cmd, .since_ms = since_ms,
-			.unstored = unstored };
+			.unstored = unstored, .has_run = true, .run = run };
 	bool color = report_want_color(stdout);
 	struct report_finding f;
 	struct jr_sum s;
@@ -1000,6 +1118,7 @@ int jobreport_findings(const struct client_opts *co, const char *cmd,
 
 	if (status != CLI_OK)
 		goto out;
+	jr_select(&r);
 	status = CLI_DAEMON;
 	if (jr_assign(&r) < 0)
 		goto oom;

@@ -28,8 +28,9 @@ int jobreport_status(enum jobreport_verdict v, int error_exitcode,
 		     bool allow_incomplete);
 
 /*
- * Asks the daemon for job `job`'s findings last seen at or after `since_ms`
- * (Unix ms) and its processes active since then (`unstored` of them, which
+ * Asks the daemon for the findings of run `run` (NULL: the processes
+ * without one) of job `job` last seen at or after `since_ms` (Unix ms) and
+ * its processes active since then (`unstored` of them, which
  * exited, were not stored in time: settle_wait()'s *left), leaving out any without
  * a rank that did nothing (a launcher). Prints each finding in full (with
  * `json`, as shared/spec/findings.md's JSON Lines) on standard output, then
@@ -38,7 +39,8 @@ int jobreport_status(enum jobreport_verdict v, int error_exitcode,
  * Returns CLI_OK; CLI_DAEMON after saying what went wrong (prefixed `cmd`).
  */
 int jobreport_findings(const struct client_opts *co, const char *cmd,
-		       const char *job, int64_t since_ms, size_t unstored,
-		       bool json, enum jobreport_verdict *verdict);
+		       const char *job, const char *run, int64_t since_ms,
+		       size_t unstored, bool json,
+		       enum jobreport_verdict *verdict);
 
 #endif

@@ -106,6 +106,8 @@ static const char run_usage[] =
 struct run {
 	const char *job;
 	char jobbuf[128];
+	const char *run; /* NPUSAN_RUN: this run of the job */
+	char runbuf[64];
 	int error_exitcode;
 	bool json;
 	bool allow_incomplete;
@@ -428,6 +430,7 @@ static int run_environment(const struct run *r)
 	 * verdict with operations lost is one that cannot be trusted, and the
 	 * daemon is known to be there. The user's own choice stands. */
 	if (setenv("NPUSAN_JOB", r->job, 1) < 0 ||
+	    setenv("NPUSAN_RUN", r->run, 1) < 0 ||
 	    setenv("NPUSAN_RING_FULL", "block", 0) < 0 ||
 	    setenv("NPUSAN_SOCKET", r->socket, 1) < 0 ||
 	    setenv("NPUSAN_LIBRARY", r->lib, 1) < 0 ||
@@ -703,6 +706,28 @@ static void run_name_job(struct run *r)
 	r->job = r->jobbuf;
 }
 
+/*
+ * This run's id: $NPUSAN_RUN (a CI build's number, say), else when it
+ * started (UTC) and npusanctl's pid. It tells this run's processes from
+ * those of earlier runs under the same job name.
+ */
+static void run_name_run(struct run *r)
+{
+	const char *env = getenv("NPUSAN_RUN");
+	time_t now = (time_t)(r->start_ms / 1000);
+	struct tm tm;
+	char when[32] = "";
+
+	if (env != NULL && env[0] != '\0') {
+		r->run = env;
+		return;
+	}
+	if (gmtime_r(&now, &tm) != NULL)
+		strftime(when, sizeof(when), "%Y%m%dT%H%M%SZ", &tm);
+	snprintf(r->runbuf, sizeof(r->runbuf), "%s-%d", when, (int)getpid());
+	r->run = r->runbuf;
+}
+
 static int run_main(struct run *r, struct client_opts *co)
 {
 	enum jobreport_verdict verdict = JOBREPORT_CLEAN;
@@ -723,6 +748,7 @@ static int run_main(struct run *r, struct client_opts *co)
 	co->socket = r->socket;
 	run_name_job(r);
 	r->start_ms = client_now_ms();
+	run_name_run(r);
 	job_status = run_job(r, &cmd_status);
 	/* Every process of the job is gone by now: wait until the daemon
 	 * has stored each, so that its findings are all there. */
@@ -730,8 +756,9 @@ static int run_main(struct run *r, struct client_opts *co)
 		status = settle_wait(co, RUN_CMD, r->job, 0, r->start_ms,
 				     RUN_SETTLE_MS, &unstored);
 	if (job_status == CLI_OK && status == CLI_OK)
-		status = jobreport_findings(co, RUN_CMD, r->job, r->start_ms,
-					    unstored, r->json, &verdict);
+		status = jobreport_findings(co, RUN_CMD, r->job, r->run,
+					    r->start_ms, unstored, r->json,
+					    &verdict);
 	run_release_daemon(r, co);
 	if (job_status != CLI_OK)
 		return job_status;

@@ -471,6 +471,7 @@ static void process_msg(const struct store_process *p, Npusan__Process *m)
 	m->hostname = (char *)p->host;
 	m->executable = (char *)p->exe;
 	m->job = (char *)p->job;
+	m->run = (char *)p->run;
 	m->has_rank = p->has_rank;
 	m->rank = p->rank;
 	m->has_local_rank = p->has_local_rank;

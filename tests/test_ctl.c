@@ -1406,7 +1406,8 @@ START_TEST(ctl_list_json_and_filters)
 			      "\"state\":\"running\",\"events\":1500000,"
 			      "\"lost\":0,\"gaps\":0,\"findings\":2,\"uid\":1000,"
 			      "\"host\":\"node\\\"1\",\"executable\":"
-			      "\"/usr/bin/python3\",\"start_time\":123456,"
+			      "\"/usr/bin/python3\",\"run\":null,"
+			      "\"start_time\":123456,"
 			      "\"first_seen\":\"" T0 "\",\"last_seen\":null}\n");
 	ck_assert_str_eq(fq_query(q)->list->job, "demo");
 	ck_assert(fq_query(q)->list->has_pid);

@@ -213,7 +213,8 @@ START_TEST(report_job_with_findings)
 			      NULL),
 			 1);
 	ck_assert_uint_eq(tu_count_lines(out, "{"), 1);
-	ck_assert_ptr_nonnull(strstr(out, "{\"job\":\"demo\",\"verdict\":"
+	ck_assert_ptr_nonnull(strstr(out, "{\"job\":\"demo\",\"run\":null,"
+					  "\"runs\":1,\"verdict\":"
 					  "\"npusan: job demo: 2 findings"));
 	ck_assert_ptr_nonnull(strstr(out, "\"clean\":false,\"analysed\":true,"
 					  "\"complete\":true,\"ranks\":2,\"processes\":2,"

@@ -1135,6 +1135,59 @@ START_TEST(session_run_blind_or_incomplete_is_not_clean)
 }
 END_TEST
 
+/*
+ * Two runs under one job name: each run's verdict is its own, and report
+ * speaks of the latest unless asked for another run (--run) or all.
+ */
+START_TEST(session_run_reusing_a_job_name_is_a_run_of_its_own)
+{
+	char *race = tu_write_file("race.trace", race_trace);
+	char *clean = tu_write_file("clean.trace", clean_trace);
+	char *rep = strdup(tu_bin("agent/npusan-replay")), *out, *err;
+	char junit[PATH_MAX];
+	struct tu_daemon d;
+
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, NULL);
+	setenv("NPUSAN_RUN", "ci-1", 1);
+	ck_assert_int_eq(ctl(&out, NULL, "run", "--job", "nightly", "--", rep,
+			     race, NULL), 1);
+	unsetenv("NPUSAN_RUN");
+	free(out);
+	ck_assert_int_eq(ctl(&out, NULL, "run", "--job", "nightly", "--", rep,
+			     clean, NULL), 0);
+	ck_assert_ptr_nonnull(strstr(out, "npusan: job nightly: clean;"));
+	free(out);
+	/* Yesterday's finding is not today's. */
+	snprintf(junit, sizeof(junit), "%s/nightly.xml", d.dir);
+	ck_assert_int_eq(ctl(&out, &err, "report", "--job", "nightly",
+			     "--junit", junit, NULL), 0);
+	ck_assert_msg(strstr(out, "(of 2 runs under this name") != NULL &&
+			      strstr(out, "npusan: job nightly: clean;") != NULL,
+		      "%s%s", out, err);
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(&out, NULL, "report", "--job", "nightly", "--run",
+			     "ci-1", "--json", NULL), 1);
+	ck_assert_ptr_nonnull(strstr(out, "{\"job\":\"nightly\",\"run\":"
+					  "\"ci-1\",\"runs\":2,"));
+	ck_assert_ptr_nonnull(strstr(out, "\"findings\":1,"));
+	free(out);
+	ck_assert_int_eq(ctl(&out, NULL, "report", "--job", "nightly", "--all",
+			     NULL), 1);
+	free(out);
+	ck_assert_int_eq(ctl(NULL, &err, "report", "--job", "nightly", "--run",
+			     "ci-0", NULL), 2);
+	ck_assert_ptr_nonnull(strstr(err, "ran as run 'ci-0'"));
+	free(err);
+	tu_daemon_stop(&d, SIGTERM);
+	free(rep);
+	free(race);
+	free(clean);
+	free(d.dir);
+}
+END_TEST
+
 /* A launcher that exits at once, leaving its rank running: run waits for
  * the rank, and --json prints exactly analyze's findings. */
 START_TEST(session_run_waits_for_what_the_command_leaves)
@@ -1372,6 +1425,7 @@ static Suite *session_suite(void)
 	tcase_set_timeout(run, 120);
 	tcase_add_test(run, session_run_exit_statuses);
 	tcase_add_test(run, session_run_blind_or_incomplete_is_not_clean);
+	tcase_add_test(run, session_run_reusing_a_job_name_is_a_run_of_its_own);
 	tcase_add_test(run, session_run_waits_for_what_the_command_leaves);
 	tcase_add_test(run, session_run_uses_a_running_daemon);
 	tcase_add_test(run, session_run_forwards_sigterm);
