@@ -78,6 +78,7 @@ struct ingest_proc {
 	uint64_t events, lost, gaps;
 	uint64_t bad; /* records and counts found corrupt, as of the last drain */
 	bool warned;  /* the log said so once */
+	bool skipping; /* engine_feed_or_skip()'s */
 	/* enum store_state, running or dormant: the loop thread's (attach and
 	 * detach), read by the drain thread. */
 	_Atomic int state;
@@ -329,6 +330,20 @@ static void ingest_check_corrupt(struct ingest_proc *p)
 	p->warned = true;
 }
 
+/* Feeds one operation; one naming a stream beyond the engine's limit is
+ * counted lost, in a gap, as `analyze` counts it. engine_feed_or_skip()'s
+ * result. */
+static int ingest_feed(struct ingest_proc *p, const struct op *op)
+{
+	int rc = engine_feed_or_skip(p->engine, op, &p->skipping);
+
+	if (rc > 0) {
+		p->gaps += rc == ENGINE_SKIPPED_GAP;
+		ingest_count_lost(p, 1);
+	}
+	return rc;
+}
+
 static int ingest_record_cb(void *arg, unsigned type, const void *payload,
 			    size_t len)
 {
@@ -338,13 +353,15 @@ static int ingest_record_cb(void *arg, unsigned type, const void *payload,
 	if (ringdec_record(p->dec, type, payload, len, &op) != 1)
 		return 0; /* a definition, or malformed: ringdec counts it */
 	/* A gap is no operation of the process's: it is counted apart. */
-	if (op.kind == OP_GAP)
+	if (op.kind == OP_GAP) {
 		ingest_count_gap(p, &op);
-	else
-		p->events++;
-	/* An op the engine refuses (a stream beyond its limit) is skipped;
-	 * out of memory it forgets history itself, as a gap would. */
-	engine_feed(p->engine, &op);
+		engine_feed(p->engine, &op);
+		return 0;
+	}
+	/* Out of memory the engine forgets history itself, as a gap would. */
+	if (ingest_feed(p, &op) > 0)
+		return 0;
+	p->events++;
 	return 0;
 }
 
@@ -414,17 +431,12 @@ static void ingest_update(struct ingest_proc *p, enum store_state st)
 	p->updated_ms = ingest_now_ms();
 }
 
-/* Whether the process is still the one that registered. */
+/* Whether the process is still the one that registered and can push:
+ * a zombie cannot, and waiting for its parent to reap it would keep its
+ * last operations from every query meanwhile. */
 static bool ingest_alive(const struct ingest_proc *p)
 {
-	uint64_t t = 0;
-
-	if (kill((pid_t)p->pid, 0) < 0 && errno == ESRCH)
-		return false;
-	if (procstat_start_time((pid_t)p->pid, &t) < 0)
-		t = 0;
-	/* Unreadable /proc (hidepid): trust kill(), which said it exists. */
-	return t == 0 || p->start_time == 0 || t == p->start_time;
+	return !procstat_gone((pid_t)p->pid, p->start_time);
 }
 
 static void ingest_proc_free(struct ingest_proc *p)

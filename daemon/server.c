@@ -544,12 +544,15 @@ static bool server_pidfd_alive(int pidfd)
 }
 
 /*
- * The start time of c's peer as the kernel vouches for it now (DESIGN 5):
- * read from /proc/PID/stat while the pidfd taken at accept shows that
- * process alive, so the pid cannot have passed to another process in
- * between; without a pidfd (a kernel before 5.3) the start time read at
- * accept and the one read now must agree. 0; -ESRCH when the process that
- * connected has exited; a negative errno when /proc cannot be read.
+ * The start time of c's peer as the kernel vouched for it (DESIGN 5): read
+ * from /proc/PID/stat at accept while the pidfd taken then showed that
+ * process alive, so the pid had not passed to another process; that stays
+ * true when the process exits later, so a process that registers and exits
+ * at once (a worker that does its work and _exit()s) is still drained.
+ * Without a pidfd (a kernel before 5.3) the start time read at accept and
+ * the one read now must agree. 0; -ESRCH when the process that connected
+ * was gone at accept (or, without a pidfd, is now); a negative errno when
+ * /proc cannot be read.
  */
 static int conn_peer_start_time(const struct conn *c, uint64_t *out)
 {
@@ -558,16 +561,15 @@ static int conn_peer_start_time(const struct conn *c, uint64_t *out)
 
 	if (c->start_err < 0)
 		return c->start_err;
-	if (c->pidfd >= 0 && !server_pidfd_alive(c->pidfd))
-		return -ESRCH;
+	if (c->pidfd >= 0) {
+		*out = c->start_time;
+		return 0;
+	}
 	err = procstat_start_time(c->pid, &st);
 	if (err == -ENOENT)
 		return -ESRCH;
 	if (err < 0)
 		return err;
-	/* After the read: the pid was still the connector's when read. */
-	if (c->pidfd >= 0 && !server_pidfd_alive(c->pidfd))
-		return -ESRCH;
 	if (st != c->start_time)
 		return -ESRCH; /* the pid passed to a later process */
 	*out = st;
@@ -767,6 +769,7 @@ static void process_msg(const struct store_process *p, Npusan__Process *m)
 	m->hostname = (char *)p->host;
 	m->executable = (char *)p->exe;
 	m->job = (char *)p->job;
+	m->run = (char *)p->run;
 	m->has_rank = p->has_rank;
 	m->rank = p->rank;
 	m->has_local_rank = p->has_local_rank;

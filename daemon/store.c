@@ -178,6 +178,9 @@ static const char *const store_migrations[] = {
 	"ALTER TABLE processes ADD COLUMN gaps INTEGER NOT NULL DEFAULT 0;"
 	"ALTER TABLE processes ADD COLUMN ring_ops INTEGER NOT NULL"
 	" DEFAULT 0;",
+	/* 3: the run of the job (NPUSAN_RUN), telling apart runs that
+	 * reuse a job's name. */
+	"ALTER TABLE processes ADD COLUMN run TEXT;",
 };
 
 #define STORE_SCHEMA_VERSION \
@@ -504,10 +507,11 @@ static int prepare_all(struct store *s, char **errmsg)
 		  "INSERT INTO stacks (frames) VALUES (?)" },
 		{ &s->wdb, &s->w_register,
 		  "INSERT INTO processes (host, pid, start_time, uid, exe, job,"
-		  " rank, local_rank, world_size, state, first_ms, last_ms)"
-		  " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+		  " rank, local_rank, world_size, state, first_ms, last_ms, run)"
+		  " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 		  " ON CONFLICT (host, pid, start_time) DO UPDATE SET"
 		  " exe = excluded.exe, job = excluded.job,"
+		  " run = excluded.run,"
 		  " rank = excluded.rank, local_rank = excluded.local_rank,"
 		  " world_size = excluded.world_size, state = excluded.state,"
 		  " last_ms = max(last_ms, excluded.last_ms)"
@@ -1286,6 +1290,7 @@ static int w_register(struct store *s, const struct store_process *p,
 			  SQLITE_STATIC);
 	sqlite3_bind_int64(st, 11, p->first_ms);
 	sqlite3_bind_int64(st, 12, p->last_ms);
+	bind_text(st, 13, p->run);
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_ROW) {
 		*id = sqlite3_column_int64(st, 0);
@@ -1694,7 +1699,7 @@ static uint64_t col_u64(sqlite3_stmt *st, int c)
 #define PROCESS_COLS                                                      \
 	"p.id, p.host, p.pid, p.start_time, p.uid, p.exe, p.job, p.rank," \
 	" p.local_rank, p.world_size, p.state, p.events, p.lost,"         \
-	" p.findings, p.first_ms, p.last_ms, p.gaps"
+	" p.findings, p.first_ms, p.last_ms, p.gaps, p.run"
 
 /* The process of the row's columns from `c`: 0; -1 for a state this
  * daemon does not know. */
@@ -1732,6 +1737,7 @@ static int row_process(sqlite3_stmt *st, int c, struct store_process *p)
 	p->first_ms = sqlite3_column_int64(st, c + 14);
 	p->last_ms = sqlite3_column_int64(st, c + 15);
 	p->gaps = col_u64(st, c + 16);
+	p->run = col_text(st, c + 17);
 	return 0;
 }
 

@@ -46,6 +46,7 @@ struct store_process {
 	const char *host;
 	const char *exe;
 	const char *job;
+	const char *run; /* one run of the job (NPUSAN_RUN); NULL if none */
 	bool has_rank, has_local_rank, has_world_size;
 	uint32_t rank, local_rank, world_size;
 	enum store_state state;

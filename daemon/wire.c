@@ -105,6 +105,7 @@ int wire_register_process(const Npusan__Register *r, struct wire_strings *strs,
 	p->host = wire_clean(r->hostname, strs->host, sizeof(strs->host));
 	p->exe = wire_clean(r->executable, strs->exe, sizeof(strs->exe));
 	p->job = wire_clean(r->job, strs->job, sizeof(strs->job));
+	p->run = wire_clean(r->run, strs->run, sizeof(strs->run));
 	p->has_rank = r->has_rank;
 	p->rank = r->has_rank ? r->rank : 0;
 	p->has_local_rank = r->has_local_rank;

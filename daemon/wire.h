@@ -108,11 +108,12 @@ struct wire_strings {
 	char host[WIRE_HOST_MAX + 1];
 	char exe[WIRE_EXE_MAX + 1];
 	char job[WIRE_JOB_MAX + 1];
+	char run[WIRE_JOB_MAX + 1];
 };
 
 /*
  * Checks a Register and fills *p from it: pid, start_time, host, exe, job,
- * ranks, world size and state (dormant or running), strings cleaned into
+ * run, ranks, world size and state (dormant or running), strings cleaned into
  * *strs. The caller sets what
  * the message must not decide: uid (from SO_PEERCRED), state and times.
  * 0; -EPROTO for a protocol version other than WIRE_PROTOCOL_VERSION or a

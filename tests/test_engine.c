@@ -1158,6 +1158,47 @@ START_TEST(engine_stream_limit_is_an_error_not_a_crash)
 }
 END_TEST
 
+/* Skipped past the limit: one gap for a run of skipped ops, a new one
+ * after an op analysed in between, and no race across the gap. */
+START_TEST(engine_feed_or_skip_puts_a_gap_where_it_skips)
+{
+	struct engine_opts o = { .finding_cb = count_cb };
+	struct engine_stats st;
+	struct engine *e;
+	size_t n = 0;
+	bool skipping = false;
+	struct op op = { .kind = OP_STREAM_CREATE };
+	struct op_range w = { 0x1000, 8 }, r = { 0x1000, 8 };
+
+	o.arg = &n;
+	ck_assert_int_eq(engine_new(&o, &e), 0);
+	for (uint64_t s = 1; s < ENGINE_MAX_STREAMS; s++) {
+		op.stream = s;
+		ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping), 0);
+	}
+	op = (struct op){ .kind = OP_LAUNCH, .stream = 0, .writes = &w,
+			  .nwrites = 1 };
+	ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping), 0);
+	op = (struct op){ .kind = OP_STREAM_CREATE, .stream = 5000 };
+	ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping),
+			 ENGINE_SKIPPED_GAP);
+	op.stream = 5001;
+	ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping),
+			 ENGINE_SKIPPED);
+	/* The write before the gap and this read make no race. */
+	op = (struct op){ .kind = OP_LAUNCH, .stream = 1, .reads = &r,
+			  .nreads = 1 };
+	ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping), 0);
+	ck_assert_uint_eq(n, 0);
+	op = (struct op){ .kind = OP_STREAM_CREATE, .stream = 5002 };
+	ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping),
+			 ENGINE_SKIPPED_GAP);
+	engine_get_stats(e, &st);
+	ck_assert_uint_eq(st.gaps, 2);
+	engine_free(e);
+}
+END_TEST
+
 /* Out of memory part way through a launch forgets history instead of
  * inventing findings, and the engine keeps working. */
 START_TEST(engine_out_of_memory_forgets_and_goes_on)
@@ -1338,6 +1379,7 @@ static Suite *engine_suite(void)
 
 	tcase_add_test(api, engine_rejects_malformed_ops);
 	tcase_add_test(api, engine_stream_limit_is_an_error_not_a_crash);
+	tcase_add_test(api, engine_feed_or_skip_puts_a_gap_where_it_skips);
 	tcase_add_test(api, engine_out_of_memory_forgets_and_goes_on);
 	tcase_add_test(api, engine_memory_bounded_in_long_run);
 	tcase_set_timeout(api, 120);

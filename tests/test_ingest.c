@@ -284,6 +284,47 @@ START_TEST(ingest_exited_process_is_finished)
 }
 END_TEST
 
+/* A process that exited but is not reaped yet (a zombie) can push no
+ * more: it is finished at once, not when its parent gets round to it, so
+ * that a query about its job sees its last operations. */
+START_TEST(ingest_zombie_process_is_finished)
+{
+	struct store_filter f = { 0 };
+	struct timespec nap = { 0, 10000000 };
+	struct ingest_proc *p;
+	struct fixture fx;
+	struct listed l;
+	siginfo_t si;
+	pid_t child;
+
+	fx_open(&fx);
+	child = fork();
+	if (child == 0) {
+		pause();
+		_exit(0);
+	}
+	p = fx_register(&fx, (uint32_t)child, NULL);
+	push_op(fx.ring, OP_DEVICE_SYNC, 0, 0);
+	kill(child, SIGKILL);
+	/* Waits for the exit but leaves the zombie. */
+	ck_assert_int_eq(waitid(P_PID, (id_t)child, &si, WEXITED | WNOWAIT),
+			 0);
+	ingest_disconnect(fx.ingest, p);
+	for (int i = 0; i < 500; i++) {
+		memset(&l, 0, sizeof(l));
+		store_flush(fx.store);
+		ck_assert_int_eq(store_list(fx.store, &f, list_cb, &l), 0);
+		if (strcmp(l.state, "exited") == 0)
+			break;
+		nanosleep(&nap, NULL);
+	}
+	ck_assert_str_eq(l.state, "exited");
+	ck_assert_uint_eq(l.events, 1);
+	waitpid(child, NULL, 0);
+	fx_close(&fx);
+}
+END_TEST
+
 /* Stopping the daemon takes what was committed and leaves the process
  * running, for the next daemon. */
 START_TEST(ingest_free_drains_and_keeps_running)
@@ -637,6 +678,7 @@ static Suite *ingest_suite(void)
 	tcase_add_test(tc, ingest_race_in_ring_reaches_store);
 	tcase_add_test(tc, ingest_repeats_sum_into_one_row);
 	tcase_add_loop_test(tc, ingest_exited_process_is_finished, 0, 2);
+	tcase_add_test(tc, ingest_zombie_process_is_finished);
 	tcase_add_test(tc, ingest_free_drains_and_keeps_running);
 	tcase_add_test(tc, ingest_every_process_of_a_burst_is_drained);
 	tcase_add_loop_test(tc, ingest_undecodable_sync_is_a_gap_not_a_race, 0,

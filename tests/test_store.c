@@ -208,6 +208,7 @@ static void findings(struct store *s, const struct store_filter *f,
 struct procs {
 	struct store_process p[64];
 	char jobs[64][32];
+	char runs[64][32];
 	size_t n;
 };
 
@@ -220,6 +221,8 @@ static int procs_cb(void *arg, const struct store_process *p)
 	v->p[v->n].host = v->p[v->n].exe = NULL;
 	snprintf(v->jobs[v->n], sizeof(v->jobs[0]), "%s", p->job ? p->job : "-");
 	v->p[v->n].job = v->jobs[v->n];
+	snprintf(v->runs[v->n], sizeof(v->runs[0]), "%s", p->run ? p->run : "");
+	v->p[v->n].run = p->run ? v->runs[v->n] : NULL;
 	v->n++;
 	return 0;
 }
@@ -843,7 +846,7 @@ START_TEST(store_migrates_an_empty_file)
 	fclose(fp);
 	s = open_store(path, 0);
 	store_close(s);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 2);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 3);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM sqlite_master"
 				       " WHERE type = 'table' AND name IN"
 				       " ('processes', 'findings', 'strings',"
@@ -851,7 +854,7 @@ START_TEST(store_migrates_an_empty_file)
 	/* Opening again migrates nothing. */
 	s = open_store(path, 0);
 	store_close(s);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 2);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 3);
 	free(path);
 }
 END_TEST
@@ -869,14 +872,42 @@ START_TEST(store_migrates_version_1_keeping_rows)
 	store_close(s);
 	sql_exec(path, "ALTER TABLE processes DROP COLUMN gaps;"
 		       " ALTER TABLE processes DROP COLUMN ring_ops;"
+		       " ALTER TABLE processes DROP COLUMN run;"
 		       " PRAGMA user_version = 1");
 	s = open_store(path, 0);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 2);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 3);
 	list(s, NULL, &v);
 	ck_assert_int_eq(v.n, 1);
 	ck_assert_int_eq(v.p[0].pid, 7);
 	ck_assert_int_eq(v.p[0].gaps, 0);
+	ck_assert_ptr_null(v.p[0].run);
 	ck_assert_int_eq(v.p[0].state, STORE_EXITED);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* A process's run (NPUSAN_RUN) is kept, and a later registration of the
+ * same process may name it. */
+START_TEST(store_keeps_a_process_run)
+{
+	char *path = db_path();
+	struct store_process p = proc(7, "j", 0, 1000);
+	struct store_process q = proc(8, "j", 0, 1000);
+	struct store *s = open_store(path, 0);
+	struct procs v;
+
+	p.run = "ci-41";
+	reg(s, &p);
+	reg(s, &q);
+	list(s, NULL, &v);
+	ck_assert_int_eq(v.n, 2);
+	for (size_t i = 0; i < v.n; i++) {
+		if (v.p[i].pid == 7)
+			ck_assert_str_eq(v.p[i].run, "ci-41");
+		else
+			ck_assert_ptr_null(v.p[i].run);
+	}
 	store_close(s);
 	free(path);
 }
@@ -889,7 +920,7 @@ START_TEST(store_refuses_a_newer_schema)
 	struct store *s = NULL;
 	char *err = NULL;
 
-	sql_exec(path, "CREATE TABLE future (x); PRAGMA user_version = 3");
+	sql_exec(path, "CREATE TABLE future (x); PRAGMA user_version = 4");
 	ck_assert_int_eq(store_open(&o, &s, &err), -EIO);
 	ck_assert_ptr_null(s);
 	ck_assert_ptr_nonnull(err);
@@ -897,7 +928,7 @@ START_TEST(store_refuses_a_newer_schema)
 	ck_assert_ptr_nonnull(strstr(err, "newer"));
 	free(err);
 	/* Untouched. */
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 3);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 4);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM sqlite_master"
 				       " WHERE name = 'processes'"), 0);
 	free(path);
@@ -1358,6 +1389,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, store_list_ids_then_pages);
 	tcase_add_test(tc, store_migrates_an_empty_file);
 	tcase_add_test(tc, store_migrates_version_1_keeping_rows);
+	tcase_add_test(tc, store_keeps_a_process_run);
 	tcase_add_test(tc, store_refuses_a_newer_schema);
 	tcase_add_test(tc, store_refuses_what_is_not_a_database);
 	tcase_add_test(tc, store_reopen_keeps_everything_committed);

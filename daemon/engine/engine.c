@@ -2372,6 +2372,24 @@ int engine_feed(struct engine *e, const struct op *op)
 	return err;
 }
 
+int engine_feed_or_skip(struct engine *e, const struct op *op,
+			bool *skipping)
+{
+	struct op gap = { .kind = OP_GAP };
+	int err = engine_feed(e, op);
+
+	if (err != -E2BIG) {
+		if (err == 0 || err == -ENOMEM) /* analysed, or forgotten */
+			*skipping = false;
+		return err;
+	}
+	if (*skipping)
+		return ENGINE_SKIPPED;
+	*skipping = true;
+	(void)engine_feed(e, &gap);
+	return ENGINE_SKIPPED_GAP;
+}
+
 /* ---- lifetime ---------------------------------------------------------- */
 
 int engine_new(const struct engine_opts *o, struct engine **out)

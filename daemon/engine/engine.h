@@ -182,6 +182,26 @@ void engine_free(struct engine *e);
  */
 int engine_feed(struct engine *e, const struct op *op);
 
+/* engine_feed_or_skip()'s results beyond engine_feed()'s. */
+enum {
+	ENGINE_SKIPPED_GAP = 1, /* skipped, and a new gap put in its place */
+	ENGINE_SKIPPED = 2,     /* skipped within the gap put before it */
+};
+
+/*
+ * engine_feed(), except that an op naming a stream beyond
+ * ENGINE_MAX_STREAMS is skipped: the engine forgets its history as at a
+ * gap, so that no pair across the skipped op is reported, and the caller
+ * counts the op lost (and, for ENGINE_SKIPPED_GAP, one more gap). Ops
+ * skipped one after another make one gap; *skipping (false at first,
+ * the caller's per engine) says whether the last op was skipped. The one
+ * policy the daemon and `npusanctl analyze` share, so that they count and
+ * find the same. Returns engine_feed()'s result, -E2BIG replaced by
+ * ENGINE_SKIPPED_GAP or ENGINE_SKIPPED.
+ */
+int engine_feed_or_skip(struct engine *e, const struct op *op,
+			bool *skipping);
+
 void engine_get_stats(const struct engine *e, struct engine_stats *out);
 
 /*
