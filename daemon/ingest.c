@@ -27,6 +27,14 @@
  *    difference were taken by the dead daemon and never stored, and are
  *    counted lost. The engine needs no gap for them, being new; the agent
  *    sends its snapshot and a gap when it registers again.
+ * 6. Registration never waits for the database (a lock another program
+ *    holds, a full disk): a process is drained and analysed under the
+ *    store's provisional id from the start, and its drain thread takes
+ *    over the stored counters (5) once the store has its row. Until then
+ *    it is not finished, even when gone, so that what it is counted last
+ *    includes them; a finding the store refuses (its queue is full) is
+ *    counted as operations lost, so the verdict cannot claim to be
+ *    complete.
  */
 #include "ingest.h"
 
@@ -56,7 +64,8 @@
 struct ingest_proc {
 	struct ingest_proc *next;
 	struct ingest_thread *thread;
-	int64_t id; /* the store's */
+	int64_t id; /* the store's provisional id (DESIGN 6) */
+	bool stored; /* its row is stored, its counters taken over */
 	uint32_t pid;
 	uint64_t start_time;
 	int fd;
@@ -182,7 +191,12 @@ static void ingest_submit(struct ingest_proc *p, const struct finding *f,
 	ingest_access(p->syms, &f->access, &sf.access, frames[0]);
 	if (f->has_previous)
 		ingest_access(p->syms, &f->previous, &sf.previous, frames[1]);
-	store_finding_submit(p->in->store, &sf);
+	if (store_finding_submit(p->in->store, &sf) < 0) {
+		/* Its operations' outcome is lost (DESIGN 6). */
+		p->lost += count;
+		atomic_fetch_add_explicit(&p->in->lost, count,
+					  memory_order_relaxed);
+	}
 }
 
 /* The engine's callback: firsts go out now, repeats are summed (DESIGN 3). */
@@ -347,8 +361,38 @@ static bool ingest_alive(const struct ingest_proc *p)
 	return t == 0 || p->start_time == 0 || t == p->start_time;
 }
 
+/* Takes the stored counters over once the store has the row (DESIGN 5,
+ * 6); the drain thread's. */
+static void ingest_adopt(struct ingest_proc *p)
+{
+	struct store_counters was;
+	struct ringread_counters rc;
+	int64_t id;
+	int err;
+
+	if (p->stored)
+		return;
+	err = store_process_registered(p->in->store, p->id, &id, &was);
+	if (err == 0)
+		return;
+	p->stored = true;
+	if (err < 0)
+		return; /* refused by SQLite: the store logged it */
+	p->events += was.events;
+	p->lost += was.lost;
+	p->gaps += was.gaps;
+	ringread_counters(p->rr, &rc);
+	if (rc.ops_at_map > was.ring_ops) {
+		p->lost += rc.ops_at_map - was.ring_ops;
+		atomic_fetch_add_explicit(&p->in->lost, rc.ops_at_map - was.ring_ops,
+					  memory_order_relaxed);
+	}
+}
+
 static void ingest_proc_free(struct ingest_proc *p)
 {
+	if (p->in != NULL)
+		store_process_forget(p->in->store, p->id);
 	engine_free(p->engine);
 	ringdec_free(p->dec);
 	symtab_free(p->syms);
@@ -394,6 +438,7 @@ static unsigned ingest_round(struct ingest_thread *t)
 	link = &t->procs;
 	while ((p = *link) != NULL) {
 		pthread_mutex_unlock(&t->lock);
+		ingest_adopt(p);
 		total += (unsigned)ingest_drain(p, 0);
 		ingest_flush_repeats(p);
 		ingest_backlog(p, ingest_mono_ms(), &fill, &lag);
@@ -404,7 +449,7 @@ static unsigned ingest_round(struct ingest_thread *t)
 			ingest_update(p, STORE_RUNNING);
 		pthread_mutex_lock(&t->lock);
 		gone = false;
-		if (p->disconnected && now - p->checked_ms >= 0) {
+		if (p->disconnected && p->stored && now - p->checked_ms >= 0) {
 			p->checked_ms = now + INGEST_ALIVE_CHECK_MS;
 			gone = !ingest_alive(p);
 		}
@@ -527,6 +572,7 @@ void ingest_free(struct ingest *in)
 			t->procs = p->next;
 			/* The daemon stops, the process may go on: take what
 			 * is committed, leave it running for the next daemon. */
+			ingest_adopt(p);
 			while (ingest_drain(p, 0) > 0)
 				;
 			ingest_flush_repeats(p);
@@ -612,14 +658,10 @@ int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 	struct ingest_proc *p;
 	int err;
 
-	struct store_counters was;
-	struct ringread_counters rc;
-	int64_t id;
-
 	*why = NULL;
 	p = ingest_find(in, sp->pid, sp->start_time);
 	if (p != NULL) {
-		err = store_process_register(in->store, sp, &id, NULL);
+		err = store_process_register_async(in->store, sp, NULL);
 		if (err < 0) {
 			ingest_disconnect(in, p); /* as it was */
 			return err;
@@ -634,7 +676,7 @@ int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 	err = ingest_proc_new(in, fd, &p, why);
 	if (err < 0)
 		return err;
-	err = store_process_register(in->store, sp, &p->id, &was);
+	err = store_process_register_async(in->store, sp, &p->id);
 	if (err < 0) {
 		ingest_proc_free(p);
 		return err;
@@ -643,15 +685,6 @@ int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 	p->pid = sp->pid;
 	p->start_time = sp->start_time;
 	atomic_store_explicit(&p->state, (int)sp->state, memory_order_relaxed);
-	p->events = was.events;
-	p->lost = was.lost;
-	p->gaps = was.gaps;
-	ringread_counters(p->rr, &rc);
-	if (rc.ops_at_map > was.ring_ops) {
-		p->lost += rc.ops_at_map - was.ring_ops;
-		atomic_fetch_add_explicit(&in->lost, rc.ops_at_map - was.ring_ops,
-					  memory_order_relaxed);
-	}
 	p->last_ms = ingest_now_ms();
 	p->empty_mono_ms = ingest_mono_ms();
 	atomic_fetch_add_explicit(&in->running, 1, memory_order_relaxed);
@@ -668,7 +701,11 @@ int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 
 int64_t ingest_proc_id(const struct ingest_proc *p)
 {
-	return p->id;
+	int64_t id;
+
+	return store_process_registered(p->in->store, p->id, &id, NULL) == 1
+		       ? id
+		       : 0;
 }
 
 void ingest_set_state(struct ingest_proc *p, enum store_state st)

@@ -131,7 +131,6 @@ struct conn {
 
 /* An agent's process, as attach matches and answers it. */
 struct agent_info {
-	int64_t id; /* the store's */
 	bool has_rank;
 	uint32_t rank;
 	enum store_state state; /* running (attached) or dormant */
@@ -425,7 +424,6 @@ static void conn_on_register(struct conn *c, const Npusan__Register *r,
 	}
 	c->kind = CONN_AGENT;
 	c->proc = proc;
-	ai->id = ingest_proc_id(proc);
 	ai->has_rank = p.has_rank;
 	ai->rank = p.rank;
 	ai->state = p.state;
@@ -881,8 +879,10 @@ static bool attach_send(struct conn *a, bool attach)
 static void attach_process_msg(const struct conn *a, Npusan__Process *m)
 {
 	npusan__process__init(m);
-	m->has_id = m->has_pid = m->has_uid = 1;
-	m->id = a->agent->id;
+	/* No id while the store has not stored its row yet. */
+	m->id = ingest_proc_id(a->proc);
+	m->has_id = m->id != 0;
+	m->has_pid = m->has_uid = 1;
 	m->pid = (uint32_t)a->pid;
 	m->uid = (uint32_t)a->uid;
 	m->job = a->agent->job[0] ? (char *)a->agent->job : NULL;
