@@ -27,7 +27,7 @@
  *     a lock held too long by another program), the queued items go back
  *     to the front of the queue, unchanged, to be retried, and the
  *     synchronous ones, in the round or behind it, fail with -EIO. A
- *     failed round halves batch_max (down to one item) and the next try
+ *     failed round sets batch_max to half what it took (one at least) and the next try
  *     waits, the wait doubling up to STORE_RETRY_MAX_MS; nothing else
  *     starts a round meanwhile but a flush, so a failing disk costs a
  *     small round a second, and a disk with a little room takes what fits
@@ -291,6 +291,7 @@ struct store {
 	pthread_cond_t done;  /* flushers and synchronous callers wait */
 	struct item *head, **tail;
 	size_t nqueued;         /* items in the queue */
+	size_t ntaken;          /* items the round in progress took */
 	size_t qbytes;          /* bytes queued or being committed */
 	uint64_t seq;           /* the last item's number (3) */
 	uint64_t taken_seq;     /* the last item a round took */
@@ -1115,7 +1116,7 @@ void store_get_health(struct store *s, struct store_health *out)
 {
 	pthread_mutex_lock(&s->lock);
 	out->failing = s->failing;
-	out->queued = s->nqueued;
+	out->queued = s->nqueued + s->ntaken;
 	out->findings_dropped = s->dropped;
 	pthread_mutex_unlock(&s->lock);
 }
@@ -1706,7 +1707,7 @@ static void w_set_max_pages(struct store *s, unsigned pages)
  * Takes the first batch_max items off the queue (DESIGN 2): an update
  * taken can no longer be merged into. Holds the lock. The batch.
  */
-static struct item *w_take(struct store *s)
+static struct item *w_take(struct store *s, size_t *taken)
 {
 	struct item *batch = s->head, *last = NULL;
 	size_t n = 0;
@@ -1729,13 +1730,15 @@ static struct item *w_take(struct store *s)
 		s->tail = &s->head;
 	last->next = NULL;
 	s->nqueued -= n;
+	s->ntaken = n;
+	*taken = n;
 	return batch;
 }
 
 /* After a round: rounds grow back to full size as commits work, shrink
  * while they fail, so that a disk with a little room takes what fits; a
  * failed round's retry waits, doubling (DESIGN 2). Holds the lock. */
-static void w_pace(struct store *s, bool ok, unsigned fails)
+static void w_pace(struct store *s, bool ok, size_t taken, unsigned fails)
 {
 	s->failing = !ok;
 	if (ok) {
@@ -1744,7 +1747,7 @@ static void w_pace(struct store *s, bool ok, unsigned fails)
 				       : s->batch_max * 2;
 		return;
 	}
-	s->batch_max = s->batch_max > 1 ? s->batch_max / 2 : 1;
+	s->batch_max = taken > 1 ? (unsigned)(taken / 2) : 1;
 	timespec_after_ms(&s->due, fails >= 5 ? STORE_RETRY_MAX_MS
 					      : STORE_BATCH_MS << (fails - 1));
 }
@@ -1778,10 +1781,11 @@ static void w_fail_waiting(struct store *s)
  */
 static bool w_round(struct store *s, unsigned *fails)
 {
-	struct item *batch = w_take(s), *keep = NULL, **ktail = &keep, *next;
+	size_t taken, kept = 0, freed = 0, ffreed = 0;
+	struct item *batch = w_take(s, &taken), *keep = NULL, **ktail = &keep;
+	struct item *next;
 	uint64_t round = ++s->rounds;
 	unsigned pages = s->test_max_pages;
-	size_t kept = 0, freed = 0, ffreed = 0;
 	bool wrote;
 	int rc;
 
@@ -1850,7 +1854,8 @@ static bool w_round(struct store *s, unsigned *fails)
 	}
 	s->qbytes -= freed;
 	s->fbytes -= ffreed;
-	w_pace(s, rc == SQLITE_OK, *fails + 1);
+	s->ntaken = 0;
+	w_pace(s, rc == SQLITE_OK, taken, *fails + 1);
 	if (rc == SQLITE_OK) {
 		/* Every item taken so far is stored now, or was a
 		 * synchronous one that failed with its round. */
