@@ -1134,6 +1134,25 @@ int store_prune(struct store *s, int64_t now_ms)
 	return rc < 0 ? rc : (int)it.result;
 }
 
+int store_prune_async(struct store *s, int64_t now_ms)
+{
+	struct item *it;
+
+	if (s->retain_days == 0)
+		return 0;
+	it = calloc(1, sizeof(*it));
+	if (it == NULL)
+		return -ENOMEM;
+	it->type = ITEM_PRUNE;
+	it->bytes = sizeof(*it);
+	it->u.prune_before_ms =
+		now_ms - (int64_t)s->retain_days * STORE_MS_PER_DAY;
+	pthread_mutex_lock(&s->lock);
+	enqueue_locked(s, it, false);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
 int store_flush(struct store *s)
 {
 	uint64_t target, start;
@@ -1811,6 +1830,10 @@ static bool w_round(struct store *s, unsigned *fails)
 		*prev = next;
 		if (it->logline != NULL && rc == SQLITE_OK && it->rc == 0)
 			log_write(LOG_INFO, "%s", it->logline);
+		if (it->type == ITEM_PRUNE && rc == SQLITE_OK && it->result > 0)
+			store_log(s, LOG_INFO,
+				  "pruned %" PRId64 " processes inactive for "
+				  "%u days", it->result, s->retain_days);
 		free(it->logline); /* a retried round formats it again */
 		it->logline = NULL;
 		if (rc != SQLITE_OK) {

@@ -254,4 +254,8 @@ int store_stats(struct store *s, struct store_stats *out);
  */
 int store_prune(struct store *s, int64_t now_ms);
 
+/* Queues store_prune(); never waits for the disk. The writer logs what it
+ * deleted. 0; -ENOMEM. */
+int store_prune_async(struct store *s, int64_t now_ms);
+
 #endif
