@@ -28,7 +28,8 @@
  *    new findings wait in the store, not here). Connections are capped;
  *    one that dawdles (SERVER_*_TIMEOUT_MS) is closed by the sweep.
  * 4. A connection's memory is freed in its poll handle's close callback,
- *    never before: code that may close one checks `dead` afterwards.
+ *    never before (or, when a job (7) runs for it then, once the job is
+ *    done): code that may close one checks `dead` afterwards.
  * 5. The uid that decides what a query sees, and the pid an agent may
  *    register, come from SO_PEERCRED at accept, never from a message.
  * 6. A findings answer is a cursor: the last id sent. It walks the store
@@ -37,6 +38,12 @@
  *    uv_async_t) walks what was stored after it. A follower is sent new
  *    findings only: a finding it has seen whose count grows later keeps
  *    its id and is not sent again (`npusanctl show` has the count).
+ * 7. The loop never waits for SQLite: registrations are queued (the
+ *    store's provisional ids), and stats and show run as a job on libuv's
+ *    thread pool (uv_queue_work), which reads the store and packs the
+ *    reply there; the loop sends it. While its job runs a connection reads
+ *    nothing, so it has one at most. list and findings still read the
+ *    store on the loop (WAL lets them read while anyone writes).
  */
 #include "server.h"
 
@@ -127,6 +134,8 @@ struct conn {
 	struct ingest_proc *proc; /* AGENT: ours to disconnect */
 	struct cursor *cur;	  /* QUERY: a findings answer or follow */
 	struct agent_info *agent; /* AGENT: what attach needs to know */
+	struct conn_job *job;	  /* QUERY: its job in flight (DESIGN 7) */
+	bool closed; /* its poll handle closed while its job ran */
 };
 
 /* An agent's process, as attach matches and answers it. */
@@ -197,6 +206,13 @@ static void conn_free_out(struct conn *c)
 	c->out_bytes = 0;
 }
 
+static void conn_free(struct conn *c)
+{
+	free(c->cur);
+	free(c->agent);
+	free(c);
+}
+
 static void conn_closed_cb(uv_handle_t *h)
 {
 	struct conn *c = (struct conn *)h;
@@ -207,9 +223,10 @@ static void conn_closed_cb(uv_handle_t *h)
 		close(c->rx_fd);
 	wire_rx_reset(&c->rx);
 	conn_free_out(c);
-	free(c->cur);
-	free(c->agent);
-	free(c);
+	if (c->job != NULL)
+		c->closed = true; /* conn_job_done_cb() frees it (DESIGN 4) */
+	else
+		conn_free(c);
 	server_handle_closed(s);
 }
 
@@ -760,15 +777,114 @@ static void conn_findings(struct conn *c, const Npusan__FindingsRequest *r)
 	conn_pump(c);
 }
 
-struct show_walk {
+/* ---- jobs: queries off the loop (DESIGN 7) ---------------------------- */
+
+struct conn_job;
+typedef void (*conn_job_fn)(struct conn_job *j);
+
+/*
+ * A query's store work. `work` runs on a pool thread and touches only the
+ * job (never the connection); `reply` runs on the loop, the connection
+ * still open. The job owns `frame` until reply takes it; freed with the
+ * job in conn_job_done_cb().
+ */
+struct conn_job {
+	uv_work_t req;
 	struct conn *c;
-	bool sent;
+	struct store *store;
+	conn_job_fn work, reply;
+	int err;	/* work's: 0 or a negative errno */
+	uint8_t *frame; /* a packed reply, or NULL */
+	size_t len;
+	union {
+		struct store_stats stats;
+		struct {
+			int64_t id;
+			struct store_filter f;
+		} show;
+	} u;
 };
 
+static void conn_job_work_cb(uv_work_t *req)
+{
+	struct conn_job *j = req->data;
+
+	j->work(j);
+}
+
+static void conn_job_done_cb(uv_work_t *req, int status)
+{
+	struct conn_job *j = req->data;
+	struct conn *c = j->c;
+
+	c->job = NULL;
+	if (c->closed) {
+		conn_free(c);
+	} else if (!c->dead) {
+		if (status == 0)
+			j->reply(j);
+		else
+			conn_error(c, EIO, "the query was cancelled", false);
+		if (!c->dead) {
+			c->since_ms = now_mono_ms();
+			conn_update(c);
+		}
+	}
+	free(j->frame);
+	free(j);
+}
+
+/* A new job for `c`, or NULL (out of memory: an Error was sent). */
+static struct conn_job *conn_job_new(struct conn *c, conn_job_fn work,
+				     conn_job_fn reply)
+{
+	struct conn_job *j = calloc(1, sizeof(*j));
+
+	if (j == NULL) {
+		conn_error(c, ENOMEM, "out of memory", false);
+		return NULL;
+	}
+	j->c = c;
+	j->store = c->srv->store;
+	j->work = work;
+	j->reply = reply;
+	j->req.data = j;
+	return j;
+}
+
+/* Runs `j` on the pool; `c` reads nothing until it is done. */
+static void conn_job_start(struct conn *c, struct conn_job *j)
+{
+	int err = uv_queue_work(c->srv->loop, &j->req, conn_job_work_cb,
+				conn_job_done_cb);
+
+	if (err < 0) {
+		free(j);
+		conn_error(c, EIO, uv_strerror(err), false);
+		return;
+	}
+	c->job = j;
+	conn_update(c);
+}
+
+/* Sends the job's frame, or an Error for its err. */
+static void conn_job_send(struct conn_job *j)
+{
+	if (j->err == 0 && j->frame != NULL) {
+		conn_send(j->c, j->frame, j->len);
+		j->frame = NULL; /* conn_send() took it */
+		return;
+	}
+	conn_error(j->c, j->err == -ENOMEM ? ENOMEM : EIO,
+		   j->err == -ENOMEM ? "out of memory" : "database error",
+		   false);
+}
+
+/* Packs finding `f` of process `p` as a Show reply into the job. */
 static int show_cb(void *arg, const struct store_finding *f,
 		   const struct store_process *p)
 {
-	struct show_walk *w = arg;
+	struct conn_job *j = arg;
 	Npusan__FromDaemon m = NPUSAN__FROM_DAEMON__INIT;
 	Npusan__ShowReply sr = NPUSAN__SHOW_REPLY__INIT;
 	Npusan__Access acc, prev;
@@ -776,7 +892,7 @@ static int show_cb(void *arg, const struct store_finding *f,
 	Npusan__Alloc alloc;
 	Npusan__Process pm;
 
-	if (w->sent)
+	if (j->frame != NULL)
 		return 0;
 	finding_msg(f, p, &fm, &alloc, &acc, &prev);
 	sr.finding = &fm;
@@ -786,61 +902,86 @@ static int show_cb(void *arg, const struct store_finding *f,
 	}
 	m.msg_case = NPUSAN__FROM_DAEMON__MSG_SHOW;
 	m.show = &sr;
-	w->sent = true;
-	conn_send_msg(w->c, &m);
-	return 0;
+	return wire_pack(&m, &j->frame, &j->len);
+}
+
+static void show_work(struct conn_job *j)
+{
+	j->err = store_finding_get(j->store, j->u.show.id, &j->u.show.f,
+				   show_cb, j);
+}
+
+static void show_reply(struct conn_job *j)
+{
+	char msg[64];
+
+	if (j->err == -ENOENT || (j->err == 0 && j->frame == NULL)) {
+		snprintf(msg, sizeof(msg), "no finding %" PRId64,
+			 j->u.show.id);
+		conn_error(j->c, ENOENT, msg, false);
+		return;
+	}
+	conn_job_send(j);
 }
 
 static void conn_show(struct conn *c, const Npusan__ShowRequest *r)
 {
-	struct show_walk w = { .c = c };
-	struct store_filter f = { 0 };
-	char msg[64];
-	int err;
+	struct conn_job *j;
 
 	if (!r->has_id) {
 		conn_error(c, EINVAL, "show needs a finding id", false);
 		return;
 	}
-	conn_restrict(c, &f);
-	err = store_finding_get(c->srv->store, r->id, &f, show_cb, &w);
-	if (c->dead || (err == 0 && w.sent))
+	j = conn_job_new(c, show_work, show_reply);
+	if (j == NULL)
 		return;
-	if (err == -ENOENT || err == 0) {
-		snprintf(msg, sizeof(msg), "no finding %" PRId64, r->id);
-		conn_error(c, ENOENT, msg, false);
-	} else {
-		conn_error(c, EIO, "database error", false);
-	}
+	j->u.show.id = r->id;
+	conn_restrict(c, &j->u.show.f);
+	conn_job_start(c, j);
 }
 
-static void conn_stats(struct conn *c)
+static void stats_work(struct conn_job *j)
+{
+	j->err = store_stats(j->store, &j->u.stats);
+}
+
+/* The reply: the store's figures from the job, ingest's read now. */
+static void stats_reply(struct conn_job *j)
 {
 	Npusan__FromDaemon m = NPUSAN__FROM_DAEMON__INIT;
 	Npusan__StatsReply sr = NPUSAN__STATS_REPLY__INIT;
-	struct store_stats ss;
+	const struct store_stats *ss = &j->u.stats;
+	struct server *srv = j->c->srv;
 	struct ingest_stats is;
 
-	if (store_stats(c->srv->store, &ss) < 0) {
-		conn_error(c, EIO, "database error", false);
+	if (j->err < 0) {
+		conn_job_send(j);
 		return;
 	}
-	ingest_get_stats(c->srv->ingest, &is);
+	ingest_get_stats(srv->ingest, &is);
 	sr.has_uptime_ms = sr.has_processes_running = 1;
-	sr.uptime_ms = (int64_t)((uv_hrtime() - c->srv->start_ns) / 1000000);
+	sr.uptime_ms = (int64_t)((uv_hrtime() - srv->start_ns) / 1000000);
 	sr.processes_running = is.running;
 	sr.has_processes_exited = sr.has_events = sr.has_events_per_s = 1;
-	sr.processes_exited = ss.processes[STORE_EXITED];
+	sr.processes_exited = ss->processes[STORE_EXITED];
 	sr.events = is.events;
 	sr.events_per_s = is.events_per_s;
 	sr.has_lost = sr.has_findings = sr.has_db_bytes = 1;
 	sr.lost = is.lost;
-	sr.findings = ss.findings;
-	sr.db_bytes = ss.db_bytes;
+	sr.findings = ss->findings;
+	sr.db_bytes = ss->db_bytes;
 	sr.daemon_version = (char *)NPUSAN_VERSION;
 	m.msg_case = NPUSAN__FROM_DAEMON__MSG_STATS;
 	m.stats = &sr;
-	conn_send_msg(c, &m);
+	conn_send_msg(j->c, &m);
+}
+
+static void conn_stats(struct conn *c)
+{
+	struct conn_job *j = conn_job_new(c, stats_work, stats_reply);
+
+	if (j != NULL)
+		conn_job_start(c, j);
 }
 
 /* ---- attach and detach ------------------------------------------------- */
@@ -1155,7 +1296,7 @@ static void conn_update(struct conn *c)
 
 	if (c->dead)
 		return;
-	if (!c->closing && c->out_bytes < SERVER_OUT_HIGH &&
+	if (!c->closing && c->out_bytes < SERVER_OUT_HIGH && c->job == NULL &&
 	    (c->cur == NULL || c->cur->following))
 		want |= UV_READABLE;
 	if (c->out_head != NULL ||

@@ -938,6 +938,54 @@ START_TEST(server_queries_on_an_empty_database)
 }
 END_TEST
 
+/* Stats and show run off the loop (server.c, DESIGN 7): requests sent
+ * back to back are answered in order, and a daemon stopped while many
+ * are in flight, their clients gone, exits 0 with a clean log. */
+START_TEST(server_queries_off_the_loop_in_order_and_stop_clean)
+{
+	Npusan__Query q = NPUSAN__QUERY__INIT;
+	Npusan__ShowRequest sr = NPUSAN__SHOW_REQUEST__INIT;
+	Npusan__FromDaemon *m;
+	struct td t;
+	int fds[64], fd;
+
+	td_init(&t);
+	td_start(&t, NULL);
+	fd = td_connect(&t);
+	q.q_case = NPUSAN__QUERY__Q_SHOW;
+	q.show = &sr;
+	sr.has_id = 1;
+	sr.id = 7;
+	send_stats_query(fd);
+	send_query(fd, 1, &q);
+	send_stats_query(fd);
+	m = recv_msg(fd);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_int_eq(m->msg_case, NPUSAN__FROM_DAEMON__MSG_STATS);
+	npusan__from_daemon__free_unpacked(m, NULL);
+	m = recv_msg(fd);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_int_eq(m->msg_case, NPUSAN__FROM_DAEMON__MSG_ERROR);
+	ck_assert_int_eq(m->error->code, ENOENT);
+	npusan__from_daemon__free_unpacked(m, NULL);
+	m = recv_msg(fd);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_int_eq(m->msg_case, NPUSAN__FROM_DAEMON__MSG_STATS);
+	npusan__from_daemon__free_unpacked(m, NULL);
+	close(fd);
+	for (int i = 0; i < 64; i++) {
+		fds[i] = td_connect(&t);
+		send_stats_query(fds[i]);
+		send_query(fds[i], 1, &q);
+	}
+	for (int i = 0; i < 64; i += 2)
+		close(fds[i]);
+	td_stop(&t);
+	for (int i = 1; i < 64; i += 2)
+		close(fds[i]);
+}
+END_TEST
+
 START_TEST(server_follow_answers_then_waits)
 {
 	Npusan__Query q = NPUSAN__QUERY__INIT;
@@ -1689,6 +1737,7 @@ static Suite *server_suite(void)
 	tcase_add_test(tc, server_register_accepted_then_second_register_closes);
 	tcase_add_test(tc, server_register_on_a_query_connection_closes);
 	tcase_add_test(tc, server_queries_on_an_empty_database);
+	tcase_add_test(tc, server_queries_off_the_loop_in_order_and_stop_clean);
 	tcase_add_test(tc, server_follow_answers_then_waits);
 	tcase_add_test(tc, server_findings_answer_spans_frames);
 	tcase_add_test(tc, server_user_sees_only_its_own);
