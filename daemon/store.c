@@ -71,9 +71,11 @@
  *     forgotten and every item queued with it (last_seq) is settled.
  * 11. What waits for the disk is bounded: findings by max_bytes, beyond
  *     which they are refused and their occurrences counted (`dropped`);
- *     a process's counter update by the one still queued, which it
- *     replaces (the map `updates`), so updates are bounded by the
- *     processes; registrations by the connections that make them.
+ *     a process's counter update replaces its update still queued when
+ *     nothing of that process was queued after it (the map `updates`),
+ *     so that an update never overtakes its process's findings or
+ *     registration, and updates are bounded by the findings queued plus
+ *     the processes; registrations by the connections that make them.
  */
 #include "store.h"
 
@@ -814,6 +816,8 @@ static int enqueue_finding(struct store *s, struct item *it)
 	s->fbytes += it->bytes;
 	enqueue_locked(s, it, false);
 	store_ref_touch(s, it->u.finding.process_id, it);
+	/* Its process's next update goes after it (DESIGN 11). */
+	u64map_del(&s->updates, (uint64_t)it->u.finding.process_id);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
@@ -834,9 +838,9 @@ static int enqueue_sync(struct store *s, struct item *it)
 
 /*
  * Merges update `it` into its process's update still waiting in the queue
- * (DESIGN 11): it takes that one's place, which is where it would be had
- * it been queued then, unless a registration was queued since (DESIGN 1).
- * Whether it did; the caller frees `it` then. Holds the lock.
+ * with nothing of its process after it (DESIGN 11), unless a registration
+ * was queued since (DESIGN 1). Whether it did; the caller frees `it` then.
+ * Holds the lock.
  */
 static bool store_update_merge(struct store *s, const struct item *it)
 {
