@@ -39,11 +39,10 @@
  *    findings only: a finding it has seen whose count grows later keeps
  *    its id and is not sent again (`npusanctl show` has the count).
  * 7. The loop never waits for SQLite: registrations are queued (the
- *    store's provisional ids), and stats and show run as a job on libuv's
- *    thread pool (uv_queue_work), which reads the store and packs the
- *    reply there; the loop sends it. While its job runs a connection reads
- *    nothing, so it has one at most. list and findings still read the
- *    store on the loop (WAL lets them read while anyone writes).
+ *    store's provisional ids), and list, stats, show and each page of
+ *    findings run as a job on libuv's thread pool (uv_queue_work), which
+ *    reads the store and packs the reply there; the loop sends it. While
+ *    its job runs a connection reads nothing, so it has one at most.
  */
 #include "server.h"
 
@@ -87,8 +86,6 @@
 #define SERVER_MAX_FDS 4
 /* Reads per readiness callback, so one busy peer cannot hog the loop. */
 #define SERVER_READS_PER_CB 16
-/* Answer pages walked per callback, for the same reason. */
-#define SERVER_WALKS_PER_CB 4
 /* Accept failures (no descriptors left) pause accepting this long. */
 #define SERVER_ACCEPT_PAUSE_MS 100
 
@@ -168,6 +165,7 @@ struct server {
 
 static void conn_update(struct conn *c);
 static bool conn_walking(const struct conn *c);
+static void conn_pump(struct conn *c);
 
 static int64_t now_mono_ms(void)
 {
@@ -464,6 +462,128 @@ refuse:
 	free(ai);
 }
 
+/* ---- jobs: queries off the loop (DESIGN 7) ---------------------------- */
+
+struct conn_job;
+typedef void (*conn_job_fn)(struct conn_job *j);
+
+/*
+ * A query's store work. `work` runs on a pool thread and touches only the
+ * job (never the connection); `reply` runs on the loop, the connection
+ * still open. The job owns `frame`, `batch` and `frames` until reply
+ * takes them; what is left is freed with the job in conn_job_done_cb().
+ */
+struct conn_job {
+	uv_work_t req;
+	struct conn *c;
+	struct store *store;
+	conn_job_fn work, reply;
+	int err;	/* work's: 0 or a negative errno */
+	uint8_t *frame; /* a packed reply, or NULL */
+	size_t len;
+	struct wire_batch batch; /* a reply in the making */
+	struct out *frames, **ftail; /* packed replies, in order */
+	union {
+		struct store_stats stats;
+		struct {
+			int64_t id;
+			struct store_filter f;
+		} show;
+		struct {
+			struct wire_strings strs;
+			struct store_filter f;
+		} list;
+		/* A copy of the connection's cursor, walked on the pool;
+		 * its filter's strings stay the connection's, which
+		 * outlive the job. */
+		struct cursor walk;
+	} u;
+};
+
+static void conn_job_work_cb(uv_work_t *req)
+{
+	struct conn_job *j = req->data;
+
+	j->work(j);
+}
+
+static void conn_job_done_cb(uv_work_t *req, int status)
+{
+	struct conn_job *j = req->data;
+	struct conn *c = j->c;
+
+	c->job = NULL;
+	if (c->closed) {
+		conn_free(c);
+	} else if (!c->dead) {
+		if (status == 0)
+			j->reply(j);
+		else
+			conn_error(c, EIO, "the query was cancelled", false);
+		if (!c->dead) {
+			c->since_ms = now_mono_ms();
+			conn_update(c);
+		}
+	}
+	free(j->frame);
+	wire_batch_free(&j->batch);
+	while (j->frames != NULL) {
+		struct out *o = j->frames;
+
+		j->frames = o->next;
+		free(o->data);
+		free(o);
+	}
+	free(j);
+}
+
+/* A new job for `c`, or NULL (out of memory: an Error was sent). */
+static struct conn_job *conn_job_new(struct conn *c, conn_job_fn work,
+				     conn_job_fn reply)
+{
+	struct conn_job *j = calloc(1, sizeof(*j));
+
+	if (j == NULL) {
+		conn_error(c, ENOMEM, "out of memory", false);
+		return NULL;
+	}
+	j->c = c;
+	j->store = c->srv->store;
+	j->work = work;
+	j->reply = reply;
+	j->req.data = j;
+	j->ftail = &j->frames;
+	return j;
+}
+
+/* Runs `j` on the pool; `c` reads nothing until it is done. */
+static void conn_job_start(struct conn *c, struct conn_job *j)
+{
+	int err = uv_queue_work(c->srv->loop, &j->req, conn_job_work_cb,
+				conn_job_done_cb);
+
+	if (err < 0) {
+		free(j);
+		conn_error(c, EIO, uv_strerror(err), false);
+		return;
+	}
+	c->job = j;
+	conn_update(c);
+}
+
+/* Sends the job's frame, or an Error for its err. */
+static void conn_job_send(struct conn_job *j)
+{
+	if (j->err == 0 && j->frame != NULL) {
+		conn_send(j->c, j->frame, j->len);
+		j->frame = NULL; /* conn_send() took it */
+		return;
+	}
+	conn_error(j->c, j->err == -ENOMEM ? ENOMEM : EIO,
+		   j->err == -ENOMEM ? "out of memory" : "database error",
+		   false);
+}
+
 /* ---- queries ----------------------------------------------------------- */
 
 /* The store filter's uid part: a non-root peer sees only its own. */
@@ -575,25 +695,41 @@ static bool conn_send_batch(struct conn *c, struct wire_batch *b,
 }
 
 struct list_walk {
-	struct conn *c;
-	struct wire_batch b;
+	struct conn_job *j;
 	size_t sent;
-	int err;
 };
 
+/* Packs the job's batch as a List frame after the job's other frames. */
+static int list_frame(struct conn_job *j, bool done)
+{
+	struct out *o = calloc(1, sizeof(*o));
+
+	if (o == NULL)
+		return -ENOMEM;
+	if (wire_batch_frame(&j->batch, 3, 2, done, &o->data, &o->len) < 0) {
+		free(o);
+		return -ENOMEM;
+	}
+	*j->ftail = o;
+	j->ftail = &o->next;
+	return 0;
+}
+
+/* On the pool (DESIGN 7): a process into the job's frames. */
 static int list_cb(void *arg, const struct store_process *p)
 {
 	struct list_walk *w = arg;
+	struct wire_batch *b = &w->j->batch;
 	Npusan__Process m;
 	int err;
 
 	process_msg(p, &m);
-	err = wire_batch_add(&w->b, 1, &m.base);
-	if (err == -E2BIG && w->b.n > 0) {
-		w->sent += w->b.len;
-		if (!conn_send_batch(w->c, &w->b, 3, 2, false))
-			return -EPIPE;
-		err = wire_batch_add(&w->b, 1, &m.base);
+	err = wire_batch_add(b, 1, &m.base);
+	if (err == -E2BIG && b->n > 0) {
+		w->sent += b->len;
+		if ((err = list_frame(w->j, false)) < 0)
+			return err;
+		err = wire_batch_add(b, 1, &m.base);
 	}
 	if (err == -E2BIG) {
 		log_warn("process %" PRId64 " does not fit a frame; left out",
@@ -602,41 +738,56 @@ static int list_cb(void *arg, const struct store_process *p)
 	}
 	if (err < 0)
 		return err;
-	if (w->b.len >= SERVER_FRAME_TARGET) {
-		w->sent += w->b.len;
+	if (b->len >= SERVER_FRAME_TARGET) {
+		w->sent += b->len;
 		if (w->sent > SERVER_LIST_MAX)
 			return -E2BIG;
-		if (!conn_send_batch(w->c, &w->b, 3, 2, false))
-			return -EPIPE;
+		return list_frame(w->j, false);
 	}
 	return 0;
 }
 
-static void conn_list(struct conn *c, const Npusan__ListRequest *r)
+static void list_work(struct conn_job *j)
 {
-	struct list_walk w = { .c = c };
-	struct wire_strings *strs = malloc(sizeof(*strs));
-	struct store_filter f;
-	int err;
+	struct list_walk w = { .j = j };
 
-	if (strs == NULL) {
-		conn_error(c, ENOMEM, "out of memory", true);
-		return;
-	}
-	wire_list_filter(r, strs, &f);
-	conn_restrict(c, &f);
-	err = store_list(c->srv->store, &f, list_cb, &w);
-	free(strs);
-	if (err == 0)
-		conn_send_batch(c, &w.b, 3, 2, true);
-	else if (err == -E2BIG)
+	j->err = store_list(j->store, &j->u.list.f, list_cb, &w);
+	if (j->err == 0)
+		j->err = list_frame(j, true);
+}
+
+/* Sends the frames, or an Error and none of them. */
+static void list_reply(struct conn_job *j)
+{
+	struct conn *c = j->c;
+
+	if (j->err == -E2BIG) {
 		conn_error(c, E2BIG, "too many processes: filter by job or pid",
 			   false);
-	else if (err != -EPIPE && !c->dead)
-		conn_error(c, err == -ENOMEM ? ENOMEM : EIO,
-			   err == -ENOMEM ? "out of memory" : "database error",
-			   false);
-	wire_batch_free(&w.b);
+		return;
+	}
+	if (j->err < 0) {
+		conn_job_send(j);
+		return;
+	}
+	while (j->frames != NULL && !c->dead) {
+		struct out *o = j->frames;
+
+		j->frames = o->next;
+		conn_send(c, o->data, o->len); /* takes the data */
+		free(o);
+	}
+}
+
+static void conn_list(struct conn *c, const Npusan__ListRequest *r)
+{
+	struct conn_job *j = conn_job_new(c, list_work, list_reply);
+
+	if (j == NULL)
+		return;
+	wire_list_filter(r, &j->u.list.strs, &j->u.list.f);
+	conn_restrict(c, &j->u.list.f);
+	conn_job_start(c, j);
 }
 
 struct findings_walk {
@@ -679,57 +830,63 @@ static int findings_cb(void *arg, const struct store_finding *f,
 }
 
 /*
- * One walk of the cursor: a frame of findings after cur->after_id. For the
- * first answer each frame goes out, the last with done; a follow walk
- * sends only frames with findings in them. False when the walk cannot go on
- * (the connection closed, or an error was sent and the cursor dropped).
+ * One walk of the cursor, on the pool (DESIGN 7): a frame of findings
+ * after cur->after_id, into the job's copy of the cursor.
  */
-static bool conn_walk(struct conn *c)
+static void walk_work(struct conn_job *j)
 {
-	struct cursor *cur = c->cur;
+	struct cursor *cur = &j->u.walk;
 	struct findings_walk w = { .cur = cur };
 	struct store_filter f = cur->f;
-	bool complete, done;
-	int err;
 
 	f.after_id = cur->after_id;
 	f.limit = cur->following || !cur->limited ? 0 : cur->left;
 	if (!cur->following && cur->limited && cur->left == 0)
-		err = 0; /* the limit is reached: nothing more to send */
+		j->err = 0; /* the limit is reached: nothing more to send */
 	else
-		err = store_findings(c->srv->store, &f, findings_cb, &w);
+		j->err = store_findings(j->store, &f, findings_cb, &w);
+	j->batch = w.b;
+}
+
+/*
+ * The walk's frame, on the loop: for the first answer each frame goes
+ * out, the last with done; a follow walk sends only frames with findings
+ * in them. Then the next walk, if there is one to make now. The cursor
+ * is the connection's still: nothing frees it while a job runs.
+ */
+static void walk_reply(struct conn_job *j)
+{
+	struct conn *c = j->c;
+	struct cursor *cur = c->cur;
+	struct wire_batch *b = &j->batch;
+	bool complete;
+	int err = j->err;
+
+	cur->after_id = j->u.walk.after_id;
+	cur->left = j->u.walk.left;
 	complete = err == 0 || (err == WALK_FULL && !cur->following &&
 				cur->limited && cur->left == 0);
 	if (err < 0 && err != WALK_FULL) {
-		wire_batch_free(&w.b);
 		free(c->cur);
 		c->cur = NULL;
 		conn_error(c, err == -ENOMEM ? ENOMEM : EIO,
 			   err == -ENOMEM ? "out of memory" : "database error",
 			   false);
-		return false;
+		return;
 	}
 	/* A follower's walk that found nothing sends nothing. */
-	done = complete;
-	if (!(cur->following && w.b.n == 0)) {
-		if (!conn_send_batch(c, &w.b, 4, 2, done)) {
-			wire_batch_free(&w.b);
-			return false;
-		}
+	if (!(cur->following && b->n == 0) &&
+	    !conn_send_batch(c, b, 4, 2, complete))
+		return;
+	if (complete && !cur->following && !cur->follow) {
+		free(c->cur);
+		c->cur = NULL;
+		return;
 	}
-	wire_batch_free(&w.b);
-	if (complete) {
-		if (!cur->following && !cur->follow) {
-			free(c->cur);
-			c->cur = NULL;
-			c->since_ms = now_mono_ms();
-			return false;
-		}
+	/* `pending` stays as commits since the walk started left it. */
+	if (complete)
 		cur->following = true;
-		cur->pending = false;
-		return false;
-	}
-	return true;
+	conn_pump(c);
 }
 
 /* Whether the cursor has findings to walk now. */
@@ -739,20 +896,23 @@ static bool conn_walking(const struct conn *c)
 }
 
 /*
- * Walks the cursor while the output queue has room (DESIGN 3), a few pages
- * at a time: with more to walk, conn_update() watches for writability, so
- * the next pages come in a later loop iteration, after other connections.
+ * Starts the cursor's next walk while the output queue has room (DESIGN
+ * 3), one walk at a time: the next starts when its reply is sent, or
+ * once the output drains (the poll callback pumps again).
  */
 static void conn_pump(struct conn *c)
 {
-	for (int i = 0; i < SERVER_WALKS_PER_CB && !c->dead && !c->closing &&
-			c->out_bytes < SERVER_OUT_HIGH && conn_walking(c);
-	     i++) {
-		if (!conn_walk(c) && !conn_walking(c))
-			break;
-	}
-	if (!c->dead)
-		conn_update(c);
+	struct conn_job *j;
+
+	if (c->dead || c->closing || c->job != NULL ||
+	    c->out_bytes >= SERVER_OUT_HIGH || !conn_walking(c))
+		return;
+	j = conn_job_new(c, walk_work, walk_reply);
+	if (j == NULL)
+		return;
+	j->u.walk = *c->cur;
+	c->cur->pending = false; /* a commit from now on walks again */
+	conn_job_start(c, j);
 }
 
 static void conn_findings(struct conn *c, const Npusan__FindingsRequest *r)
@@ -777,108 +937,7 @@ static void conn_findings(struct conn *c, const Npusan__FindingsRequest *r)
 	conn_pump(c);
 }
 
-/* ---- jobs: queries off the loop (DESIGN 7) ---------------------------- */
-
-struct conn_job;
-typedef void (*conn_job_fn)(struct conn_job *j);
-
-/*
- * A query's store work. `work` runs on a pool thread and touches only the
- * job (never the connection); `reply` runs on the loop, the connection
- * still open. The job owns `frame` until reply takes it; freed with the
- * job in conn_job_done_cb().
- */
-struct conn_job {
-	uv_work_t req;
-	struct conn *c;
-	struct store *store;
-	conn_job_fn work, reply;
-	int err;	/* work's: 0 or a negative errno */
-	uint8_t *frame; /* a packed reply, or NULL */
-	size_t len;
-	union {
-		struct store_stats stats;
-		struct {
-			int64_t id;
-			struct store_filter f;
-		} show;
-	} u;
-};
-
-static void conn_job_work_cb(uv_work_t *req)
-{
-	struct conn_job *j = req->data;
-
-	j->work(j);
-}
-
-static void conn_job_done_cb(uv_work_t *req, int status)
-{
-	struct conn_job *j = req->data;
-	struct conn *c = j->c;
-
-	c->job = NULL;
-	if (c->closed) {
-		conn_free(c);
-	} else if (!c->dead) {
-		if (status == 0)
-			j->reply(j);
-		else
-			conn_error(c, EIO, "the query was cancelled", false);
-		if (!c->dead) {
-			c->since_ms = now_mono_ms();
-			conn_update(c);
-		}
-	}
-	free(j->frame);
-	free(j);
-}
-
-/* A new job for `c`, or NULL (out of memory: an Error was sent). */
-static struct conn_job *conn_job_new(struct conn *c, conn_job_fn work,
-				     conn_job_fn reply)
-{
-	struct conn_job *j = calloc(1, sizeof(*j));
-
-	if (j == NULL) {
-		conn_error(c, ENOMEM, "out of memory", false);
-		return NULL;
-	}
-	j->c = c;
-	j->store = c->srv->store;
-	j->work = work;
-	j->reply = reply;
-	j->req.data = j;
-	return j;
-}
-
-/* Runs `j` on the pool; `c` reads nothing until it is done. */
-static void conn_job_start(struct conn *c, struct conn_job *j)
-{
-	int err = uv_queue_work(c->srv->loop, &j->req, conn_job_work_cb,
-				conn_job_done_cb);
-
-	if (err < 0) {
-		free(j);
-		conn_error(c, EIO, uv_strerror(err), false);
-		return;
-	}
-	c->job = j;
-	conn_update(c);
-}
-
-/* Sends the job's frame, or an Error for its err. */
-static void conn_job_send(struct conn_job *j)
-{
-	if (j->err == 0 && j->frame != NULL) {
-		conn_send(j->c, j->frame, j->len);
-		j->frame = NULL; /* conn_send() took it */
-		return;
-	}
-	conn_error(j->c, j->err == -ENOMEM ? ENOMEM : EIO,
-		   j->err == -ENOMEM ? "out of memory" : "database error",
-		   false);
-}
+/* ---- show and stats ---------------------------------------------------- */
 
 /* Packs finding `f` of process `p` as a Show reply into the job. */
 static int show_cb(void *arg, const struct store_finding *f,
@@ -1300,7 +1359,8 @@ static void conn_update(struct conn *c)
 	    (c->cur == NULL || c->cur->following))
 		want |= UV_READABLE;
 	if (c->out_head != NULL ||
-	    (!c->closing && c->out_bytes < SERVER_OUT_HIGH && conn_walking(c)))
+	    (!c->closing && c->out_bytes < SERVER_OUT_HIGH && c->job == NULL &&
+	     conn_walking(c)))
 		want |= UV_WRITABLE;
 	if (want == c->events)
 		return;
@@ -1452,7 +1512,7 @@ static void sweep_cb(uv_timer_t *t)
 				conn_close(c);
 			}
 		} else if (c->kind == CONN_QUERY && c->cur == NULL &&
-			   c->out_head == NULL &&
+			   c->job == NULL && c->out_head == NULL &&
 			   now - c->since_ms >= SERVER_IDLE_TIMEOUT_MS) {
 			conn_close(c);
 		}
