@@ -31,10 +31,11 @@
  *    holds, a full disk): a process is drained and analysed under the
  *    store's provisional id from the start, and its drain thread takes
  *    over the stored counters (5) once the store has its row. Until then
- *    it is not finished, even when gone, so that what it is counted last
- *    includes them; a finding the store refuses (its queue is full) is
- *    counted as operations lost, so the verdict cannot claim to be
- *    complete.
+ *    its counters are not sent, and it is not finished, even when gone,
+ *    so that no row is ever written with less than it had; findings go
+ *    to the store meanwhile. A finding the store refuses (its queue is
+ *    full) is counted as operations lost, so the verdict cannot claim to
+ *    be complete.
  */
 #include "ingest.h"
 
@@ -339,6 +340,10 @@ static void ingest_update(struct ingest_proc *p, enum store_state st)
 {
 	struct store_counters c;
 
+	/* Not before the stored counters are taken over (DESIGN 6): its
+	 * counters would overwrite theirs with less. */
+	if (!p->stored)
+		return;
 	/* Relaxed: a state the loop thread set; an update that misses the
 	 * newest one is followed by another within INGEST_UPDATE_MS. */
 	if (st != STORE_EXITED)
@@ -565,6 +570,10 @@ void ingest_free(struct ingest *in)
 	atomic_store_explicit(&in->stop, true, memory_order_release);
 	for (unsigned i = 0; i < in->nthreads; i++)
 		pthread_join(in->threads[i].thread, NULL);
+	/* Registrations still queued are stored now, if the disk lets us,
+	 * so that every process's counters are taken over (DESIGN 6) and
+	 * its last update is sent; the loop has stopped, nobody waits. */
+	store_flush(in->store);
 	for (unsigned i = 0; i < in->nthreads; i++) {
 		struct ingest_thread *t = &in->threads[i];
 
