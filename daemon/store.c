@@ -304,6 +304,7 @@ struct store {
 	bool urgent, stop, running;
 	bool full_logged; /* queue-full line logged, until there is room */
 	bool failing;     /* the latest round failed: rounds wait for `due` */
+	unsigned episode_fails; /* failed rounds since all was stored */
 	size_t max_bytes; /* findings' bytes that may wait (DESIGN 11) */
 	size_t fbytes;    /* findings' bytes queued or being committed */
 	uint64_t dropped; /* finding occurrences refused (DESIGN 11) */
@@ -1888,12 +1889,16 @@ static bool w_round(struct store *s, unsigned *fails)
 		 * synchronous one that failed with its round. */
 		s->committed_seq = s->taken_seq;
 		store_ref_sweep(s);
-		if (*fails > 0)
+		/* One line when all that waited is in, not one per round
+		 * while a disk with little room takes a batch at a time. */
+		if (s->episode_fails > 0 && s->head == NULL) {
 			store_log(s, LOG_WARN,
 				  "commits work again after %u failed rounds; "
-				  "%zu writes still wait; %" PRIu64 " finding "
-				  "occurrences were dropped since the start",
-				  *fails, s->nqueued, s->dropped);
+				  "everything waiting is stored; %" PRIu64
+				  " finding occurrences were dropped since the "
+				  "start", s->episode_fails, s->dropped);
+			s->episode_fails = 0;
+		}
 		*fails = 0;
 	} else {
 		/* Back in front, in order (DESIGN 2). */
@@ -1906,7 +1911,7 @@ static bool w_round(struct store *s, unsigned *fails)
 		}
 		s->failed_round = round;
 		w_fail_waiting(s);
-		if (*fails == 0)
+		if (s->episode_fails++ == 0)
 			store_log(s, LOG_ERROR,
 				  "commit failed (%s): %zu writes wait in memory "
 				  "and are retried, backing off up to %d ms; "
