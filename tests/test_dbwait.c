@@ -4,11 +4,13 @@
  * accepted, processes analysed, queries answered, and what was found is
  * stored once the database takes writes again.
  *
- * The full-disk test needs root (it mounts a small tmpfs); run as
- * `test_dbwait fulldisk` it exits 77 where it cannot mount one.
+ * The full-disk test needs root (it mounts a small tmpfs, in a mount
+ * namespace of its own); run as `test_dbwait fulldisk` it exits 77 where
+ * it cannot mount one.
  */
 #include <check.h>
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -253,6 +255,15 @@ START_TEST(dbwait_stats_answered_while_a_registration_waits)
 }
 END_TEST
 
+/* A mount namespace of this process's own (the daemon it starts shares
+ * it), its mounts private: a tmpfs mounted there goes with the last of
+ * them, however the test ends, and is never seen outside. */
+static bool private_mounts(void)
+{
+	return unshare(CLONE_NEWNS) == 0 &&
+	       mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0;
+}
+
 /* Fills the file system at `dir` with a file of its own; returns its path
  * (caller frees). */
 static char *fill_disk(const char *dir)
@@ -289,6 +300,7 @@ START_TEST(dbwait_full_disk_analysed_and_stored_once_room_returns)
 	tu_daemon_init(&d);
 	snprintf(fs, sizeof(fs), "%s/fs", d.dir);
 	ck_assert_int_eq(mkdir(fs, 0700), 0);
+	ck_assert(private_mounts());
 	ck_assert_int_eq(mount("tmpfs", fs, "tmpfs", 0, "size=4m"), 0);
 	ck_assert_int_lt(snprintf(d.db, sizeof(d.db), "%.*s/npusan.db",
 				  (int)(sizeof(d.db) - 16), fs),
@@ -317,26 +329,30 @@ START_TEST(dbwait_full_disk_analysed_and_stored_once_room_returns)
 	check_stored();
 	ck_assert(log_shows(&d, "commits work again", 0));
 	ck_assert_int_eq(WEXITSTATUS(tu_daemon_stop(&d, SIGTERM)), 0);
-	umount2(fs, MNT_DETACH);
+	umount2(fs, MNT_DETACH); /* so that the directory can be removed */
 	free(stats);
 	free(filler);
 	free(d.dir);
 }
 END_TEST
 
-/* Whether this process may mount a tmpfs (root, and allowed to). */
+/* Whether a test may mount a tmpfs in a namespace of its own (root, and
+ * allowed to): tried in a child, which takes the namespace with it. */
 static bool can_mount(void)
 {
-	char dir[] = "/tmp/npusan-mount-XXXXXX";
-	bool ok;
+	pid_t pid;
+	int st;
 
-	if (geteuid() != 0 || mkdtemp(dir) == NULL)
+	if (geteuid() != 0)
 		return false;
-	ok = mount("tmpfs", dir, "tmpfs", 0, "size=64k") == 0;
-	if (ok)
-		umount2(dir, MNT_DETACH);
-	rmdir(dir);
-	return ok;
+	pid = fork();
+	if (pid == 0)
+		_exit(private_mounts() &&
+			      mount("tmpfs", "/tmp", "tmpfs", 0, "size=64k") == 0
+		      ? 0
+		      : 1);
+	return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) &&
+	       WEXITSTATUS(st) == 0;
 }
 
 int main(int argc, char **argv)
