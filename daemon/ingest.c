@@ -29,6 +29,15 @@
  *    difference were taken by the dead daemon and never stored, and are
  *    counted lost. The engine needs no gap for them, being new; the agent
  *    sends its snapshot and a gap when it registers again.
+ * 6. Registration never waits for the database (a lock another program
+ *    holds, a full disk): a process is drained and analysed under the
+ *    store's provisional id from the start, and its drain thread takes
+ *    over the stored counters (5) once the store has its row. Until then
+ *    its counters are not sent, and it is not finished, even when gone,
+ *    so that no row is ever written with less than it had; findings go
+ *    to the store meanwhile. A finding the store refuses (its queue is
+ *    full) is counted as operations lost, so the verdict cannot claim to
+ *    be complete.
  */
 #include "ingest.h"
 
@@ -64,9 +73,11 @@
 struct ingest_proc {
 	struct ingest_proc *next;
 	struct ingest_thread *thread;
-	int64_t id; /* the store's */
+	int64_t id; /* the store's provisional id (DESIGN 6) */
+	bool stored; /* its row is stored, its counters taken over */
 	uint32_t pid;
 	uint64_t start_time;
+	uint32_t uid; /* who registered it: never another (the store's rule) */
 	int fd;
 	struct ringread *rr;
 	struct symtab *syms;
@@ -203,7 +214,12 @@ static void ingest_submit(struct ingest_proc *p, const struct finding *f,
 	ingest_access(p->syms, &f->access, &sf.access, frames[0]);
 	if (f->has_previous)
 		ingest_access(p->syms, &f->previous, &sf.previous, frames[1]);
-	store_finding_submit(p->in->store, &sf);
+	if (store_finding_submit(p->in->store, &sf) < 0) {
+		/* Its operations' outcome is lost (DESIGN 6). */
+		p->lost += count;
+		atomic_fetch_add_explicit(&p->in->lost, count,
+					  memory_order_relaxed);
+	}
 }
 
 /* The engine's callback: firsts go out now, repeats are summed (DESIGN 3). */
@@ -422,6 +438,10 @@ static void ingest_update(struct ingest_proc *p, enum store_state st)
 {
 	struct store_counters c;
 
+	/* Not before the stored counters are taken over (DESIGN 6): its
+	 * counters would overwrite theirs with less. */
+	if (!p->stored)
+		return;
 	/* Relaxed: a state the loop thread set; an update that misses the
 	 * newest one is followed by another within INGEST_UPDATE_MS. */
 	if (st != STORE_EXITED)
@@ -439,8 +459,35 @@ static bool ingest_alive(const struct ingest_proc *p)
 	return !procstat_gone((pid_t)p->pid, p->start_time);
 }
 
+/* Takes the stored counters over once the store has the row (DESIGN 5,
+ * 6); the drain thread's. */
+static void ingest_adopt(struct ingest_proc *p)
+{
+	struct store_counters was;
+	struct ringread_counters rc;
+	int64_t id;
+	int err;
+
+	if (p->stored)
+		return;
+	err = store_process_registered(p->in->store, p->id, &id, &was);
+	if (err == 0)
+		return;
+	p->stored = true;
+	if (err < 0)
+		return; /* refused by SQLite: the store logged it */
+	p->events += was.events;
+	p->lost = ingest_sat_add(p->lost, was.lost);
+	p->gaps += was.gaps;
+	ringread_counters(p->rr, &rc);
+	if (rc.ops_at_map > was.ring_ops)
+		ingest_count_lost(p, rc.ops_at_map - was.ring_ops);
+}
+
 static void ingest_proc_free(struct ingest_proc *p)
 {
+	if (p->in != NULL)
+		store_process_forget(p->in->store, p->id);
 	engine_free(p->engine);
 	ringdec_free(p->dec);
 	symtab_free(p->syms);
@@ -508,6 +555,7 @@ static unsigned ingest_round(struct ingest_thread *t)
 	link = &t->procs;
 	while ((p = *link) != NULL) {
 		pthread_mutex_unlock(&t->lock);
+		ingest_adopt(p);
 		n = (unsigned)ingest_drain(p, p->gone ? RINGREAD_DEAD : 0);
 		total += n;
 		ingest_flush_repeats(p);
@@ -518,7 +566,9 @@ static unsigned ingest_round(struct ingest_thread *t)
 		if (now - p->updated_ms >= INGEST_UPDATE_MS)
 			ingest_update(p, STORE_RUNNING);
 		pthread_mutex_lock(&t->lock);
-		if (!p->gone && p->conns == 0 && now - p->checked_ms >= 0) {
+		/* Not finished before its row is stored (DESIGN 5). */
+		if (!p->gone && p->conns == 0 && p->stored &&
+		    now - p->checked_ms >= 0) {
 			p->checked_ms = now + INGEST_ALIVE_CHECK_MS;
 			if (!ingest_alive(p)) {
 				/* From the next round on, its last batches. */
@@ -640,6 +690,10 @@ void ingest_free(struct ingest *in)
 	atomic_store_explicit(&in->stop, true, memory_order_release);
 	for (unsigned i = 0; i < in->nthreads; i++)
 		pthread_join(in->threads[i].thread, NULL);
+	/* Registrations still queued are stored now, if the disk lets us,
+	 * so that every process's counters are taken over (DESIGN 6) and
+	 * its last update is sent; the loop has stopped, nobody waits. */
+	store_flush(in->store);
 	for (unsigned i = 0; i < in->nthreads; i++) {
 		struct ingest_thread *t = &in->threads[i];
 
@@ -649,6 +703,7 @@ void ingest_free(struct ingest *in)
 			 * is committed up to the head now (a flooding process
 			 * must not hold the stop up), leave it running for
 			 * the next daemon. One found gone is finished. */
+			ingest_adopt(p);
 			if (!p->gone)
 				ringread_stop_at_head(p->rr);
 			while (ingest_drain(p, p->gone ? RINGREAD_DEAD : 0) > 0)
@@ -747,18 +802,21 @@ static struct ingest_thread *ingest_pick(struct ingest *in)
 int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 		    struct ingest_proc **out, const char **why)
 {
+	struct ringread_counters rc;
 	struct ingest_thread *t;
 	struct ingest_proc *p;
 	int err;
 
-	struct store_counters was;
-	struct ringread_counters rc;
-	int64_t id;
-
 	*why = NULL;
 	p = ingest_find(in, sp->pid, sp->start_time);
+	if (p != NULL && p->uid != sp->uid) {
+		/* The store would refuse it too, but only once it writes:
+		 * what this daemon watches it refuses at once. */
+		ingest_disconnect(in, p);
+		return -EPERM;
+	}
 	if (p != NULL) {
-		err = store_process_register(in->store, sp, &id, NULL);
+		err = store_process_register_async(in->store, sp, NULL);
 		if (err < 0) {
 			ingest_disconnect(in, p); /* as it was */
 			return err;
@@ -773,7 +831,7 @@ int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 	err = ingest_proc_new(in, fd, &p, why);
 	if (err < 0)
 		return err;
-	err = store_process_register(in->store, sp, &p->id, &was);
+	err = store_process_register_async(in->store, sp, &p->id);
 	if (err < 0) {
 		ingest_proc_free(p);
 		return err;
@@ -781,13 +839,9 @@ int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 	p->fd = fd;
 	p->pid = sp->pid;
 	p->start_time = sp->start_time;
+	p->uid = sp->uid;
 	atomic_store_explicit(&p->state, (int)sp->state, memory_order_relaxed);
-	p->events = was.events;
-	p->lost = was.lost;
-	p->gaps = was.gaps;
 	ringread_counters(p->rr, &rc);
-	if (rc.ops_at_map > was.ring_ops)
-		ingest_count_lost(p, rc.ops_at_map - was.ring_ops);
 	if (rc.corrupt != 0) /* how many a dead daemon took: unknown */
 		ingest_gap(p, UINT64_MAX);
 	p->last_ms = ingest_now_ms();
@@ -807,7 +861,11 @@ int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 
 int64_t ingest_proc_id(const struct ingest_proc *p)
 {
-	return p->id;
+	int64_t id;
+
+	return store_process_registered(p->in->store, p->id, &id, NULL) == 1
+		       ? id
+		       : 0;
 }
 
 void ingest_set_state(struct ingest_proc *p, enum store_state st)

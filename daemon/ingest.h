@@ -43,14 +43,15 @@ void ingest_free(struct ingest *in);
  * state, running or dormant; copied) whose ring is in memfd `fd`. On
  * success ingest owns fd and *out is the process's handle until
  * ingest_disconnect(); a process that registers again while its ring is
- * still drained here gets its handle back, and fd is closed. 0; -EINVAL
- * when the fd is not a ring this daemon reads (*why says why, a static
- * string); -EIO when the store failed; -ENOMEM.
+ * still drained here gets its handle back, and fd is closed. Never waits
+ * for the database: the process is drained and analysed while its row
+ * waits to be stored (ingest.c, DESIGN 6). 0; -EINVAL when the fd is not a
+ * ring this daemon reads (*why says why, a static string); -ENOMEM.
  */
 int ingest_register(struct ingest *in, const struct store_process *p, int fd,
 		    struct ingest_proc **out, const char **why);
 
-/* The store's id of the process. */
+/* The store's id of the process; 0 while its row waits to be stored. */
 int64_t ingest_proc_id(const struct ingest_proc *proc);
 
 /* The process was attached (STORE_RUNNING) or detached (STORE_DORMANT):

@@ -165,6 +165,7 @@ static int metrics_render(struct metrics *m, char **out, size_t *len)
 {
 	struct ingest_stats is;
 	struct store_stats ss;
+	struct store_health sh;
 	bool have_store;
 	char *buf = NULL;
 	size_t n = 0;
@@ -173,6 +174,7 @@ static int metrics_render(struct metrics *m, char **out, size_t *len)
 	if (f == NULL)
 		return -ENOMEM;
 	ingest_get_stats(m->ingest, &is);
+	store_get_health(m->store, &sh);
 	have_store = store_stats(m->store, &ss) == 0;
 
 	metrics_head(f, "npusan_build_info", "gauge",
@@ -206,6 +208,20 @@ static int metrics_render(struct metrics *m, char **out, size_t *len)
 		     "drain found the ring empty right after draining it; 0 "
 		     "when every ring was empty at its latest drain.");
 	fprintf(f, "npusan_analysis_lag_seconds %.3f\n", is.lag_s);
+	metrics_head(f, "npusan_store_commits_failing", "gauge",
+		     "1 while the database takes no writes (a full disk, a "
+		     "lock another program holds): writes wait in memory.");
+	fprintf(f, "npusan_store_commits_failing %d\n", sh.failing ? 1 : 0);
+	metrics_head(f, "npusan_store_writes_waiting", "gauge",
+		     "Writes (findings, counters, registrations) waiting to "
+		     "be committed to the database.");
+	fprintf(f, "npusan_store_writes_waiting %" PRIu64 "\n", sh.queued);
+	metrics_head(f, "npusan_store_findings_dropped_total", "counter",
+		     "Finding occurrences dropped since npusand started "
+		     "because too many waited for the database; their "
+		     "operations are counted lost.");
+	fprintf(f, "npusan_store_findings_dropped_total %" PRIu64 "\n",
+		sh.findings_dropped);
 	if (have_store) {
 		metrics_head(f, "npusan_processes", "gauge",
 			     "Processes in the database, by state (running: "

@@ -824,11 +824,10 @@ static void prune_cb(uv_timer_t *t)
 	(void)t;
 	if (d.cfg.retain_days == 0)
 		return;
-	n = store_prune(d.store, real_ms());
-	if (n > 0)
-		log_info("pruned %d processes inactive for %u days", n,
-			 d.cfg.retain_days);
-	else if (n < 0)
+	/* Queued: the loop never waits for the disk. The store logs what it
+	 * pruned. */
+	n = store_prune_async(d.store, real_ms());
+	if (n < 0)
 		log_warn("pruning failed: %s", strerror(-n));
 }
 

@@ -30,7 +30,8 @@
  *    the store, not here). Connections are capped;
  *    one that dawdles (SERVER_*_TIMEOUT_MS) is closed by the sweep.
  * 4. A connection's memory is freed in its poll handle's close callback,
- *    never before: code that may close one checks `dead` afterwards.
+ *    never before (or, when a job (7) runs for it then, once the job is
+ *    done): code that may close one checks `dead` afterwards.
  * 5. The uid that decides what a query sees, and the pid an agent may
  *    register, come from SO_PEERCRED at accept, never from a message; so
  *    does the start time that names the process with its pid: read from
@@ -48,6 +49,12 @@
  *    sum in all; the last SERVER_ROOT_RESERVE connections are root's. A
  *    refusal says so to the peer and in the log (rate-limited), naming
  *    the uid.
+ * 8. The loop never waits for SQLite: registrations are queued (the
+ *    store's provisional ids), and list, stats, show, each page of a list
+ *    answer and each page of findings run as a job on libuv's thread pool
+ *    (uv_queue_work), which reads the store and packs the reply there; the
+ *    loop sends it. While its job runs a connection reads nothing, so it
+ *    has one at most.
  */
 #include "server.h"
 
@@ -96,8 +103,6 @@
 #define SERVER_MAX_FDS 4
 /* Reads per readiness callback, so one busy peer cannot hog the loop. */
 #define SERVER_READS_PER_CB 16
-/* Answer pages walked per callback, for the same reason. */
-#define SERVER_WALKS_PER_CB 4
 /* Accept failures (no descriptors left) pause accepting this long. */
 #define SERVER_ACCEPT_PAUSE_MS 100
 
@@ -153,11 +158,12 @@ struct conn {
 	struct cursor *cur;	  /* QUERY: a findings answer or follow */
 	struct list_cursor *lcur; /* QUERY: a list answer (DESIGN 3) */
 	struct agent_info *agent; /* AGENT: what attach needs to know */
+	struct conn_job *job;	  /* QUERY: its job in flight (DESIGN 7) */
+	bool closed; /* its poll handle closed while its job ran */
 };
 
 /* An agent's process, as attach matches and answers it. */
 struct agent_info {
-	int64_t id; /* the store's */
 	bool has_rank;
 	uint32_t rank;
 	enum store_state state; /* running (attached) or dormant */
@@ -354,6 +360,14 @@ static void conn_free_out(struct conn *c)
 	c->out_bytes = 0;
 }
 
+static void conn_free(struct conn *c)
+{
+	conn_list_done(c);
+	free(c->cur);
+	free(c->agent);
+	free(c);
+}
+
 static void conn_closed_cb(uv_handle_t *h)
 {
 	struct conn *c = (struct conn *)h;
@@ -366,10 +380,10 @@ static void conn_closed_cb(uv_handle_t *h)
 		close(c->pidfd);
 	wire_rx_reset(&c->rx);
 	conn_free_out(c);
-	conn_list_done(c);
-	free(c->cur);
-	free(c->agent);
-	free(c);
+	if (c->job != NULL)
+		c->closed = true; /* conn_job_done_cb() frees it (DESIGN 4) */
+	else
+		conn_free(c);
 	server_handle_closed(s);
 }
 
@@ -723,7 +737,6 @@ static void conn_on_register(struct conn *c, const Npusan__Register *r,
 	}
 	conn_set_kind(c, CONN_AGENT);
 	c->proc = proc;
-	ai->id = ingest_proc_id(proc);
 	ai->has_rank = p.has_rank;
 	ai->rank = p.rank;
 	ai->state = p.state;
@@ -745,6 +758,136 @@ refuse:
 	conn_refuse(c, why);
 	free(strs);
 	free(ai);
+}
+
+/* ---- jobs: queries off the loop (DESIGN 7) ---------------------------- */
+
+struct conn_job;
+typedef void (*conn_job_fn)(struct conn_job *j);
+
+/*
+ * A query's store work. `work` runs on a pool thread and touches only the
+ * job (never the connection); `reply` runs on the loop, the connection
+ * still open. The job owns `frame`, `batch` and `frames` until reply
+ * takes them; what is left is freed with the job in conn_job_done_cb().
+ */
+struct conn_job {
+	uv_work_t req;
+	struct conn *c;
+	struct store *store;
+	conn_job_fn work, reply;
+	int err;	/* work's: 0 or a negative errno */
+	uint8_t *frame; /* a packed reply, or NULL */
+	size_t len;
+	struct wire_batch batch; /* a reply in the making */
+	struct out *frames, **ftail; /* packed replies, in order */
+	void *owned; /* work's result, freed with the job unless reply took it */
+	union {
+		struct store_stats stats;
+		struct {
+			int64_t id;
+			struct store_filter f;
+		} show;
+		struct {
+			struct wire_strings strs;
+			struct store_filter f;
+			size_t n; /* ids, in `owned` */
+		} list;
+		struct {
+			const int64_t *ids; /* the connection's lcur's */
+			size_t n;
+			bool done;
+		} page;
+		/* A copy of the connection's cursor, walked on the pool;
+		 * its filter's strings stay the connection's, which
+		 * outlive the job. */
+		struct cursor walk;
+	} u;
+};
+
+static void conn_job_work_cb(uv_work_t *req)
+{
+	struct conn_job *j = req->data;
+
+	j->work(j);
+}
+
+static void conn_job_done_cb(uv_work_t *req, int status)
+{
+	struct conn_job *j = req->data;
+	struct conn *c = j->c;
+
+	c->job = NULL;
+	if (c->closed) {
+		conn_free(c);
+	} else if (!c->dead) {
+		if (status == 0)
+			j->reply(j);
+		else
+			conn_error(c, EIO, "the query was cancelled", false);
+		if (!c->dead) {
+			c->since_ms = now_mono_ms();
+			conn_update(c);
+		}
+	}
+	free(j->owned);
+	free(j->frame);
+	wire_batch_free(&j->batch);
+	while (j->frames != NULL) {
+		struct out *o = j->frames;
+
+		j->frames = o->next;
+		free(o->data);
+		free(o);
+	}
+	free(j);
+}
+
+/* A new job for `c`, or NULL (out of memory: an Error was sent). */
+static struct conn_job *conn_job_new(struct conn *c, conn_job_fn work,
+				     conn_job_fn reply)
+{
+	struct conn_job *j = calloc(1, sizeof(*j));
+
+	if (j == NULL) {
+		conn_error(c, ENOMEM, "out of memory", false);
+		return NULL;
+	}
+	j->c = c;
+	j->store = c->srv->store;
+	j->work = work;
+	j->reply = reply;
+	j->req.data = j;
+	j->ftail = &j->frames;
+	return j;
+}
+
+/* Runs `j` on the pool; `c` reads nothing until it is done. */
+static void conn_job_start(struct conn *c, struct conn_job *j)
+{
+	int err = uv_queue_work(c->srv->loop, &j->req, conn_job_work_cb,
+				conn_job_done_cb);
+
+	if (err < 0) {
+		free(j);
+		conn_error(c, EIO, uv_strerror(err), false);
+		return;
+	}
+	c->job = j;
+	conn_update(c);
+}
+
+/* Sends the job's frame, or an Error for its err. */
+static void conn_job_send(struct conn_job *j)
+{
+	if (j->err == 0 && j->frame != NULL) {
+		conn_send(j->c, j->frame, j->len);
+		j->frame = NULL; /* conn_send() took it */
+		return;
+	}
+	conn_error(j->c, j->err == -ENOMEM ? ENOMEM : EIO,
+		   j->err == -ENOMEM ? "out of memory" : "database error",
+		   false);
 }
 
 /* ---- queries ----------------------------------------------------------- */
@@ -859,22 +1002,39 @@ static bool conn_send_batch(struct conn *c, struct wire_batch *b,
 }
 
 struct list_walk {
-	struct conn *c;
-	struct wire_batch b;
+	struct conn_job *j;
 };
 
+/* Packs the job's batch as a List frame after the job's other frames. */
+static int list_frame(struct conn_job *j, bool done)
+{
+	struct out *o = calloc(1, sizeof(*o));
+
+	if (o == NULL)
+		return -ENOMEM;
+	if (wire_batch_frame(&j->batch, 3, 2, done, &o->data, &o->len) < 0) {
+		free(o);
+		return -ENOMEM;
+	}
+	*j->ftail = o;
+	j->ftail = &o->next;
+	return 0;
+}
+
+/* On the pool (DESIGN 7): a process into the job's frames. */
 static int list_cb(void *arg, const struct store_process *p)
 {
 	struct list_walk *w = arg;
+	struct wire_batch *b = &w->j->batch;
 	Npusan__Process m;
 	int err;
 
 	process_msg(p, &m);
-	err = wire_batch_add(&w->b, 1, &m.base);
-	if (err == -E2BIG && w->b.n > 0) {
-		if (!conn_send_batch(w->c, &w->b, 3, 2, false))
-			return -EPIPE;
-		err = wire_batch_add(&w->b, 1, &m.base);
+	err = wire_batch_add(b, 1, &m.base);
+	if (err == -E2BIG && b->n > 0) {
+		if ((err = list_frame(w->j, false)) < 0)
+			return err;
+		err = wire_batch_add(b, 1, &m.base);
 	}
 	if (err == -E2BIG) {
 		log_warn("process %" PRId64 " does not fit a frame; left out",
@@ -883,9 +1043,8 @@ static int list_cb(void *arg, const struct store_process *p)
 	}
 	if (err < 0)
 		return err;
-	if (w->b.len >= SERVER_FRAME_TARGET &&
-	    !conn_send_batch(w->c, &w->b, 3, 2, false))
-		return -EPIPE;
+	if (b->len >= SERVER_FRAME_TARGET)
+		return list_frame(w->j, false);
 	return 0;
 }
 
@@ -899,75 +1058,114 @@ static void conn_list_done(struct conn *c)
 	c->lcur = NULL;
 }
 
+/* The error reply of a list job that failed. */
+static void list_failed(struct conn *c, int err)
+{
+	if (err == -E2BIG)
+		conn_error(c, E2BIG, "too many processes: filter by job or pid",
+			   false);
+	else
+		conn_error(c, err == -ENOMEM ? ENOMEM : EIO,
+			   err == -ENOMEM ? "out of memory" : "database error",
+			   false);
+}
+
 /*
- * One page of c's list answer (DESIGN 3), the last with done. False when
- * the walk cannot go on: complete, the connection closed, or an error sent
- * and the answer dropped.
+ * On the pool: one page of c's list answer (DESIGN 3), the processes
+ * lcur->ids[next, next + n), as frames, the last of the answer with done.
+ * The ids are the connection's, which nothing frees while a job runs.
  */
-static bool conn_list_walk(struct conn *c)
+static void list_page_work(struct conn_job *j)
+{
+	struct list_walk w = { .j = j };
+
+	j->err = store_list_get(j->store, j->u.page.ids, j->u.page.n, list_cb,
+				&w);
+	if (j->err == 0 && (j->batch.n > 0 || j->u.page.done))
+		j->err = list_frame(j, j->u.page.done);
+}
+
+/* On the loop: the page's frames out, then the next page, if any. */
+static void list_page_reply(struct conn_job *j)
+{
+	struct conn *c = j->c;
+
+	if (j->err < 0) {
+		conn_list_done(c);
+		list_failed(c, j->err);
+		return;
+	}
+	while (j->frames != NULL && !c->dead) {
+		struct out *o = j->frames;
+
+		j->frames = o->next;
+		conn_send(c, o->data, o->len); /* takes the data */
+		free(o);
+	}
+	if (c->dead)
+		return;
+	c->lcur->next += j->u.page.n;
+	if (j->u.page.done)
+		conn_list_done(c);
+	conn_pump(c);
+}
+
+/* Starts the next page of c's list answer (conn_pump()). */
+static void conn_list_page(struct conn *c)
 {
 	struct list_cursor *lc = c->lcur;
-	struct list_walk w = { .c = c };
+	struct conn_job *j = conn_job_new(c, list_page_work, list_page_reply);
 	size_t k = lc->n - lc->next < SERVER_LIST_PAGE ? lc->n - lc->next :
 							  SERVER_LIST_PAGE;
-	bool done;
-	int err;
 
-	err = store_list_get(c->srv->store, lc->ids + lc->next, k, list_cb,
-			     &w);
-	lc->next += k;
-	done = lc->next == lc->n;
-	if (err == 0 && (w.b.n > 0 || done) &&
-	    !conn_send_batch(c, &w.b, 3, 2, done))
-		err = -EPIPE;
-	wire_batch_free(&w.b);
-	if (err == -EPIPE || c->dead)
-		return false;
-	if (err < 0 || done) {
-		conn_list_done(c);
-		c->since_ms = now_mono_ms();
-		if (err < 0)
-			conn_error(c, err == -ENOMEM ? ENOMEM : EIO,
-				   err == -ENOMEM ? "out of memory" :
-						    "database error",
-				   false);
-		return false;
+	if (j == NULL)
+		return;
+	j->u.page.ids = lc->ids + lc->next;
+	j->u.page.n = k;
+	j->u.page.done = lc->next + k == lc->n;
+	conn_job_start(c, j);
+}
+
+/* On the pool: the ids of the processes the answer will hold. */
+static void list_ids_work(struct conn_job *j)
+{
+	int64_t *ids = NULL;
+
+	j->err = store_list_ids(j->store, &j->u.list.f, SERVER_LIST_MAX_PROCS,
+				&ids, &j->u.list.n);
+	j->owned = ids;
+}
+
+/* On the loop: the ids become c's list answer, walked page by page. */
+static void list_ids_reply(struct conn_job *j)
+{
+	struct conn *c = j->c;
+	struct list_cursor *lc;
+
+	if (j->err < 0) {
+		list_failed(c, j->err);
+		return;
 	}
-	return true;
+	if ((lc = calloc(1, sizeof(*lc))) == NULL) {
+		conn_error(c, ENOMEM, "out of memory", false);
+		return;
+	}
+	lc->ids = j->owned;
+	lc->n = j->u.list.n;
+	j->owned = NULL; /* c's now */
+	c->lcur = lc;
+	conn_pump(c);
 }
 
 static void conn_list(struct conn *c, const Npusan__ListRequest *r)
 {
-	struct wire_strings *strs = malloc(sizeof(*strs));
-	struct list_cursor *lc = calloc(1, sizeof(*lc));
-	struct store_filter f;
-	int err;
+	struct conn_job *j = conn_job_new(c, list_ids_work, list_ids_reply);
 
-	if (strs == NULL || lc == NULL) {
-		free(strs);
-		free(lc);
-		conn_error(c, ENOMEM, "out of memory", true);
+	if (j == NULL)
 		return;
-	}
-	wire_list_filter(r, strs, &f);
-	conn_restrict(c, &f);
-	err = store_list_ids(c->srv->store, &f, SERVER_LIST_MAX_PROCS,
-			     &lc->ids, &lc->n);
-	free(strs);
-	if (err < 0) {
-		free(lc);
-		if (err == -E2BIG)
-			conn_error(c, E2BIG, "too many processes: filter by "
-					     "job or pid", false);
-		else
-			conn_error(c, err == -ENOMEM ? ENOMEM : EIO,
-				   err == -ENOMEM ? "out of memory" :
-						    "database error",
-				   false);
-		return;
-	}
-	c->lcur = lc;
-	conn_pump(c);
+	wire_list_filter(r, &j->u.list.strs, &j->u.list.f);
+	conn_restrict(c, &j->u.list.f);
+	conn_job_start(c, j);
 }
 
 struct findings_walk {
@@ -1010,57 +1208,63 @@ static int findings_cb(void *arg, const struct store_finding *f,
 }
 
 /*
- * One walk of the cursor: a frame of findings after cur->after_id. For the
- * first answer each frame goes out, the last with done; a follow walk
- * sends only frames with findings in them. False when the walk cannot go on
- * (the connection closed, or an error was sent and the cursor dropped).
+ * One walk of the cursor, on the pool (DESIGN 7): a frame of findings
+ * after cur->after_id, into the job's copy of the cursor.
  */
-static bool conn_walk(struct conn *c)
+static void walk_work(struct conn_job *j)
 {
-	struct cursor *cur = c->cur;
+	struct cursor *cur = &j->u.walk;
 	struct findings_walk w = { .cur = cur };
 	struct store_filter f = cur->f;
-	bool complete, done;
-	int err;
 
 	f.after_id = cur->after_id;
 	f.limit = cur->following || !cur->limited ? 0 : cur->left;
 	if (!cur->following && cur->limited && cur->left == 0)
-		err = 0; /* the limit is reached: nothing more to send */
+		j->err = 0; /* the limit is reached: nothing more to send */
 	else
-		err = store_findings(c->srv->store, &f, findings_cb, &w);
+		j->err = store_findings(j->store, &f, findings_cb, &w);
+	j->batch = w.b;
+}
+
+/*
+ * The walk's frame, on the loop: for the first answer each frame goes
+ * out, the last with done; a follow walk sends only frames with findings
+ * in them. Then the next walk, if there is one to make now. The cursor
+ * is the connection's still: nothing frees it while a job runs.
+ */
+static void walk_reply(struct conn_job *j)
+{
+	struct conn *c = j->c;
+	struct cursor *cur = c->cur;
+	struct wire_batch *b = &j->batch;
+	bool complete;
+	int err = j->err;
+
+	cur->after_id = j->u.walk.after_id;
+	cur->left = j->u.walk.left;
 	complete = err == 0 || (err == WALK_FULL && !cur->following &&
 				cur->limited && cur->left == 0);
 	if (err < 0 && err != WALK_FULL) {
-		wire_batch_free(&w.b);
 		free(c->cur);
 		c->cur = NULL;
 		conn_error(c, err == -ENOMEM ? ENOMEM : EIO,
 			   err == -ENOMEM ? "out of memory" : "database error",
 			   false);
-		return false;
+		return;
 	}
 	/* A follower's walk that found nothing sends nothing. */
-	done = complete;
-	if (!(cur->following && w.b.n == 0)) {
-		if (!conn_send_batch(c, &w.b, 4, 2, done)) {
-			wire_batch_free(&w.b);
-			return false;
-		}
+	if (!(cur->following && b->n == 0) &&
+	    !conn_send_batch(c, b, 4, 2, complete))
+		return;
+	if (complete && !cur->following && !cur->follow) {
+		free(c->cur);
+		c->cur = NULL;
+		return;
 	}
-	wire_batch_free(&w.b);
-	if (complete) {
-		if (!cur->following && !cur->follow) {
-			free(c->cur);
-			c->cur = NULL;
-			c->since_ms = now_mono_ms();
-			return false;
-		}
+	/* `pending` stays as commits since the walk started left it. */
+	if (complete)
 		cur->following = true;
-		cur->pending = false;
-		return false;
-	}
-	return true;
+	conn_pump(c);
 }
 
 /* Whether the cursor has findings, or a list answer processes, to walk
@@ -1072,22 +1276,27 @@ static bool conn_walking(const struct conn *c)
 }
 
 /*
- * Walks the cursor while the output queue has room (DESIGN 3), a few pages
- * at a time: with more to walk, conn_update() watches for writability, so
- * the next pages come in a later loop iteration, after other connections.
+ * Starts the cursor's next walk while the output queue has room (DESIGN
+ * 3), one walk at a time: the next starts when its reply is sent, or
+ * once the output drains (the poll callback pumps again).
  */
 static void conn_pump(struct conn *c)
 {
-	for (int i = 0; i < SERVER_WALKS_PER_CB && !c->dead && !c->closing &&
-			c->out_bytes < SERVER_OUT_HIGH && conn_walking(c);
-	     i++) {
-		bool more = c->lcur != NULL ? conn_list_walk(c) : conn_walk(c);
+	struct conn_job *j;
 
-		if (!more && !conn_walking(c))
-			break;
+	if (c->dead || c->closing || c->job != NULL ||
+	    c->out_bytes >= SERVER_OUT_HIGH || !conn_walking(c))
+		return;
+	if (c->lcur != NULL) {
+		conn_list_page(c);
+		return;
 	}
-	if (!c->dead)
-		conn_update(c);
+	j = conn_job_new(c, walk_work, walk_reply);
+	if (j == NULL)
+		return;
+	j->u.walk = *c->cur;
+	c->cur->pending = false; /* a commit from now on walks again */
+	conn_job_start(c, j);
 }
 
 static void conn_findings(struct conn *c, const Npusan__FindingsRequest *r)
@@ -1112,15 +1321,13 @@ static void conn_findings(struct conn *c, const Npusan__FindingsRequest *r)
 	conn_pump(c);
 }
 
-struct show_walk {
-	struct conn *c;
-	bool sent;
-};
+/* ---- show and stats ---------------------------------------------------- */
 
+/* Packs finding `f` of process `p` as a Show reply into the job. */
 static int show_cb(void *arg, const struct store_finding *f,
 		   const struct store_process *p)
 {
-	struct show_walk *w = arg;
+	struct conn_job *j = arg;
 	Npusan__FromDaemon m = NPUSAN__FROM_DAEMON__INIT;
 	Npusan__ShowReply sr = NPUSAN__SHOW_REPLY__INIT;
 	Npusan__Access acc, prev;
@@ -1128,7 +1335,7 @@ static int show_cb(void *arg, const struct store_finding *f,
 	Npusan__Alloc alloc;
 	Npusan__Process pm;
 
-	if (w->sent)
+	if (j->frame != NULL)
 		return 0;
 	finding_msg(f, p, &fm, &alloc, &acc, &prev);
 	sr.finding = &fm;
@@ -1138,61 +1345,86 @@ static int show_cb(void *arg, const struct store_finding *f,
 	}
 	m.msg_case = NPUSAN__FROM_DAEMON__MSG_SHOW;
 	m.show = &sr;
-	w->sent = true;
-	conn_send_msg(w->c, &m);
-	return 0;
+	return wire_pack(&m, &j->frame, &j->len);
+}
+
+static void show_work(struct conn_job *j)
+{
+	j->err = store_finding_get(j->store, j->u.show.id, &j->u.show.f,
+				   show_cb, j);
+}
+
+static void show_reply(struct conn_job *j)
+{
+	char msg[64];
+
+	if (j->err == -ENOENT || (j->err == 0 && j->frame == NULL)) {
+		snprintf(msg, sizeof(msg), "no finding %" PRId64,
+			 j->u.show.id);
+		conn_error(j->c, ENOENT, msg, false);
+		return;
+	}
+	conn_job_send(j);
 }
 
 static void conn_show(struct conn *c, const Npusan__ShowRequest *r)
 {
-	struct show_walk w = { .c = c };
-	struct store_filter f = { 0 };
-	char msg[64];
-	int err;
+	struct conn_job *j;
 
 	if (!r->has_id) {
 		conn_error(c, EINVAL, "show needs a finding id", false);
 		return;
 	}
-	conn_restrict(c, &f);
-	err = store_finding_get(c->srv->store, r->id, &f, show_cb, &w);
-	if (c->dead || (err == 0 && w.sent))
+	j = conn_job_new(c, show_work, show_reply);
+	if (j == NULL)
 		return;
-	if (err == -ENOENT || err == 0) {
-		snprintf(msg, sizeof(msg), "no finding %" PRId64, r->id);
-		conn_error(c, ENOENT, msg, false);
-	} else {
-		conn_error(c, EIO, "database error", false);
-	}
+	j->u.show.id = r->id;
+	conn_restrict(c, &j->u.show.f);
+	conn_job_start(c, j);
 }
 
-static void conn_stats(struct conn *c)
+static void stats_work(struct conn_job *j)
+{
+	j->err = store_stats(j->store, &j->u.stats);
+}
+
+/* The reply: the store's figures from the job, ingest's read now. */
+static void stats_reply(struct conn_job *j)
 {
 	Npusan__FromDaemon m = NPUSAN__FROM_DAEMON__INIT;
 	Npusan__StatsReply sr = NPUSAN__STATS_REPLY__INIT;
-	struct store_stats ss;
+	const struct store_stats *ss = &j->u.stats;
+	struct server *srv = j->c->srv;
 	struct ingest_stats is;
 
-	if (store_stats(c->srv->store, &ss) < 0) {
-		conn_error(c, EIO, "database error", false);
+	if (j->err < 0) {
+		conn_job_send(j);
 		return;
 	}
-	ingest_get_stats(c->srv->ingest, &is);
+	ingest_get_stats(srv->ingest, &is);
 	sr.has_uptime_ms = sr.has_processes_running = 1;
-	sr.uptime_ms = (int64_t)((uv_hrtime() - c->srv->start_ns) / 1000000);
+	sr.uptime_ms = (int64_t)((uv_hrtime() - srv->start_ns) / 1000000);
 	sr.processes_running = is.running;
 	sr.has_processes_exited = sr.has_events = sr.has_events_per_s = 1;
-	sr.processes_exited = ss.processes[STORE_EXITED];
+	sr.processes_exited = ss->processes[STORE_EXITED];
 	sr.events = is.events;
 	sr.events_per_s = is.events_per_s;
 	sr.has_lost = sr.has_findings = sr.has_db_bytes = 1;
 	sr.lost = is.lost;
-	sr.findings = ss.findings;
-	sr.db_bytes = ss.db_bytes;
+	sr.findings = ss->findings;
+	sr.db_bytes = ss->db_bytes;
 	sr.daemon_version = (char *)NPUSAN_VERSION;
 	m.msg_case = NPUSAN__FROM_DAEMON__MSG_STATS;
 	m.stats = &sr;
-	conn_send_msg(c, &m);
+	conn_send_msg(j->c, &m);
+}
+
+static void conn_stats(struct conn *c)
+{
+	struct conn_job *j = conn_job_new(c, stats_work, stats_reply);
+
+	if (j != NULL)
+		conn_job_start(c, j);
 }
 
 /* ---- attach and detach ------------------------------------------------- */
@@ -1231,8 +1463,10 @@ static bool attach_send(struct conn *a, bool attach)
 static void attach_process_msg(const struct conn *a, Npusan__Process *m)
 {
 	npusan__process__init(m);
-	m->has_id = m->has_pid = m->has_uid = 1;
-	m->id = a->agent->id;
+	/* No id while the store has not stored its row yet. */
+	m->id = ingest_proc_id(a->proc);
+	m->has_id = m->id != 0;
+	m->has_pid = m->has_uid = 1;
 	m->pid = (uint32_t)a->pid;
 	m->uid = (uint32_t)a->uid;
 	m->job = a->agent->job[0] ? (char *)a->agent->job : NULL;
@@ -1508,11 +1742,13 @@ static void conn_update(struct conn *c)
 
 	if (c->dead)
 		return;
-	if (!c->closing && c->out_bytes < SERVER_OUT_HIGH && c->lcur == NULL &&
+	if (!c->closing && c->out_bytes < SERVER_OUT_HIGH && c->job == NULL &&
+	    c->lcur == NULL &&
 	    (c->cur == NULL || c->cur->following))
 		want |= UV_READABLE;
 	if (c->out_head != NULL ||
-	    (!c->closing && c->out_bytes < SERVER_OUT_HIGH && conn_walking(c)))
+	    (!c->closing && c->out_bytes < SERVER_OUT_HIGH && c->job == NULL &&
+	     conn_walking(c)))
 		want |= UV_WRITABLE;
 	if (want == c->events)
 		return;
@@ -1686,6 +1922,7 @@ static void sweep_cb(uv_timer_t *t)
 				conn_close(c);
 			}
 		} else if (c->kind == CONN_QUERY && c->cur == NULL &&
+			   c->lcur == NULL && c->job == NULL &&
 			   c->out_head == NULL &&
 			   now - c->since_ms >= SERVER_IDLE_TIMEOUT_MS) {
 			conn_close(c);

@@ -3,9 +3,10 @@
  * reading their frames, registering agents with ingest, answering queries
  * from the store, and pushing new findings to followers.
  *
- * Everything runs on the libuv loop's thread; the store's writer thread
- * reaches it only through server_on_commit(), which the caller calls from a
- * uv_async_t. Caller owns the struct server: server_stop(), run the loop
+ * Everything runs on the libuv loop's thread but the store reads of
+ * queries, which run on libuv's thread pool (server.c, DESIGN 7), so the
+ * loop never waits for SQLite; the store's writer thread reaches it only
+ * through server_on_commit(), which the caller calls from a uv_async_t. Caller owns the struct server: server_stop(), run the loop
  * until it returns, then server_free().
  */
 #ifndef NPUSAN_DAEMON_SERVER_H

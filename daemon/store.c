@@ -2,10 +2,17 @@
  * store.c - the daemon's database: processes and findings in SQLite, the
  * schema and its migrations, batched writes, queries and retention.
  *
- * Callers never wait for the disk: writes are copied into a queue that a
- * writer thread of the store's own commits in batches on its connection;
- * queries run on a second connection, which WAL lets read while the writer
- * commits. This is the only file that speaks SQL or knows SQLite's codes.
+ * Writes are copied into a queue that a writer thread of the store's own
+ * commits in batches on its connection, so the callers that queue them
+ * (drain threads, and the loop thread registering a process with
+ * store_process_register_async()) never wait for the disk, however long
+ * it refuses writes. Who does wait: callers of store_process_register(),
+ * store_flush(), store_prune() and store_close(), until the writer's round
+ * is done (up to the busy timeout while another program holds the write
+ * lock); and queries, which run on a second connection on the caller's
+ * thread and read the disk there (WAL lets them read while anyone writes,
+ * so they never wait for a writer's lock). This is the only file that
+ * speaks SQL or knows SQLite's codes.
  *
  * DESIGN
  *  1. The write connection belongs to the writer thread alone (after
@@ -14,17 +21,23 @@
  *     an item of the one queue, so writes reach the database in the order
  *     they were made: a process's update queued before it re-registers can
  *     never overwrite the `running` state its registration wrote.
- *  2. A round takes the whole queue and commits it in one transaction.
- *     Either all of it is stored or none of it: when the round fails (disk
- *     full, I/O error, a lock held too long by another program), the
- *     queued items go back to the front of the queue, unchanged, to be
- *     retried, and the synchronous ones fail with -EIO. Only an item SQLite
- *     rejects by itself (a constraint it breaks, such as a finding of an
- *     unknown process) is dropped, with a log line, so that one bad item
- *     cannot stall every later one.
+ *  2. A round takes the first `batch_max` items of the queue (at most
+ *     STORE_BATCH_MAX) and commits them in one transaction. Either all of
+ *     them are stored or none: when the round fails (disk full, I/O error,
+ *     a lock held too long by another program), the queued items go back
+ *     to the front of the queue, unchanged, to be retried, and the
+ *     synchronous ones, in the round or behind it, fail with -EIO. A
+ *     failed round sets batch_max to half what it took (one at least) and the next try
+ *     waits, the wait doubling up to STORE_RETRY_MAX_MS; nothing else
+ *     starts a round meanwhile but a flush, so a failing disk costs a
+ *     small round a second, and a disk with a little room takes what fits
+ *     at once. Each round that works doubles batch_max back. Only an item
+ *     SQLite rejects by itself (a constraint it breaks, such as a finding
+ *     of an unknown process) is dropped, with a log line, so that one bad
+ *     item cannot stall every later one.
  *  3. Items are numbered as they are queued; every item numbered up to
- *     `committed_seq` is in the database (or was dropped as in 2). That is
- *     what store_flush() waits for.
+ *     `committed_seq` is in the database (or was dropped or failed as in
+ *     2). That is what store_flush() waits for.
  *  4. Findings of one process with equal deduplication keys are one row.
  *     The key is the engine's (finding_key()), as text in a computed
  *     column (finding_key_text()), because SQLite's UNIQUE treats NULLs as
@@ -51,9 +64,22 @@
  *     the writer in the round and written only once the round committed,
  *     so that a rolled-back and retried round never logs an id twice or
  *     an id that was not stored.
+ * 10. A registration queued with store_process_register_async() gets a
+ *     provisional process id, negative, at once; writes queued with it
+ *     reach the writer after the registration (1), which looks the
+ *     store's id up in `refs` as it writes them. A ref lives until it is
+ *     forgotten and every item queued with it (last_seq) is settled.
+ * 11. What waits for the disk is bounded: findings by max_bytes, beyond
+ *     which they are refused and their occurrences counted (`dropped`);
+ *     a process's counter update replaces its update still queued when
+ *     nothing of that process was queued after it (the map `updates`),
+ *     so that an update never overtakes its process's findings or
+ *     registration, and updates are bounded by the findings queued plus
+ *     the processes; registrations by the connections that make them.
  */
 #include "store.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -69,6 +95,7 @@
 
 #include "hash.h"
 #include "log.h"
+#include "u64map.h"
 
 /*
  * The batching rule: a round starts 50 ms after the first item of a batch
@@ -198,6 +225,19 @@ struct cache_slot {
 /* A write waiting for its round. */
 enum item_type { ITEM_UPDATE, ITEM_FINDING, ITEM_REGISTER, ITEM_PRUNE };
 
+/* A provisional process id (DESIGN 10), handed out by
+ * store_process_register_async(); all under `lock`. */
+struct store_ref {
+	struct store_ref *prev, *next; /* every ref, for the sweep and close */
+	int64_t ref;                   /* negative */
+	int64_t id;       /* the store's, once its registration ran */
+	struct store_counters was;
+	bool stored;      /* its registration committed */
+	bool rejected;    /* SQLite refused its registration (DESIGN 2) */
+	bool forgotten;   /* store_process_forget() */
+	uint64_t last_seq; /* the last item queued with it */
+};
+
 struct item {
 	struct item *next;
 	enum item_type type;
@@ -221,6 +261,10 @@ struct item {
 		struct {
 			const struct store_process *p;
 			struct store_counters was;
+			/* Queued ones: p points at `copy`, its strings follow
+			 * the item; `ref` 0 when nobody asked for one. */
+			struct store_process copy;
+			int64_t ref;
 		} reg;
 		int64_t prune_before_ms;
 	} u;
@@ -252,6 +296,7 @@ struct store {
 	pthread_cond_t done;  /* flushers and synchronous callers wait */
 	struct item *head, **tail;
 	size_t nqueued;         /* items in the queue */
+	size_t ntaken;          /* items the round in progress took */
 	size_t qbytes;          /* bytes queued or being committed */
 	uint64_t seq;           /* the last item's number (3) */
 	uint64_t taken_seq;     /* the last item a round took */
@@ -261,6 +306,18 @@ struct store {
 	struct timespec due;    /* when the next round starts on its own */
 	bool urgent, stop, running;
 	bool full_logged; /* queue-full line logged, until there is room */
+	bool failing;     /* the latest round failed: rounds wait for `due` */
+	unsigned episode_fails; /* failed rounds since all was stored */
+	size_t max_bytes; /* findings' bytes that may wait (DESIGN 11) */
+	size_t fbytes;    /* findings' bytes queued or being committed */
+	uint64_t dropped; /* finding occurrences refused (DESIGN 11) */
+	unsigned batch_max; /* items a round takes (DESIGN 2) */
+	struct u64map refs; /* -ref -> struct store_ref * (DESIGN 10) */
+	struct store_ref *ref_list;
+	int64_t last_ref;
+	size_t nforgotten;
+	struct u64map updates; /* process id -> its queued update item */
+	uint64_t last_reg_seq; /* the latest registration queued */
 	unsigned test_max_pages;
 	pthread_t writer;
 };
@@ -575,6 +632,14 @@ static void store_free(struct store *s)
 			free(s->cache[i].key);
 		free(s->cache);
 	}
+	while (s->ref_list != NULL) {
+		struct store_ref *r = s->ref_list;
+
+		s->ref_list = r->next;
+		free(r);
+	}
+	u64map_fini(&s->refs);
+	u64map_fini(&s->updates);
 	free(s->kbuf);
 	free(s->wbuf);
 	free(s->wal_path);
@@ -628,10 +693,14 @@ int store_open(const struct store_opts *o, struct store **out, char **errmsg)
 	s->retain_days = o->retain_days;
 	s->commit_cb = o->commit_cb;
 	s->commit_arg = o->commit_arg;
+	s->max_bytes = o->max_queue_bytes ? o->max_queue_bytes
+					  : STORE_QUEUE_MAX_BYTES;
+	s->batch_max = STORE_BATCH_MAX;
 	s->tail = &s->head;
 	s->path = strdup(o->path);
 	s->cache = calloc(STORE_CACHE_SLOTS, sizeof(*s->cache));
-	if (s->path == NULL || s->cache == NULL ||
+	if (u64map_init(&s->refs) < 0 || u64map_init(&s->updates) < 0 ||
+	    s->path == NULL || s->cache == NULL ||
 	    asprintf(&s->wal_path, "%s-wal", o->path) < 0) {
 		s->wal_path = NULL;
 		rc = -ENOMEM;
@@ -701,29 +770,60 @@ static void enqueue_locked(struct store *s, struct item *it, bool urgent)
 	*s->tail = it;
 	s->tail = &it->next;
 	s->qbytes += it->bytes;
-	if (s->nqueued++ == 0)
+	if (it->type == ITEM_REGISTER)
+		s->last_reg_seq = it->seq;
+	if (s->nqueued++ == 0 && !s->failing)
 		timespec_after_ms(&s->due, STORE_BATCH_MS);
 	if (urgent)
 		s->urgent = true;
-	if (s->nqueued == 1 || s->nqueued == STORE_BATCH_MAX || urgent)
+	if (s->nqueued == 1 || s->nqueued == s->batch_max || urgent)
 		pthread_cond_signal(&s->wake);
 }
 
-static int enqueue(struct store *s, struct item *it)
+/* The provisional id `ref`'s entry, or NULL. Holds the lock. */
+static struct store_ref *store_ref_find(const struct store *s, int64_t ref)
+{
+	uint64_t *v;
+
+	if (ref >= 0)
+		return NULL;
+	v = u64map_get(&s->refs, (uint64_t)-ref);
+	return v != NULL ? (struct store_ref *)(uintptr_t)*v : NULL;
+}
+
+/* Item `it`, just queued with process id `id`, is the latest of its
+ * provisional id (DESIGN 10). Holds the lock. */
+static void store_ref_touch(struct store *s, int64_t id, const struct item *it)
+{
+	struct store_ref *r = store_ref_find(s, id);
+
+	if (r != NULL)
+		r->last_seq = it->seq;
+}
+
+/* Queues a finding within max_bytes (DESIGN 11); frees it when refused. */
+static int enqueue_finding(struct store *s, struct item *it)
 {
 	pthread_mutex_lock(&s->lock);
-	if (s->qbytes + it->bytes > STORE_QUEUE_MAX_BYTES) {
+	if (s->fbytes + it->bytes > s->max_bytes) {
+		s->dropped += it->u.finding.count;
 		if (!s->full_logged)
-			store_log(s, LOG_ERROR, "%zu bytes of writes wait for the "
-				     "database; refusing more until they are "
-				     "stored", s->qbytes);
+			store_log(s, LOG_ERROR,
+				  "%zu bytes of findings wait for the database; "
+				  "dropping new ones (counted, their processes' "
+				  "operations counted lost) until they are "
+				  "stored; analysis goes on", s->fbytes);
 		s->full_logged = true;
 		pthread_mutex_unlock(&s->lock);
 		free(it);
-		return -ENOMEM;
+		return -ENOBUFS;
 	}
 	s->full_logged = false;
+	s->fbytes += it->bytes;
 	enqueue_locked(s, it, false);
+	store_ref_touch(s, it->u.finding.process_id, it);
+	/* Its process's next update goes after it (DESIGN 11). */
+	u64map_del(&s->updates, (uint64_t)it->u.finding.process_id);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
@@ -740,6 +840,36 @@ static int enqueue_sync(struct store *s, struct item *it)
 		pthread_cond_wait(&s->done, &s->lock);
 	pthread_mutex_unlock(&s->lock);
 	return it->rc;
+}
+
+/*
+ * Merges update `it` into its process's update still waiting in the queue
+ * with nothing of its process after it (DESIGN 11), unless a registration
+ * was queued since (DESIGN 1). Whether it did; the caller frees `it` then.
+ * Holds the lock.
+ */
+static bool store_update_merge(struct store *s, const struct item *it)
+{
+	uint64_t *v = u64map_get(&s->updates, (uint64_t)it->u.update.id);
+	struct item *q;
+
+	if (v == NULL)
+		return false;
+	q = (struct item *)(uintptr_t)*v;
+	if (q->seq < s->last_reg_seq) {
+		u64map_del(&s->updates, (uint64_t)it->u.update.id);
+		return false;
+	}
+	/* As the UPDATE would have done in turn: last_ms never goes back. */
+	if (q->u.update.last_ms > it->u.update.last_ms) {
+		int64_t last = q->u.update.last_ms;
+
+		q->u.update = it->u.update;
+		q->u.update.last_ms = last;
+	} else {
+		q->u.update = it->u.update;
+	}
+	return true;
 }
 
 int store_process_update(struct store *s, int64_t id,
@@ -759,7 +889,17 @@ int store_process_update(struct store *s, int64_t id,
 	it->u.update.c = *c;
 	it->u.update.last_ms = last_ms;
 	it->u.update.st = st;
-	return enqueue(s, it);
+	pthread_mutex_lock(&s->lock);
+	if (!store_update_merge(s, it)) {
+		enqueue_locked(s, it, false);
+		store_ref_touch(s, id, it);
+		/* Without memory the next update is queued on its own. */
+		u64map_put(&s->updates, (uint64_t)id, (uint64_t)(uintptr_t)it);
+		it = NULL;
+	}
+	pthread_mutex_unlock(&s->lock);
+	free(it);
+	return 0;
 }
 
 static size_t stack_bytes(const char *const *frames, size_t n)
@@ -839,7 +979,7 @@ int store_finding_submit(struct store *s, const struct store_finding *f)
 	} else {
 		memset(&c->previous, 0, sizeof(c->previous));
 	}
-	return enqueue(s, it);
+	return enqueue_finding(s, it);
 }
 
 int store_process_register(struct store *s, const struct store_process *p,
@@ -862,6 +1002,139 @@ int store_process_register(struct store *s, const struct store_process *p,
 	return rc;
 }
 
+static size_t str_bytes(const char *str)
+{
+	return str != NULL ? strlen(str) + 1 : 0;
+}
+
+/* A new provisional id for a registration queued as `it`. Holds the lock. */
+static int store_ref_new(struct store *s, struct item *it)
+{
+	struct store_ref *r = calloc(1, sizeof(*r));
+
+	if (r == NULL)
+		return -ENOMEM;
+	r->ref = -++s->last_ref;
+	if (u64map_put(&s->refs, (uint64_t)-r->ref, (uint64_t)(uintptr_t)r) <
+	    0) {
+		free(r);
+		return -ENOMEM;
+	}
+	r->next = s->ref_list;
+	if (r->next != NULL)
+		r->next->prev = r;
+	s->ref_list = r;
+	it->u.reg.ref = r->ref;
+	return 0;
+}
+
+int store_process_register_async(struct store *s,
+				 const struct store_process *p, int64_t *ref)
+{
+	size_t len = sizeof(struct item) + str_bytes(p->host) +
+		     str_bytes(p->exe) + str_bytes(p->job) + str_bytes(p->run);
+	struct item *it;
+	char *cur;
+	int err = 0;
+
+	if (p->state != STORE_RUNNING && p->state != STORE_DORMANT)
+		return -EINVAL;
+	it = calloc(1, len);
+	if (it == NULL)
+		return -ENOMEM;
+	it->type = ITEM_REGISTER;
+	it->bytes = len;
+	it->u.reg.copy = *p;
+	cur = (char *)(it + 1);
+	it->u.reg.copy.host = copy_str(&cur, p->host);
+	it->u.reg.copy.exe = copy_str(&cur, p->exe);
+	it->u.reg.copy.job = copy_str(&cur, p->job);
+	it->u.reg.copy.run = copy_str(&cur, p->run);
+	it->u.reg.p = &it->u.reg.copy;
+	pthread_mutex_lock(&s->lock);
+	if (ref != NULL)
+		err = store_ref_new(s, it);
+	if (err == 0) {
+		/* At once, unless rounds are failing: then with the next try,
+		 * which is the back-off's to time (DESIGN 2). */
+		enqueue_locked(s, it, !s->failing);
+		store_ref_touch(s, it->u.reg.ref, it);
+		if (ref != NULL)
+			*ref = it->u.reg.ref;
+		it = NULL;
+	}
+	pthread_mutex_unlock(&s->lock);
+	free(it);
+	return err;
+}
+
+int store_process_registered(struct store *s, int64_t ref, int64_t *id,
+			     struct store_counters *was)
+{
+	struct store_ref *r;
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&s->lock);
+	r = store_ref_find(s, ref);
+	if (r != NULL && r->stored) {
+		*id = r->id;
+		if (was != NULL)
+			*was = r->was;
+		rc = 1;
+	} else if (r != NULL) {
+		rc = r->rejected ? -EIO : 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+/* Frees forgotten refs whose writes are all settled (DESIGN 10). Holds
+ * the lock. */
+static void store_ref_sweep(struct store *s)
+{
+	struct store_ref *r = s->ref_list, *next;
+
+	for (; r != NULL && s->nforgotten > 0; r = next) {
+		next = r->next;
+		if (!r->forgotten || r->last_seq > s->committed_seq)
+			continue;
+		if (r->prev != NULL)
+			r->prev->next = r->next;
+		else
+			s->ref_list = r->next;
+		if (r->next != NULL)
+			r->next->prev = r->prev;
+		u64map_del(&s->refs, (uint64_t)-r->ref);
+		s->nforgotten--;
+		free(r);
+	}
+}
+
+void store_process_forget(struct store *s, int64_t ref)
+{
+	struct store_ref *r;
+
+	if (ref >= 0)
+		return;
+	pthread_mutex_lock(&s->lock);
+	r = store_ref_find(s, ref);
+	if (r != NULL && !r->forgotten) {
+		r->forgotten = true;
+		s->nforgotten++;
+		store_ref_sweep(s);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+void store_get_health(struct store *s, struct store_health *out)
+{
+	pthread_mutex_lock(&s->lock);
+	out->failing = s->failing;
+	out->queued = s->nqueued + s->ntaken;
+	out->findings_dropped = s->dropped;
+	pthread_mutex_unlock(&s->lock);
+}
+
 int store_prune(struct store *s, int64_t now_ms)
 {
 	struct item it = { .type = ITEM_PRUNE };
@@ -873,6 +1146,25 @@ int store_prune(struct store *s, int64_t now_ms)
 		now_ms - (int64_t)s->retain_days * STORE_MS_PER_DAY;
 	rc = enqueue_sync(s, &it);
 	return rc < 0 ? rc : (int)it.result;
+}
+
+int store_prune_async(struct store *s, int64_t now_ms)
+{
+	struct item *it;
+
+	if (s->retain_days == 0)
+		return 0;
+	it = calloc(1, sizeof(*it));
+	if (it == NULL)
+		return -ENOMEM;
+	it->type = ITEM_PRUNE;
+	it->bytes = sizeof(*it);
+	it->u.prune_before_ms =
+		now_ms - (int64_t)s->retain_days * STORE_MS_PER_DAY;
+	pthread_mutex_lock(&s->lock);
+	enqueue_locked(s, it, false);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
 }
 
 int store_flush(struct store *s)
@@ -1304,11 +1596,11 @@ static int w_register(struct store *s, const struct store_process *p,
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-static int w_update(struct store *s, const struct item *it)
+static int w_update(struct store *s, const struct item *it, int64_t id)
 {
 	sqlite3_stmt *st = s->w_update;
 
-	sqlite3_bind_int64(st, 1, it->u.update.id);
+	sqlite3_bind_int64(st, 1, id);
 	bind_u64(st, 2, it->u.update.c.events);
 	bind_u64(st, 3, it->u.update.c.lost);
 	bind_u64(st, 4, it->u.update.c.gaps);
@@ -1355,19 +1647,57 @@ static int w_prune(struct store *s, int64_t before_ms, int64_t *deleted)
 		NULL, NULL, NULL);
 }
 
+/* The store's id for process id `id`: itself, or the one a provisional
+ * id's registration got (DESIGN 10); 0 when it got none. */
+static int64_t w_resolve(struct store *s, int64_t id)
+{
+	const struct store_ref *r;
+	int64_t out;
+
+	if (id >= 0)
+		return id;
+	pthread_mutex_lock(&s->lock);
+	r = store_ref_find(s, id);
+	out = r != NULL ? r->id : 0;
+	pthread_mutex_unlock(&s->lock);
+	return out;
+}
+
+/* A provisional id's registration ran in this round (DESIGN 10). */
+static void w_registered(struct store *s, const struct item *it)
+{
+	struct store_ref *r;
+
+	pthread_mutex_lock(&s->lock);
+	r = store_ref_find(s, it->u.reg.ref);
+	if (r != NULL) {
+		r->id = it->result;
+		r->was = it->u.reg.was;
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
 static int w_item(struct store *s, struct item *it, bool *wrote)
 {
+	struct store_finding f;
+	int64_t id;
 	int rc = SQLITE_OK;
 
 	switch (it->type) {
 	case ITEM_UPDATE:
-		rc = w_update(s, it);
+		id = w_resolve(s, it->u.update.id);
+		rc = id != 0 ? w_update(s, it, id) : SQLITE_CONSTRAINT;
 		break;
 	case ITEM_FINDING:
-		rc = w_finding(s, &it->u.finding, &it->logline);
+		f = it->u.finding;
+		f.process_id = w_resolve(s, f.process_id);
+		rc = f.process_id != 0 ? w_finding(s, &f, &it->logline)
+				       : SQLITE_CONSTRAINT;
 		break;
 	case ITEM_REGISTER:
 		rc = w_register(s, it->u.reg.p, &it->result, &it->u.reg.was);
+		if (rc == SQLITE_OK && it->u.reg.ref != 0)
+			w_registered(s, it);
 		break;
 	case ITEM_PRUNE:
 		rc = w_prune(s, it->u.prune_before_ms, &it->result);
@@ -1425,22 +1755,91 @@ static void w_set_max_pages(struct store *s, unsigned pages)
 }
 
 /*
- * One round: takes the queue, commits it, settles its items. Called and
- * returns with the lock held. Returns whether the round succeeded.
+ * Takes the first batch_max items off the queue (DESIGN 2): an update
+ * taken can no longer be merged into. Holds the lock. The batch.
+ */
+static struct item *w_take(struct store *s, size_t *taken)
+{
+	struct item *batch = s->head, *last = NULL;
+	size_t n = 0;
+
+	for (struct item *it = batch; it != NULL && n < s->batch_max;
+	     it = it->next, n++) {
+		uint64_t *v;
+
+		last = it;
+		if (it->type != ITEM_UPDATE)
+			continue;
+		v = u64map_get(&s->updates, (uint64_t)it->u.update.id);
+		if (v != NULL && *v == (uint64_t)(uintptr_t)it)
+			u64map_del(&s->updates, (uint64_t)it->u.update.id);
+	}
+	assert(last != NULL);
+	s->taken_seq = last->seq;
+	s->head = last->next;
+	if (s->head == NULL)
+		s->tail = &s->head;
+	last->next = NULL;
+	s->nqueued -= n;
+	s->ntaken = n;
+	*taken = n;
+	return batch;
+}
+
+/* After a round: rounds grow back to full size as commits work, shrink
+ * while they fail, so that a disk with a little room takes what fits; a
+ * failed round's retry waits, doubling (DESIGN 2). Holds the lock. */
+static void w_pace(struct store *s, bool ok, size_t taken, unsigned fails)
+{
+	s->failing = !ok;
+	if (ok) {
+		s->batch_max = s->batch_max * 2 > STORE_BATCH_MAX
+				       ? STORE_BATCH_MAX
+				       : s->batch_max * 2;
+		return;
+	}
+	s->batch_max = taken > 1 ? (unsigned)(taken / 2) : 1;
+	timespec_after_ms(&s->due, fails >= 5 ? STORE_RETRY_MAX_MS
+					      : STORE_BATCH_MS << (fails - 1));
+}
+
+/*
+ * A round failed: the synchronous items still queued behind it fail too,
+ * as they would have in a round that took the whole queue, rather than
+ * wait for the disk (DESIGN 2). Holds the lock.
+ */
+static void w_fail_waiting(struct store *s)
+{
+	struct item **link = &s->head, *it;
+
+	while ((it = *link) != NULL) {
+		if (it->bytes != 0) {
+			link = &it->next;
+			continue;
+		}
+		*link = it->next;
+		s->nqueued--;
+		it->rc = -EIO;
+		it->done = true;
+	}
+	s->tail = link;
+}
+
+/*
+ * One round: takes a batch off the queue, commits it, settles its items.
+ * Called and returns with the lock held. Returns whether the round
+ * succeeded.
  */
 static bool w_round(struct store *s, unsigned *fails)
 {
-	struct item *batch = s->head, *keep = NULL, **ktail = &keep, *next;
+	size_t taken, kept = 0, freed = 0, ffreed = 0;
+	struct item *batch = w_take(s, &taken), *keep = NULL, **ktail = &keep;
+	struct item *next;
 	uint64_t round = ++s->rounds;
 	unsigned pages = s->test_max_pages;
-	size_t kept = 0, freed = 0;
 	bool wrote;
 	int rc;
 
-	s->taken_seq = s->seq;
-	s->head = NULL;
-	s->tail = &s->head;
-	s->nqueued = 0;
 	s->urgent = false;
 	s->test_max_pages = 0;
 	pthread_mutex_unlock(&s->lock);
@@ -1453,13 +1852,20 @@ static bool w_round(struct store *s, unsigned *fails)
 	 * settled under it, below. */
 	for (struct item *it = batch, **prev = &batch; it != NULL; it = next) {
 		next = it->next;
-		if (it->bytes == 0) {
+		/* A stored registration is settled under the lock below:
+		 * its ref. */
+		if (it->bytes == 0 ||
+		    (rc == SQLITE_OK && it->type == ITEM_REGISTER)) {
 			prev = &it->next;
 			continue;
 		}
 		*prev = next;
 		if (it->logline != NULL && rc == SQLITE_OK && it->rc == 0)
 			log_write(LOG_INFO, "%s", it->logline);
+		if (it->type == ITEM_PRUNE && rc == SQLITE_OK && it->result > 0)
+			store_log(s, LOG_INFO,
+				  "pruned %" PRId64 " processes inactive for "
+				  "%u days", it->result, s->retain_days);
 		free(it->logline); /* a retried round formats it again */
 		it->logline = NULL;
 		if (rc != SQLITE_OK) {
@@ -1468,6 +1874,7 @@ static bool w_round(struct store *s, unsigned *fails)
 			kept++;
 		} else {
 			freed += it->bytes;
+			ffreed += it->type == ITEM_FINDING ? it->bytes : 0;
 			free(it);
 		}
 	}
@@ -1487,17 +1894,38 @@ static bool w_round(struct store *s, unsigned *fails)
 		next = it->next;
 		if (rc != SQLITE_OK)
 			it->rc = -EIO;
+		if (it->bytes != 0) { /* a queued registration, stored */
+			struct store_ref *r = store_ref_find(s, it->u.reg.ref);
+
+			if (r != NULL) {
+				r->stored = it->rc == 0;
+				r->rejected = it->rc != 0;
+			}
+			freed += it->bytes;
+			free(it);
+			continue;
+		}
 		it->done = true; /* its caller may now return: DESIGN 1 */
 	}
 	s->qbytes -= freed;
+	s->fbytes -= ffreed;
+	s->ntaken = 0;
+	w_pace(s, rc == SQLITE_OK, taken, *fails + 1);
 	if (rc == SQLITE_OK) {
 		/* Every item taken so far is stored now, or was a
 		 * synchronous one that failed with its round. */
 		s->committed_seq = s->taken_seq;
-		if (*fails > 0)
+		store_ref_sweep(s);
+		/* One line when all that waited is in, not one per round
+		 * while a disk with little room takes a batch at a time. */
+		if (s->episode_fails > 0 && s->head == NULL) {
 			store_log(s, LOG_WARN,
-				  "commits work again after %u failed rounds",
-				  *fails);
+				  "commits work again after %u failed rounds; "
+				  "everything waiting is stored; %" PRIu64
+				  " finding occurrences were dropped since the "
+				  "start", s->episode_fails, s->dropped);
+			s->episode_fails = 0;
+		}
 		*fails = 0;
 	} else {
 		/* Back in front, in order (DESIGN 2). */
@@ -1509,16 +1937,20 @@ static bool w_round(struct store *s, unsigned *fails)
 			s->nqueued += kept;
 		}
 		s->failed_round = round;
-		if (*fails == 0)
+		w_fail_waiting(s);
+		if (s->episode_fails++ == 0)
 			store_log(s, LOG_ERROR,
-				  "commit failed (%s); keeping %zu writes "
-				  "queued and retrying",
-				  sqlite3_errstr(rc), kept);
+				  "commit failed (%s): %zu writes wait in memory "
+				  "and are retried, backing off up to %d ms; "
+				  "registrations, analysis and queries go on",
+				  sqlite3_errstr(rc), s->nqueued,
+				  STORE_RETRY_MAX_MS);
 		(*fails)++;
-		timespec_after_ms(&s->due,
-				  *fails >= 5 ? STORE_RETRY_MAX_MS
-					      : STORE_BATCH_MS << (*fails - 1));
 	}
+	/* An empty queue is all settled, also items w_fail_waiting() took
+	 * out of it (DESIGN 3). */
+	if (s->head == NULL)
+		s->committed_seq = s->seq;
 	pthread_cond_broadcast(&s->done);
 	return rc == SQLITE_OK;
 }
@@ -1530,7 +1962,10 @@ static void *writer_main(void *arg)
 
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
-		while (!s->stop && !s->urgent && s->nqueued < STORE_BATCH_MAX &&
+		/* A long queue starts a round at once, unless rounds fail:
+		 * then only the back-off's time does (DESIGN 2). */
+		while (!s->stop && !s->urgent &&
+		       (s->failing || s->nqueued < s->batch_max) &&
 		       (s->head == NULL || !timespec_passed(&s->due))) {
 			if (s->head == NULL)
 				pthread_cond_wait(&s->wake, &s->lock);

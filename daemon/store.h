@@ -102,6 +102,12 @@ struct store_opts {
 	 * _prune() or _close(), which wait for that thread. */
 	void (*commit_cb)(void *arg);
 	void *commit_arg;
+	/* Bytes of findings that may wait for the disk (a full disk, a
+	 * database locked by another program) before more are refused and
+	 * counted (store_stats.findings_dropped); 0: 256 MiB. Registrations
+	 * and counter updates are never refused (updates of a process are
+	 * merged while they wait, so they are bounded by the processes). */
+	size_t max_queue_bytes;
 };
 
 /*
@@ -141,9 +147,41 @@ int store_process_register(struct store *s, const struct store_process *p,
 			   int64_t *id, struct store_counters *was);
 
 /*
- * Queues new counters and state for process `id`. Never blocks on the
- * disk. 0; -ENOMEM (also when writes have piled up waiting for the disk);
- * -EINVAL when `st` is out of range.
+ * Queues a process registering, as store_process_register() does, but
+ * never waits for the disk: the loop thread registers this way. With `ref`
+ * set, *ref is a provisional id (negative) that store_process_update() and
+ * store_finding_submit() take in place of the store's id at once; their
+ * writes are stored after the registration, in order, whenever the
+ * database takes writes again. store_process_registered() says when the
+ * row is stored; store_process_forget() releases the provisional id.
+ * 0; -ENOMEM; -EINVAL for a state other than running or dormant.
+ */
+int store_process_register_async(struct store *s,
+				 const struct store_process *p, int64_t *ref);
+
+/*
+ * Whether the registration of provisional id `ref` is stored: 1 with the
+ * store's id in *id and, in *was, the process's counters as stored before
+ * it registered (as store_process_register() gives them); 0 while it
+ * waits for the disk; -EIO when SQLite refused it (a constraint: what is
+ * queued with `ref` is dropped); -ENOENT for an unknown ref. Never waits
+ * for the disk. `was` may be NULL.
+ */
+int store_process_registered(struct store *s, int64_t ref, int64_t *id,
+			     struct store_counters *was);
+
+/*
+ * The caller will queue nothing more with provisional id `ref`; the store
+ * releases it once what was queued with it is stored. Accepts 0 and
+ * ids that are not provisional.
+ */
+void store_process_forget(struct store *s, int64_t ref);
+
+/*
+ * Queues new counters and state for process `id` (the store's, or a
+ * provisional one). Never blocks on the disk: an update of a process whose
+ * previous one still waits replaces it. 0; -ENOMEM; -EINVAL when `st` is
+ * out of range.
  */
 int store_process_update(struct store *s, int64_t id,
 			 const struct store_counters *c, int64_t last_ms,
@@ -153,9 +191,11 @@ int store_process_update(struct store *s, int64_t id,
  * Queues a finding: a new row, or, when the process already has a finding
  * with the same key (kind, both streams, both operators, both access types,
  * both stacks; findings.md's deduplication), f->count more occurrences of
- * it and a later last_ms. Never blocks on the disk. 0; -ENOMEM (as for
- * store_process_update()); -EINVAL when kind or detected_at is out of
- * range.
+ * it and a later last_ms. `f->process_id` may be a provisional id. Never
+ * blocks on the disk. 0; -ENOBUFS when max_queue_bytes of findings wait
+ * for the disk already (the finding is dropped and counted in
+ * store_stats.findings_dropped); -ENOMEM; -EINVAL when kind or detected_at
+ * is out of range.
  */
 int store_finding_submit(struct store *s, const struct store_finding *f);
 
@@ -211,6 +251,16 @@ struct store_stats {
 	uint64_t db_bytes; /* the database file and its WAL */
 };
 
+/* The writer's state, read without touching the database. */
+struct store_health {
+	bool failing;              /* the latest commit failed */
+	uint64_t queued;           /* writes waiting for the disk */
+	uint64_t findings_dropped; /* occurrences refused since open */
+};
+
+/* Never waits for the disk. */
+void store_get_health(struct store *s, struct store_health *out);
+
 int store_stats(struct store *s, struct store_stats *out);
 
 /*
@@ -219,5 +269,9 @@ int store_stats(struct store *s, struct store_stats *out);
  * more). The number of processes deleted; -EIO.
  */
 int store_prune(struct store *s, int64_t now_ms);
+
+/* Queues store_prune(); never waits for the disk. The writer logs what it
+ * deleted. 0; -ENOMEM. */
+int store_prune_async(struct store *s, int64_t now_ms);
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -669,6 +670,71 @@ START_TEST(ingest_handle_outlives_each_connection_but_the_last)
 }
 END_TEST
 
+/* While the database takes no writes (another program holds its lock),
+ * a process is registered and analysed; the findings past the store's
+ * bound are dropped and counted as its operations lost, so its verdict
+ * cannot claim to be complete once it is stored. */
+START_TEST(ingest_findings_the_store_refuses_count_as_lost)
+{
+	struct store_opts so = { .max_queue_bytes = 2048 };
+	struct ingest_opts io = { .threads = 1, .period_ms = 2 };
+	struct store_filter f = { 0 };
+	struct timespec nap = { 0, 10000000 };
+	struct ingest_stats is = { 0 };
+	struct store_health h;
+	struct fixture fx;
+	struct listed l;
+	char path[512], name[32];
+	sqlite3 *other = NULL;
+
+	fx.dir = tu_tmpdir();
+	snprintf(path, sizeof(path), "%s/npusan.db", fx.dir);
+	so.path = path;
+	ck_assert_int_eq(store_open(&so, &fx.store, NULL), 0);
+	io.store = fx.store;
+	ck_assert_int_eq(ingest_new(&io, &fx.ingest), 0);
+	ck_assert_int_eq(ring_create(RING_MIN_CAPACITY, 0, 1000, &fx.ring), 0);
+	ck_assert_int_eq(sqlite3_open(path, &other), SQLITE_OK);
+	sqlite3_busy_timeout(other, 10000);
+	ck_assert_int_eq(sqlite3_exec(other, "BEGIN IMMEDIATE", NULL, NULL,
+				      NULL), SQLITE_OK);
+	fx_register(&fx, (uint32_t)getpid(), "full");
+	push_op(fx.ring, OP_STREAM_CREATE, 7, 0);
+	/* Forty distinct races: their operators differ. */
+	for (uint32_t i = 0; i < 40; i++) {
+		snprintf(name, sizeof(name), "op_%u_writer", i);
+		push_string(fx.ring, 100 + 2 * i, name);
+		snprintf(name, sizeof(name), "op_%u_reader", i);
+		push_string(fx.ring, 101 + 2 * i, name);
+		push_launch(fx.ring, 0, 100 + 2 * i, 0, 0x1000 + 64 * i);
+		push_launch(fx.ring, 7, 101 + 2 * i, 0x1000 + 64 * i, 0);
+	}
+	for (int i = 0; i < 1000 && is.events < 81; i++) {
+		nanosleep(&nap, NULL);
+		ingest_get_stats(fx.ingest, &is);
+	}
+	ck_assert_uint_eq(is.events, 81);
+	ck_assert_uint_gt(is.lost, 0);
+	store_get_health(fx.store, &h);
+	ck_assert_uint_eq(h.findings_dropped, is.lost);
+	ck_assert_int_eq(sqlite3_exec(other, "ROLLBACK", NULL, NULL, NULL),
+			 SQLITE_OK);
+	sqlite3_close(other);
+	for (int i = 0; i < 1000; i++) {
+		memset(&l, 0, sizeof(l));
+		store_flush(fx.store);
+		ck_assert_int_eq(store_list(fx.store, &f, list_cb, &l), 0);
+		if (l.events == 81)
+			break;
+		nanosleep(&nap, NULL);
+	}
+	ck_assert_uint_eq(l.n, 1);
+	ck_assert_uint_eq(l.events, 81);
+	ck_assert_uint_eq(l.lost, is.lost);
+	fx_close(&fx);
+}
+END_TEST
+
 static Suite *ingest_suite(void)
 {
 	Suite *s = suite_create("ingest");
@@ -686,6 +752,7 @@ static Suite *ingest_suite(void)
 	tcase_add_test(tc, ingest_agent_counts_saturate_never_wrap);
 	tcase_add_test(tc, ingest_exited_process_flooded_holds_no_thread);
 	tcase_add_test(tc, ingest_handle_outlives_each_connection_but_the_last);
+	tcase_add_test(tc, ingest_findings_the_store_refuses_count_as_lost);
 	suite_add_tcase(s, tc);
 	return s;
 }
