@@ -109,13 +109,24 @@ int trace_writer_new(FILE *f, const struct symtab *syms,
 
 /*
  * Writes one op, preceded by the `stack` line of its stack the first time
- * the stack appears; nothing is written for an op it refuses. 0; -EINVAL
- * when the op is not valid (an unknown kind, an empty range, a range past
- * 2^64, an id not in the symtab, a launch without a name, a string the
- * format cannot carry); -E2BIG when its line would exceed TRACE_MAX_LINE;
- * -ENOMEM; -EIO when writing failed.
+ * the stack appears; nothing is written for an op it refuses. The lines
+ * are kept in the writer and handed to the stream, with the ones before
+ * them, in one fwrite() once enough are pending, and by
+ * trace_writer_flush() and trace_writer_close(). 0; -EINVAL when the op is
+ * not valid (an unknown kind, an empty range, a range past 2^64, an id not
+ * in the symtab, a launch without a name, a string the format cannot
+ * carry); -E2BIG when its line would exceed TRACE_MAX_LINE; -ENOMEM; -EIO
+ * when handing the pending lines to the stream failed (they are lost).
  */
 int trace_write_op(struct trace_writer *w, const struct op *op);
+
+/*
+ * Hands every pending line to the stream in one fwrite() and flushes the
+ * stream: on an unbuffered stream, write(2)s that end at a line's end, so
+ * a process killed after it returns leaves whole lines. 0, or -EIO when
+ * this or any earlier write failed.
+ */
+int trace_writer_flush(struct trace_writer *w);
 
 /* Flushes and frees the writer (NULL is accepted). 0, or -EIO when any
  * write failed. */

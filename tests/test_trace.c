@@ -1645,6 +1645,73 @@ START_TEST(trace_writer_reports_write_errors)
 }
 END_TEST
 
+/* A stream that records where each write(2)-like call ended. */
+struct chunks {
+	char *text;
+	size_t len;
+	unsigned n;
+	bool whole; /* every chunk ended with a newline */
+};
+
+static ssize_t chunks_write(void *arg, const char *buf, size_t len)
+{
+	struct chunks *c = arg;
+
+	c->text = realloc(c->text, c->len + len + 1);
+	ck_assert_ptr_nonnull(c->text);
+	memcpy(c->text + c->len, buf, len);
+	c->len += len;
+	c->text[c->len] = '\0';
+	c->n++;
+	c->whole = c->whole && len > 0 && buf[len - 1] == '\n';
+	return (ssize_t)len;
+}
+
+/* On an unbuffered stream, each write ends at a line's end, so a writer
+ * killed between two of them leaves whole lines; a flush sends the rest. */
+START_TEST(trace_writer_hands_whole_lines_to_the_stream)
+{
+	struct chunks c = { .whole = true };
+	cookie_io_functions_t io = { .write = chunks_write };
+	struct symtab *syms;
+	struct trace_writer *w;
+	struct op_range r = { 0, 8 };
+	struct op op = { .kind = OP_LAUNCH, .writes = &r, .nwrites = 1 };
+	size_t before;
+	unsigned lines = 0;
+	FILE *f = fopencookie(&c, "w", io);
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(setvbuf(f, NULL, _IONBF, 0), 0);
+	ck_assert_int_eq(symtab_new(&syms), 0);
+	ck_assert_int_eq(symtab_intern(syms, "k", 1, &op.name), 0);
+	ck_assert_int_eq(trace_writer_new(f, syms, NULL, &w), 0);
+	ck_assert_str_eq(c.text, H);
+	for (int i = 0; i < 20000; i++) {
+		r.ptr = 0x7f0000000000ull + (uint64_t)i * 8;
+		op.stream = (uint64_t)i % 7;
+		ck_assert_int_eq(trace_write_op(w, &op), 0);
+	}
+	/* Batched: some lines went, the last ones wait for the flush. */
+	ck_assert_uint_gt(c.n, 2);
+	before = c.len;
+	ck_assert_int_eq(trace_write_op(w, &(struct op){ .kind = OP_FLUSH }),
+			 0);
+	ck_assert_uint_eq(c.len, before);
+	ck_assert_int_eq(trace_writer_flush(w), 0);
+	ck_assert_uint_gt(c.len, before);
+	ck_assert(c.whole);
+	for (const char *p = c.text; (p = strchr(p, '\n')) != NULL; p++)
+		lines++;
+	ck_assert_uint_eq(lines, 20000 + 2);
+	ck_assert_ptr_nonnull(strstr(c.text, "\nflush\n"));
+	ck_assert_int_eq(trace_writer_close(w), 0);
+	ck_assert_int_eq(fclose(f), 0);
+	free(c.text);
+	symtab_free(syms);
+}
+END_TEST
+
 static Suite *trace_suite(void)
 {
 	Suite *s = suite_create("trace");
@@ -1688,6 +1755,7 @@ static Suite *trace_suite(void)
 	tcase_add_test(tc, trace_writer_refuses_overlong_line);
 	tcase_add_test(tc, trace_writer_refuses_unwritable_process);
 	tcase_add_test(tc, trace_writer_reports_write_errors);
+	tcase_add_test(tc, trace_writer_hands_whole_lines_to_the_stream);
 	suite_add_tcase(s, tc);
 	return s;
 }
