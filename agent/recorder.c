@@ -1,5 +1,16 @@
 /*
  * recorder.c - the recorder thread: ring -> ringdec -> trace writer.
+ *
+ * The recording must survive the process however it ends: exit(), which
+ * runs recorder_stop(), but also _exit() (every multiprocessing fork
+ * worker) and SIGKILL, which run nothing. So nothing waits in user space
+ * for an exit hook: after each batch it takes from the ring, the thread
+ * writes that batch's lines to the file, whole lines in one write(2) (an
+ * unbuffered stream), and only then takes the next. What the thread took
+ * is in the file; what it had not taken yet when the process died (pushed
+ * during its last nap: 100 us while busy, 2 ms when idle) is lost, and a
+ * kill in the middle of a write(2) may leave a torn last line, which
+ * `npusanctl analyze` reads up to (common/trace.h).
  */
 #include "recorder.h"
 
@@ -7,7 +18,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -18,15 +28,15 @@
 #include "symtab.h"
 #include "thread.h"
 
-#define RECORDER_BATCH 4096
-#define RECORDER_BUFSIZ (1u << 20)
+#define RECORDER_BATCH 4096 /* records taken, then written, at a time */
 
 struct recorder {
 	pthread_t thread;
 	_Atomic bool stop;
 	/* Held by the thread while it drains and writes, and by fork()'s
 	 * prepare handler, so a child never inherits the file, the decoder or
-	 * an allocator in the middle of the thread's work. */
+	 * an allocator in the middle of the thread's work. Released only with
+	 * every line the thread wrote in the file, none pending. */
 	pthread_mutex_t busy;
 	FILE *f;
 	char *path;
@@ -76,7 +86,8 @@ static int recorder_open(struct recorder *rec)
 	rec->f = fopen(rec->path, "we");
 	if (rec->f == NULL)
 		return -errno;
-	setvbuf(rec->f, NULL, _IOFBF, RECORDER_BUFSIZ);
+	/* The writer batches whole lines itself; stdio must not cut them. */
+	setvbuf(rec->f, NULL, _IONBF, 0);
 	err = trace_writer_new(rec->f, rec->syms, &rec->proc, &rec->w);
 	if (err < 0) {
 		fclose(rec->f);
@@ -110,15 +121,30 @@ static int recorder_cb(void *arg, unsigned type, const void *payload,
 	return 0;
 }
 
-/* Drains until nothing is committed; the number of records taken. */
+/* Writes the lines of the ops taken so far to the file. */
+static void recorder_flush(struct recorder *rec)
+{
+	int err;
+
+	if (rec->w == NULL || rec->err != 0)
+		return;
+	err = trace_writer_flush(rec->w);
+	if (err < 0)
+		recorder_fail(rec, err);
+}
+
+/* Drains until nothing is committed, each batch written before the next is
+ * taken; the number of records taken. */
 static unsigned recorder_drain_all(struct recorder *rec)
 {
 	unsigned total = 0;
 	int n;
 
 	while ((n = ringread_drain(rec->rr, RECORDER_BATCH, 0, recorder_cb,
-				   rec)) > 0)
+				   rec)) > 0) {
 		total += (unsigned)n;
+		recorder_flush(rec);
+	}
 	return total;
 }
 
@@ -229,12 +255,7 @@ void recorder_atfork_child(struct recorder *rec)
 	if (rec == NULL)
 		return;
 	pthread_mutex_unlock(&rec->busy);
-	/* The buffered bytes are the parent's to write. */
-	if (rec->f != NULL) {
-		__fpurge(rec->f);
-		trace_writer_close(rec->w);
-		rec->w = NULL;
-		__fpurge(rec->f);
-	}
+	/* Nothing is pending (see `busy`): freeing writes none of the
+	 * parent's lines a second time. */
 	recorder_free(rec);
 }

@@ -196,6 +196,97 @@ START_TEST(agent_recording_equals_the_operations)
 }
 END_TEST
 
+/* A process that ends in _exit() (every multiprocessing fork worker) or
+ * SIGKILL runs no exit handler: the recording is whole all the same. */
+START_TEST(agent_recording_survives_exit_without_handlers)
+{
+	static const struct {
+		const char *mode;
+		int status;
+	} ends[] = { { "exit", 0 }, { "kill", 128 + 9 } };
+	char *dir = tu_tmpdir(), *want_path, *want, *got, *path;
+	char tmpl[PATH_MAX];
+
+	want_path = tu_write_file("scenario.trace", scenario_trace);
+	want = ops_of(want_path, NULL);
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(tmpl, sizeof(tmpl), "%s/%s.%%p.trace", dir,
+			 ends[i].mode);
+		setenv("NPUSAN_RECORD", tmpl, 1);
+		ck_assert_int_eq(run_prog(ends[i].mode, NULL, NULL, NULL),
+				 ends[i].status);
+		unsetenv("NPUSAN_RECORD");
+	}
+	for (size_t i = 0; i < 2; i++) {
+		char sub[PATH_MAX];
+		struct dirent *e;
+		DIR *d = opendir(dir);
+
+		path = NULL;
+		while ((e = readdir(d)) != NULL) {
+			if (strncmp(e->d_name, ends[i].mode,
+				    strlen(ends[i].mode)) == 0) {
+				snprintf(sub, sizeof(sub), "%s/%s", dir,
+					 e->d_name);
+				path = sub;
+			}
+		}
+		closedir(d);
+		ck_assert_msg(path != NULL, "%s: no recording", ends[i].mode);
+		got = ops_of(path, NULL);
+		ck_assert_str_eq(got, want);
+		free(got);
+	}
+	free(want);
+	free(want_path);
+	free(dir);
+}
+END_TEST
+
+/* Killed while it pushes as fast as it can: the file holds a prefix of
+ * what it did, in order, in whole lines but for perhaps a torn last one,
+ * and `analyze` reads it. */
+START_TEST(agent_recording_of_a_killed_flood_reads_in_order)
+{
+	char *dir = tu_tmpdir(), tmpl[PATH_MAX], *path, *ops, *p, want[96];
+	char *ctl = strdup(tu_bin("npusanctl")), *err;
+	const char *argv[] = { ctl, "analyze", NULL, NULL };
+	unsigned long n = 0;
+	int files, status;
+
+	snprintf(tmpl, sizeof(tmpl), "%s/flood.%%p.trace", dir);
+	setenv("NPUSAN_RECORD", tmpl, 1);
+	setenv("NPUSAN_RING_SIZE", "1M", 1);
+	ck_assert_int_eq(run_prog("flood", "300000", NULL, NULL), 128 + 9);
+	unsetenv("NPUSAN_RECORD");
+	path = only_file(dir, &files);
+	ck_assert_int_eq(files, 1);
+	ops = ops_of(path, NULL);
+	for (p = ops; *p != '\0'; p = strchr(p, '\n') + 1, n++) {
+		snprintf(want, sizeof(want),
+			 "launch s=1 on=0 e=0 p=0 z=0 hs=0 l=0 hl=0 "
+			 "name=flood w%lx+8\n", n * 8);
+		ck_assert_msg(strncmp(p, want, strlen(want)) == 0,
+			      "op %lu: %.80s", n, p);
+	}
+	/* Its ring was far smaller than the flood: most had to be written. */
+	ck_assert_uint_gt(n, 10000);
+	argv[2] = path;
+	status = tu_run(argv, NULL, NULL, &err);
+	if (status == 2)
+		ck_assert_msg(strstr(err, "cut short") != NULL &&
+				      tu_count_lines(err, "") == 1,
+			      "%s", err);
+	else
+		ck_assert_msg(status == 0, "%d: %s", status, err);
+	free(err);
+	free(ops);
+	free(path);
+	free(ctl);
+	free(dir);
+}
+END_TEST
+
 START_TEST(agent_recording_names_job_and_rank)
 {
 	char *dir = tu_tmpdir(), *path, *text;
@@ -528,6 +619,8 @@ static Suite *agent_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, agent_recording_equals_the_operations);
 	tcase_add_test(tc, agent_recording_names_job_and_rank);
+	tcase_add_test(tc, agent_recording_survives_exit_without_handlers);
+	tcase_add_test(tc, agent_recording_of_a_killed_flood_reads_in_order);
 	tcase_add_test(tc, agent_without_daemon_leaves_the_application_alone);
 	tcase_add_test(tc, agent_bad_configuration_is_reported_on_stderr_only);
 	tcase_add_test(tc, agent_fork_child_gets_its_own_ring);
