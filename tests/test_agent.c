@@ -526,6 +526,62 @@ START_TEST(agent_replay_reproduces_each_trace)
 }
 END_TEST
 
+/* NPUSAN_RECORD without %p: the replaying process is recorded to that very
+ * path, or, for several traces, the replay says why it cannot be. */
+START_TEST(agent_replay_records_to_a_path_without_pid)
+{
+	char *dir = tu_tmpdir(), *scenario = tu_write_file("s.trace",
+							scenario_trace);
+	char *torn = tu_write_file("torn.trace", "npusan-trace 1\n"
+				   "stream_create stream=3\n"
+				   "launch stream=3 op=a wri");
+	const char *traces[] = { scenario, scenario };
+	char rec[PATH_MAX], *want, *got, *err, *path;
+	int n;
+
+	snprintf(rec, sizeof(rec), "%s/run.trace", dir);
+	setenv("NPUSAN_RECORD", rec, 1);
+	ck_assert_int_eq(replay(traces, 1, &err), 0);
+	ck_assert_msg(strstr(err, "npusan") == NULL, "%s", err);
+	free(err);
+	path = only_file(dir, &n);
+	ck_assert_int_eq(n, 1);
+	ck_assert_str_eq(path, rec);
+	free(path);
+	want = ops_of(scenario, NULL);
+	got = ops_of(rec, NULL);
+	ck_assert_str_eq(got, want);
+	free(want);
+	free(got);
+	unlink(rec);
+	/* Two processes cannot share one file: refused, nothing replayed. */
+	ck_assert_int_eq(replay(traces, 2, &err), 2);
+	ck_assert_msg(strstr(err, "NPUSAN_RECORD") != NULL &&
+			      strstr(err, "%p") != NULL,
+		      "%s", err);
+	free(err);
+	only_file(dir, &n);
+	ck_assert_int_eq(n, 0);
+	/* A torn last line is replayed up to it, and lost: a gap. */
+	traces[0] = torn;
+	ck_assert_int_eq(replay(traces, 1, &err), 0);
+	ck_assert_msg(strstr(err, "torn.trace:3: warning: the last line is "
+				  "cut short") != NULL,
+		      "%s", err);
+	free(err);
+	got = ops_of(rec, NULL);
+	ck_assert_msg(strstr(got, "stream_create s=3") == got &&
+			      strstr(got, "\ngap ") != NULL &&
+			      strstr(got, "launch") == NULL,
+		      "%s", got);
+	free(got);
+	unsetenv("NPUSAN_RECORD");
+	free(torn);
+	free(scenario);
+	free(dir);
+}
+END_TEST
+
 START_TEST(agent_replay_reports_a_bad_trace)
 {
 	char *bad = tu_write_file("bad.trace", "npusan-trace 1\n"
@@ -630,6 +686,7 @@ static Suite *agent_suite(void)
 	tcase_add_test(tc, agent_exports_only_its_api);
 	tcase_add_test(tc, agent_replay_reproduces_each_trace);
 	tcase_add_test(tc, agent_replay_reports_a_bad_trace);
+	tcase_add_test(tc, agent_replay_records_to_a_path_without_pid);
 	tcase_add_test(tc, agent_daemon_receives_every_operation);
 	suite_add_tcase(s, tc);
 	return s;
