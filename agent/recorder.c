@@ -121,12 +121,13 @@ static int recorder_cb(void *arg, unsigned type, const void *payload,
 	return 0;
 }
 
-/* Writes the lines of the ops taken so far to the file. */
+/* Writes the lines of the ops taken so far to the file, those before a
+ * failure too, so that none is left pending (see `busy`). */
 static void recorder_flush(struct recorder *rec)
 {
 	int err;
 
-	if (rec->w == NULL || rec->err != 0)
+	if (rec->w == NULL)
 		return;
 	err = trace_writer_flush(rec->w);
 	if (err < 0)
