@@ -399,7 +399,8 @@ static int replay_record_finish(const struct replay *rp, pid_t pid)
 		return REPLAY_OK;
 	if (errno == ENOENT)
 		fprintf(stderr, "npusan-replay: nothing was recorded to %s: "
-			"no operation was replayed\n", rp->record);
+			"no operation was replayed, or the recording failed "
+			"(see above)\n", rp->record);
 	else
 		fprintf(stderr, "npusan-replay: the recording is in %s: it "
 			"cannot be renamed to %s: %s\n", from, rp->record,
