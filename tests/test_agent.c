@@ -196,6 +196,26 @@ START_TEST(agent_recording_equals_the_operations)
 }
 END_TEST
 
+/* The bytes of the file at `path` (caller frees), their count in *size. */
+static char *read_whole(const char *path, size_t *size)
+{
+	FILE *f = fopen(path, "rb");
+	char *text;
+	long len;
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+	len = ftell(f);
+	ck_assert_int_ge(len, 0);
+	rewind(f);
+	text = malloc((size_t)len + 1);
+	ck_assert_ptr_nonnull(text);
+	ck_assert_uint_eq(fread(text, 1, (size_t)len, f), (size_t)len);
+	fclose(f);
+	*size = (size_t)len;
+	return text;
+}
+
 /* A process that ends in _exit() (every multiprocessing fork worker) or
  * SIGKILL runs no exit handler: the recording is whole all the same. */
 START_TEST(agent_recording_survives_exit_without_handlers)
@@ -243,15 +263,17 @@ START_TEST(agent_recording_survives_exit_without_handlers)
 }
 END_TEST
 
-/* Killed while it pushes as fast as it can: the file holds a prefix of
- * what it did, in order, in whole lines but for perhaps a torn last one,
- * and `analyze` reads it. */
+/* Killed while it pushes as fast as it can, perhaps in the middle of a
+ * write(2): the file holds a prefix of what it did, in order, in whole
+ * lines, as every page of it ends at a line's end, and `analyze` reads
+ * it. */
 START_TEST(agent_recording_of_a_killed_flood_reads_in_order)
 {
 	char *dir = tu_tmpdir(), tmpl[PATH_MAX], *path, *ops, *p, want[96];
-	char *ctl = strdup(tu_bin("npusanctl")), *err;
+	char *ctl = strdup(tu_bin("npusanctl")), *err, *text;
 	const char *argv[] = { ctl, "analyze", NULL, NULL };
 	unsigned long n = 0;
+	size_t size;
 	int files, status;
 
 	snprintf(tmpl, sizeof(tmpl), "%s/flood.%%p.trace", dir);
@@ -271,6 +293,10 @@ START_TEST(agent_recording_of_a_killed_flood_reads_in_order)
 	}
 	/* Its ring was far smaller than the flood: most had to be written. */
 	ck_assert_uint_gt(n, 10000);
+	text = read_whole(path, &size);
+	for (size_t at = 4096; at < size; at += 4096)
+		ck_assert_msg(text[at - 1] == '\n', "page at %zu", at);
+	free(text);
 	argv[2] = path;
 	status = tu_run(argv, NULL, NULL, &err);
 	if (status == 2)
