@@ -1,13 +1,30 @@
 /*
  * recorder.c - the recorder thread: ring -> ringdec -> trace writer.
+ *
+ * The recording must survive the process however it ends: exit(), which
+ * runs recorder_stop(), but also _exit() (every multiprocessing fork
+ * worker) and SIGKILL, which run nothing. So nothing waits in user space
+ * for an exit hook: after each batch it takes from the ring, the thread
+ * writes that batch's lines to the file, whole lines in one write(2) (an
+ * unbuffered stream), and only then takes the next. What the thread took
+ * is in the file; what it had not taken yet when the process died (pushed
+ * during its last nap: 100 us while busy, 2 ms when idle) is lost.
+ *
+ * SIGKILL can also cut a write(2) short: Linux copies a write into a file
+ * page by page and gives up between pages for a fatal signal. A line cut
+ * there may even parse (`launch stream=1 op=x` without its `write=`), so
+ * the file is padded: where a line would cross a page boundary, a blank
+ * line of spaces (which readers skip) fills the page first, and every page
+ * ends at a line's end. Only a line longer than a page can still be torn,
+ * and then readers take it for what it is (common/trace.h).
  */
 #include "recorder.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -18,15 +35,15 @@
 #include "symtab.h"
 #include "thread.h"
 
-#define RECORDER_BATCH 4096
-#define RECORDER_BUFSIZ (1u << 20)
+#define RECORDER_BATCH 4096 /* records taken, then written, at a time */
 
 struct recorder {
 	pthread_t thread;
 	_Atomic bool stop;
 	/* Held by the thread while it drains and writes, and by fork()'s
 	 * prepare handler, so a child never inherits the file, the decoder or
-	 * an allocator in the middle of the thread's work. */
+	 * an allocator in the middle of the thread's work. Released only with
+	 * every line the thread wrote in the file, none pending. */
 	pthread_mutex_t busy;
 	FILE *f;
 	char *path;
@@ -55,6 +72,107 @@ static void recorder_free(struct recorder *rec)
 	free(rec);
 }
 
+/* The file under the writer's stream (see the top). */
+struct recorder_file {
+	int fd;
+	size_t page;
+	uint64_t off; /* bytes in the file */
+	char *buf;    /* a write's lines, padded */
+	size_t cap;
+};
+
+/* Pads `chunk` (whole lines) so that no line of a page or less crosses a
+ * page boundary, into f->buf; the padded length. */
+static size_t recorder_file_pad(struct recorder_file *f, const char *chunk,
+				size_t len)
+{
+	const char *p = chunk, *end = chunk + len, *nl;
+	size_t n = 0, line, room;
+
+	while (p < end) {
+		nl = memchr(p, '\n', (size_t)(end - p));
+		line = nl != NULL ? (size_t)(nl - p) + 1 : (size_t)(end - p);
+		room = f->page - (size_t)((f->off + n) % f->page);
+		if (line > room && line <= f->page) {
+			memset(f->buf + n, ' ', room - 1);
+			f->buf[n + room - 1] = '\n';
+			n += room;
+		}
+		memcpy(f->buf + n, p, line);
+		n += line;
+		p += line;
+	}
+	return n;
+}
+
+static ssize_t recorder_file_write(void *arg, const char *chunk, size_t len)
+{
+	struct recorder_file *f = arg;
+	/* A pad per page the chunk spans, each less than a page. */
+	size_t need = len + (len / f->page + 2) * f->page, n, done = 0;
+	ssize_t w;
+
+	if (f->cap < need) {
+		char *buf = realloc(f->buf, need);
+
+		if (buf == NULL)
+			return -1;
+		f->buf = buf;
+		f->cap = need;
+	}
+	n = recorder_file_pad(f, chunk, len);
+	while (done < n) {
+		w = write(f->fd, f->buf + done, n - done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -1;
+		done += (size_t)w;
+	}
+	f->off += n;
+	return (ssize_t)len;
+}
+
+static int recorder_file_close(void *arg)
+{
+	struct recorder_file *f = arg;
+	int err = close(f->fd);
+
+	free(f->buf);
+	free(f);
+	return err;
+}
+
+/* The stream of a new file at `path`, unbuffered: the writer batches
+ * whole lines itself, which stdio must not cut. NULL with errno set. */
+static FILE *recorder_file_open(const char *path)
+{
+	cookie_io_functions_t io = { .write = recorder_file_write,
+				     .close = recorder_file_close };
+	struct recorder_file *f = calloc(1, sizeof(*f));
+	long page = sysconf(_SC_PAGESIZE);
+	FILE *stream;
+
+	if (f == NULL)
+		return NULL;
+	f->page = page > 0 ? (size_t)page : 4096;
+	f->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	if (f->fd < 0) {
+		free(f);
+		return NULL;
+	}
+	stream = fopencookie(f, "w", io);
+	if (stream == NULL) {
+		int err = errno;
+
+		recorder_file_close(f);
+		errno = err;
+		return NULL;
+	}
+	setvbuf(stream, NULL, _IONBF, 0);
+	return stream;
+}
+
 static void recorder_fail(struct recorder *rec, int err)
 {
 	if (rec->err != 0)
@@ -73,10 +191,9 @@ static int recorder_open(struct recorder *rec)
 {
 	int err;
 
-	rec->f = fopen(rec->path, "we");
+	rec->f = recorder_file_open(rec->path);
 	if (rec->f == NULL)
 		return -errno;
-	setvbuf(rec->f, NULL, _IOFBF, RECORDER_BUFSIZ);
 	err = trace_writer_new(rec->f, rec->syms, &rec->proc, &rec->w);
 	if (err < 0) {
 		fclose(rec->f);
@@ -110,15 +227,31 @@ static int recorder_cb(void *arg, unsigned type, const void *payload,
 	return 0;
 }
 
-/* Drains until nothing is committed; the number of records taken. */
+/* Writes the lines of the ops taken so far to the file, those before a
+ * failure too, so that none is left pending (see `busy`). */
+static void recorder_flush(struct recorder *rec)
+{
+	int err;
+
+	if (rec->w == NULL)
+		return;
+	err = trace_writer_flush(rec->w);
+	if (err < 0)
+		recorder_fail(rec, err);
+}
+
+/* Drains until nothing is committed, each batch written before the next is
+ * taken; the number of records taken. */
 static unsigned recorder_drain_all(struct recorder *rec)
 {
 	unsigned total = 0;
 	int n;
 
 	while ((n = ringread_drain(rec->rr, RECORDER_BATCH, 0, recorder_cb,
-				   rec)) > 0)
+				   rec)) > 0) {
 		total += (unsigned)n;
+		recorder_flush(rec);
+	}
 	return total;
 }
 
@@ -229,12 +362,7 @@ void recorder_atfork_child(struct recorder *rec)
 	if (rec == NULL)
 		return;
 	pthread_mutex_unlock(&rec->busy);
-	/* The buffered bytes are the parent's to write. */
-	if (rec->f != NULL) {
-		__fpurge(rec->f);
-		trace_writer_close(rec->w);
-		rec->w = NULL;
-		__fpurge(rec->f);
-	}
+	/* Nothing is pending (see `busy`): freeing writes none of the
+	 * parent's lines a second time. */
 	recorder_free(rec);
 }

@@ -4,9 +4,12 @@
  * (common/trace.h), readable by `npusanctl analyze`.
  *
  * The recorder's ring blocks instead of dropping, so the trace holds every
- * operation; producers wait only while this thread lags behind. When the
- * file cannot be written (a full disk), the thread says so once on stderr
- * and goes on draining without writing, so the application never stalls.
+ * operation; producers wait only while this thread lags behind. Each batch
+ * it takes reaches the file in whole lines before it takes the next, so a
+ * process that ends in _exit() or SIGKILL leaves a trace of all but its
+ * last moment (recorder.c). When the file cannot be written (a full disk),
+ * the thread says so once on stderr and goes on draining without writing,
+ * so the application never stalls.
  *
  * Caller owns the struct recorder; recorder_stop() releases it.
  */

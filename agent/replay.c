@@ -7,10 +7,17 @@
  * operation, so a daemon sees a live process registering and pushing; with
  * --rate it paces itself. All traces run at once, as the ranks of a job do.
  * This is the demo driver and the end-to-end test driver.
+ *
+ * NPUSAN_RECORD records each replaying child. The agent records a forked
+ * child only to a path with %p, so a path without it is made one here:
+ * the single replaying child records to PATH.%p, renamed to PATH once it
+ * has exited; with several traces such a path is refused, as one file
+ * cannot hold several processes.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +52,7 @@ struct replay {
 	} pauses[REPLAY_MAX_PAUSES]; /* --pause-at, ascending */
 	unsigned npauses;
 	const char *path;
+	const char *record; /* NPUSAN_RECORD without %p, or NULL */
 };
 
 static const char replay_usage[] =
@@ -68,6 +76,9 @@ static const char replay_usage[] =
 	"\n"
 	"The agent's environment applies (NPUSAN_SOCKET, NPUSAN_RECORD, ...);\n"
 	"NPUSAN_RING_FULL defaults to block, so that nothing is dropped.\n"
+	"NPUSAN_RECORD records each replaying process; without %p in it, only\n"
+	"one TRACE may be given. A trace whose last line is cut short is\n"
+	"replayed up to it, with a warning, and a gap for the lost line.\n"
 	"Exit status: 0 when every trace was replayed, 1 when one could not be\n"
 	"read, 2 on a usage error.\n";
 
@@ -233,6 +244,11 @@ static int replay_trace(struct replay *rp, struct trace_reader *r)
 		fprintf(stderr, "npusan-replay: %s\n", trace_reader_error(r));
 		return REPLAY_FAILED;
 	}
+	if (trace_reader_torn(r) != NULL) {
+		/* Whatever the torn line was is lost to the analysis. */
+		fprintf(stderr, "npusan-replay: %s\n", trace_reader_torn(r));
+		npusan_gap(NPUSAN_LOST_UNKNOWN);
+	}
 	err = rp->wait_ms != 0 ? npusan_wait_drained(rp->wait_ms) : 0;
 	if (err == -ETIMEDOUT)
 		fprintf(stderr, "npusan-replay: %s: the daemon did not take "
@@ -244,9 +260,17 @@ static int replay_trace(struct replay *rp, struct trace_reader *r)
 static int replay_child(struct replay *rp)
 {
 	struct trace_reader *r = NULL;
-	char *msg = NULL;
+	char *msg = NULL, *record = NULL;
 	int ret = REPLAY_FAILED, err;
 
+	/* Read by the agent at this child's first operation. */
+	if (rp->record != NULL &&
+	    (asprintf(&record, "%s.%%p", rp->record) < 0 ||
+	     setenv("NPUSAN_RECORD", record, 1) < 0)) {
+		fprintf(stderr, "npusan-replay: out of memory\n");
+		return REPLAY_FAILED;
+	}
+	free(record);
 	if (symtab_new(&rp->syms) < 0 || u64map_init(&rp->names) < 0 ||
 	    u64map_init(&rp->stacks) < 0) {
 		fprintf(stderr, "npusan-replay: out of memory\n");
@@ -344,13 +368,54 @@ static int replay_parse(int argc, char **argv, struct replay *rp)
 	return 0;
 }
 
+/* Sets rp->record for an NPUSAN_RECORD without %p (see the top); 0, or -1
+ * after saying why it cannot be done. */
+static int replay_record_setup(struct replay *rp, int ntraces)
+{
+	const char *record = getenv("NPUSAN_RECORD");
+	const char *off = getenv("NPUSAN");
+
+	if (record == NULL || *record == '\0' || strstr(record, "%p") ||
+	    (off != NULL && strcmp(off, "0") == 0))
+		return 0;
+	if (ntraces > 1) {
+		fprintf(stderr, "npusan-replay: NPUSAN_RECORD=%s names one "
+			"file, but the %d traces are replayed by %d processes; "
+			"put %%p (the pid) in it to record each\n", record,
+			ntraces, ntraces);
+		return -1;
+	}
+	rp->record = record;
+	return 0;
+}
+
+/* Moves the recording of child `pid` to the path the user gave. */
+static int replay_record_finish(const struct replay *rp, pid_t pid)
+{
+	char from[PATH_MAX];
+
+	snprintf(from, sizeof(from), "%s.%d", rp->record, (int)pid);
+	if (rename(from, rp->record) == 0)
+		return REPLAY_OK;
+	if (errno == ENOENT)
+		fprintf(stderr, "npusan-replay: nothing was recorded to %s: "
+			"no operation was replayed, or the recording failed "
+			"(see above)\n", rp->record);
+	else
+		fprintf(stderr, "npusan-replay: the recording is in %s: it "
+			"cannot be renamed to %s: %s\n", from, rp->record,
+			strerror(errno));
+	return REPLAY_FAILED;
+}
+
 int main(int argc, char **argv)
 {
 	struct replay rp = { .wait_ms = 10000 };
 	int status, ret = REPLAY_OK;
-	pid_t pid;
+	pid_t pid, child = -1;
 
-	if (replay_parse(argc, argv, &rp) < 0)
+	if (replay_parse(argc, argv, &rp) < 0 ||
+	    replay_record_setup(&rp, argc - optind) < 0)
 		return REPLAY_USAGE;
 	fflush(stdout);
 	for (int i = optind; i < argc; i++) {
@@ -366,10 +431,14 @@ int main(int argc, char **argv)
 		 * recording; stdout was flushed before the fork. */
 		if (pid == 0)
 			exit(replay_child(&rp));
+		child = pid;
 	}
 	while ((pid = wait(&status)) > 0 || errno == EINTR) {
 		if (pid > 0 && (!WIFEXITED(status) || WEXITSTATUS(status)))
 			ret = REPLAY_FAILED;
 	}
+	if (rp.record != NULL && child > 0 &&
+	    replay_record_finish(&rp, child) != REPLAY_OK)
+		ret = REPLAY_FAILED;
 	return ret;
 }

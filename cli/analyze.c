@@ -6,6 +6,12 @@
  * engine deduplicates and the rows are printed once the trace is read, so
  * that each carries its final count; with --every each occurrence is
  * printed as soon as it is found.
+ *
+ * A bad trace does not stop the others: each is analysed up to its first
+ * error, which is reported, and the exit status is 2 once all are done. A
+ * trace whose last line is torn (its writer was killed) is analysed up to
+ * that line with a warning; it counts as incomplete, so without findings
+ * the exit status is 2, never the 0 of a clean analysis.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -39,6 +45,9 @@ struct analysis {
 	uint64_t next_id; /* the output's ids run on across traces */
 	uint64_t counts[FINDING_KIND_COUNT];
 	bool nomem;
+	int ntraces;
+	int nbad;  /* traces analysed only up to an error */
+	int ntorn; /* traces analysed up to a torn last line */
 };
 
 static const char analyze_usage[] =
@@ -57,8 +66,13 @@ static const char analyze_usage[] =
 	"                       (default 1)\n"
 	"  -h, --help           show this help\n"
 	"\n"
+	"Every trace is analysed, also after a bad one. A trace whose last\n"
+	"line is cut short (its writer was killed) is analysed up to that line,\n"
+	"with a warning.\n"
+	"\n"
 	"Exit status: 0 no findings, 1 (or N) findings, 2 usage error or bad\n"
-	"input (the error names the file and line).\n";
+	"input (each error names the file and line; findings before it are\n"
+	"printed), also when there are no findings but a trace was cut short.\n";
 
 static void print_finding(struct analysis *a, struct finding *f)
 {
@@ -142,6 +156,29 @@ static void analyze_say_skips(const struct trace_reader *r,
 		ENGINE_MAX_STREAMS, sk->gaps, sk->gaps == 1 ? "" : "s");
 }
 
+/* Reads every op of the open trace into engine `e`; 0, or a negative errno
+ * after printing why. */
+static int analyze_ops(struct analysis *a, struct engine *e)
+{
+	struct analyze_skips sk = { 0 };
+	struct op op;
+	int rc, fed = 0;
+
+	while ((rc = trace_read(a->r, &op)) == 1 &&
+	       (fed = analyze_feed(e, &op, &sk)) >= 0)
+		;
+	analyze_say_skips(a->r, &sk);
+	if (fed < 0) {
+		engine_error(a->r, fed);
+		return fed;
+	}
+	if (rc < 0)
+		fprintf(stderr, "%s\n", trace_reader_error(a->r));
+	else if (trace_reader_torn(a->r) != NULL)
+		fprintf(stderr, "%s\n", trace_reader_torn(a->r));
+	return rc;
+}
+
 /* Feeds one trace to a fresh engine; 0, or CLI_USAGE after printing why. */
 static int analyze_one(struct analysis *a, const char *path)
 {
@@ -150,12 +187,10 @@ static int analyze_one(struct analysis *a, const char *path)
 	struct symtab *syms = NULL;
 	struct engine *e = NULL;
 	char *msg = NULL;
-	struct op op;
-	struct analyze_skips sk = { 0 };
 	int rc, status = CLI_USAGE;
 
 	if (symtab_new(&syms) < 0 || engine_new(&eo, &e) < 0) {
-		fprintf(stderr, "npusanctl: out of memory\n");
+		fprintf(stderr, "npusanctl: %s: out of memory\n", path);
 		goto out;
 	}
 	rc = trace_reader_open(path, syms, &a->r, &msg);
@@ -166,24 +201,15 @@ static int analyze_one(struct analysis *a, const char *path)
 	a->rc.syms = syms;
 	a->rc.process = trace_reader_process(a->r);
 	a->nrows = 0;
-	while ((rc = trace_read(a->r, &op)) == 1) {
-		if ((rc = analyze_feed(e, &op, &sk)) < 0) {
-			engine_error(a->r, rc);
-			break;
-		}
-	}
-	analyze_say_skips(a->r, &sk);
-	if (rc == 0 && a->nomem) {
-		fprintf(stderr, "npusanctl: out of memory\n");
-		rc = -ENOMEM;
-	}
-	if (rc < 0 && rc != -ENOMEM)
-		fprintf(stderr, "%s\n", trace_reader_error(a->r));
+	a->nomem = false;
+	rc = analyze_ops(a, e);
+	a->ntorn += rc == 0 && trace_reader_torn(a->r) != NULL;
 	/* What was found before a bad line is real: report it all the same. */
 	for (size_t i = 0; i < a->nrows; i++)
 		print_finding(a, &a->rows[i]);
-	if (rc == 0 && a->nomem)
-		fprintf(stderr, "npusanctl: out of memory\n");
+	if (a->nomem)
+		fprintf(stderr, "npusanctl: %s: out of memory: findings are "
+			"missing\n", path);
 	else if (rc == 0)
 		status = CLI_OK;
 out:
@@ -195,20 +221,40 @@ out:
 	return status;
 }
 
-static void print_summary(const struct analysis *a, int ntraces)
+/* Says, after the counts, why they may not be the whole truth. */
+static void print_incomplete(const struct analysis *a)
+{
+	if (a->nbad + a->ntorn == 0)
+		return;
+	printf("; incomplete:");
+	if (a->nbad > 0)
+		printf(" %d trace%s read only up to an error", a->nbad,
+		       a->nbad == 1 ? "" : "s");
+	if (a->nbad > 0 && a->ntorn > 0)
+		printf(",");
+	if (a->ntorn > 0)
+		printf(" %d trace%s cut short", a->ntorn,
+		       a->ntorn == 1 ? "" : "s");
+	printf(" (see above)");
+}
+
+static void print_summary(const struct analysis *a)
 {
 	uint64_t races = a->counts[FINDING_DATA_RACE];
 	uint64_t mrs = a->counts[FINDING_MISSING_RECORD_STREAM];
+	int ntraces = a->ntraces;
 
-	if (races + mrs == 0) {
-		printf("npusan: no findings in %d trace%s\n", ntraces,
+	if (races + mrs == 0)
+		printf("npusan: no findings in %d trace%s", ntraces,
 		       ntraces == 1 ? "" : "s");
-		return;
-	}
-	printf("npusan: %" PRIu64 " finding%s in %d trace%s: %" PRIu64
-	       " data race%s, %" PRIu64 " missing record_stream\n",
-	       races + mrs, races + mrs == 1 ? "" : "s", ntraces,
-	       ntraces == 1 ? "" : "s", races, races == 1 ? "" : "s", mrs);
+	else
+		printf("npusan: %" PRIu64 " finding%s in %d trace%s: %" PRIu64
+		       " data race%s, %" PRIu64 " missing record_stream",
+		       races + mrs, races + mrs == 1 ? "" : "s", ntraces,
+		       ntraces == 1 ? "" : "s", races, races == 1 ? "" : "s",
+		       mrs);
+	print_incomplete(a);
+	printf("\n");
 }
 
 static int parse_opts(int argc, char **argv, struct analyze_opts *o)
@@ -265,24 +311,26 @@ int cli_analyze(int argc, char **argv)
 {
 	struct analyze_opts o = { .error_exitcode = CLI_FINDINGS };
 	struct analysis a = { .o = &o };
-	int status = parse_opts(argc, argv, &o), ntraces = 0;
+	int status = parse_opts(argc, argv, &o);
 
 	if (status >= 0)
 		return status;
 	a.color = !o.json && report_want_color(stdout);
-	status = CLI_OK;
-	for (int i = optind; i < argc && status == CLI_OK; i++, ntraces++)
-		status = analyze_one(&a, argv[i]);
+	for (int i = optind; i < argc; i++, a.ntraces++)
+		a.nbad += analyze_one(&a, argv[i]) != CLI_OK;
 	free(a.rows);
 	report_frames_free(&a.frames);
-	if (status == CLI_OK && !o.json)
-		print_summary(&a, ntraces);
+	if (!o.json)
+		print_summary(&a);
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		fprintf(stderr, "npusanctl: writing the report failed: %s\n",
 			strerror(errno));
 		return CLI_USAGE;
 	}
-	if (status != CLI_OK)
-		return status;
-	return a.next_id > 0 ? o.error_exitcode : CLI_OK;
+	if (a.nbad > 0)
+		return CLI_USAGE;
+	if (a.next_id > 0)
+		return o.error_exitcode;
+	/* No findings in a trace cut short is no proof of a clean run. */
+	return a.ntorn > 0 ? CLI_USAGE : CLI_OK;
 }

@@ -4,12 +4,15 @@
  * The reader is strict: the first deviation from the format stops it with a
  * message "FILE:LINE: what is wrong", and nothing in its input (NUL bytes,
  * huge lines, truncated files, out-of-range numbers, invalid UTF-8) makes it
- * crash or read out of bounds. It interns operator names and stack frames
- * into a caller's symtab, so an op carries ids, never strings.
+ * crash or read out of bounds. The one exception is a torn last line (no
+ * newline, not a valid line: a writer killed in the middle of it), which
+ * ends the trace and is reported by trace_reader_torn(). It interns
+ * operator names and stack frames into a caller's symtab, so an op carries
+ * ids, never strings.
  *
  * The writer prints ops in the canonical form the reader accepts, defining
  * each stack before its first use; reading its output back yields the same
- * operations.
+ * operations. It hands the stream whole lines only, in batches.
  */
 #ifndef NPUSAN_TRACE_H
 #define NPUSAN_TRACE_H
@@ -59,7 +62,8 @@ void trace_reader_close(struct trace_reader *r);
 /*
  * Reads the next operation into *op; header, `process` and `stack` lines
  * are consumed on the way. The op's ranges stay valid until the next call.
- * 1 with an op; 0 at the end of the trace; -EINVAL on a format error
+ * 1 with an op; 0 at the end of the trace, also when that is a torn last
+ * line (trace_reader_torn() then says so); -EINVAL on a format error
  * (an input without the header line is one), -EIO on a read error,
  * -ENOMEM, -E2BIG when a line exceeds TRACE_MAX_LINE or a table is full;
  * after an error trace_reader_error() says what was wrong and every later
@@ -69,6 +73,13 @@ int trace_read(struct trace_reader *r, struct op *op);
 
 /* "FILE:LINE: what is wrong" for the last error; "" when there was none. */
 const char *trace_reader_error(const struct trace_reader *r);
+
+/*
+ * NULL, or when trace_read() returned 0 at a torn last line: "FILE:LINE:
+ * the last line is cut short (why it does not parse), ...", for a warning.
+ * The lines before it were read as usual; the torn one is not an op.
+ */
+const char *trace_reader_torn(const struct trace_reader *r);
 
 /* The line of the op trace_read() returned last (1-based). */
 unsigned long trace_reader_line(const struct trace_reader *r);
@@ -98,13 +109,24 @@ int trace_writer_new(FILE *f, const struct symtab *syms,
 
 /*
  * Writes one op, preceded by the `stack` line of its stack the first time
- * the stack appears; nothing is written for an op it refuses. 0; -EINVAL
- * when the op is not valid (an unknown kind, an empty range, a range past
- * 2^64, an id not in the symtab, a launch without a name, a string the
- * format cannot carry); -E2BIG when its line would exceed TRACE_MAX_LINE;
- * -ENOMEM; -EIO when writing failed.
+ * the stack appears; nothing is written for an op it refuses. The lines
+ * are kept in the writer and handed to the stream, with the ones before
+ * them, in one fwrite() once enough are pending, and by
+ * trace_writer_flush() and trace_writer_close(). 0; -EINVAL when the op is
+ * not valid (an unknown kind, an empty range, a range past 2^64, an id not
+ * in the symtab, a launch without a name, a string the format cannot
+ * carry); -E2BIG when its line would exceed TRACE_MAX_LINE; -ENOMEM; -EIO
+ * when handing the pending lines to the stream failed (they are lost).
  */
 int trace_write_op(struct trace_writer *w, const struct op *op);
+
+/*
+ * Hands every pending line to the stream in one fwrite() and flushes the
+ * stream: on an unbuffered stream, write(2)s that end at a line's end, so
+ * a process killed after it returns leaves whole lines. 0, or -EIO when
+ * this or any earlier write failed.
+ */
+int trace_writer_flush(struct trace_writer *w);
 
 /* Flushes and frees the writer (NULL is accepted). 0, or -EIO when any
  * write failed. */

@@ -17,6 +17,13 @@
  *     before the first of them, so none of a line's strings moves while the
  *     line is parsed.
  *  4. An error sticks: `err` and `msg` are set once and returned forever.
+ *  5. Only the input's last line can be torn: one that ends without a
+ *     newline and does not parse, though it starts as a line of the trace
+ *     does (its first word begins, or is, a directive, or before the
+ *     header the header's), as a writer killed in the middle of it leaves
+ *     it. It ends the trace (`torn` holds why), and the reader returns 0 as
+ *     at a clean end. A last line that parses is the spec's last line
+ *     without a newline; any line followed by another is strict.
  */
 #include "trace.h"
 
@@ -166,6 +173,8 @@ struct trace_reader {
 	int err;
 	char *msg;
 	size_t msg_cap;
+	size_t msg_prefix; /* the "FILE:LINE: " of msg */
+	char *torn; /* why the last line was dropped (DESIGN 5), or NULL */
 	struct trace_process process;
 	char *job;
 	char *pname;
@@ -188,6 +197,7 @@ static int fail(struct trace_reader *r, int err, const char *fmt, ...)
 	int n;
 
 	n = snprintf(r->msg, r->msg_cap, "%s:%lu: ", r->name, r->line);
+	r->msg_prefix = (size_t)n;
 	va_start(ap, fmt);
 	vsnprintf(r->msg + n, r->msg_cap - (size_t)n, fmt, ap);
 	va_end(ap);
@@ -961,8 +971,9 @@ static int too_long(struct trace_reader *r)
 }
 
 /* The next line, its ending removed, in *line; 1, 0 at the end, or an
- * error. Counts the line in r->line. */
-static int next_line(struct trace_reader *r, struct str *line)
+ * error. Counts the line in r->line. *last: the input ends with this line
+ * and no newline. */
+static int next_line(struct trace_reader *r, struct str *line, bool *last)
 {
 	const char *nl;
 	size_t len;
@@ -992,6 +1003,7 @@ static int next_line(struct trace_reader *r, struct str *line)
 	len = (size_t)((nl ? nl : r->buf + r->end) - line->p);
 	r->start += len + (nl != NULL);
 	r->scan = r->start;
+	*last = nl == NULL;
 	if (nl != NULL && len > 0 && line->p[len - 1] == '\r')
 		len--;
 	if (len > TRACE_MAX_LINE)
@@ -1000,14 +1012,62 @@ static int next_line(struct trace_reader *r, struct str *line)
 	return 1;
 }
 
+/* Whether the word [p, p + n) is directive d, or when it is not `whole`
+ * (the line ends in it), the start of d. */
+static bool word_starts(const struct directive *d, const char *p, size_t n,
+			bool whole)
+{
+	return d->cls != DIR_RESERVED && n <= d->len &&
+	       memcmp(d->word, p, n) == 0 && (!whole || n == d->len);
+}
+
+/* Whether the line [p, p + len) starts as a line of this trace may. */
+static bool line_starts_well(const struct trace_reader *r, const char *p,
+			     size_t len)
+{
+	static const struct directive header = DIR("npusan-trace", DIR_OP, 0,
+						   0, 0);
+	const char *end = p + len, *q;
+	size_t n;
+
+	p = skip_blanks(p, end);
+	q = token_end(p, end);
+	n = (size_t)(q - p);
+	if (!r->header_seen)
+		return word_starts(&header, p, n, q < end);
+	for (size_t i = 0; i < ARRAY_SIZE(directives); i++) {
+		if (word_starts(&directives[i], p, n, q < end))
+			return true;
+	}
+	return false;
+}
+
+/* Turns the format error of the last line into the end of the trace
+ * (DESIGN 5); 0 or -ENOMEM. */
+static int torn_line(struct trace_reader *r)
+{
+	if (asprintf(&r->torn, "%.*s: warning: the last line is cut short "
+		     "(no newline, and %s), as when its writer is killed; "
+		     "it is ignored",
+		     (int)(r->msg_prefix - 2), r->msg,
+		     r->msg + r->msg_prefix) < 0) {
+		r->torn = NULL;
+		return fail(r, -ENOMEM, "out of memory");
+	}
+	r->err = 0;
+	r->msg[0] = '\0';
+	return 0;
+}
+
 int trace_read(struct trace_reader *r, struct op *op)
 {
 	struct str line = { NULL, 0 };
+	bool last = false;
 	int rc;
 
 	while (r->err == 0) {
-		rc = next_line(r, &line);
-		if (rc == 0 && !r->header_seen) {
+		rc = next_line(r, &line, &last);
+		if (rc == 0 && !r->header_seen && r->torn == NULL) {
 			r->line = r->line ? r->line : 1;
 			return fail(r, -EINVAL,
 				    "expected header 'npusan-trace 1', found "
@@ -1016,6 +1076,9 @@ int trace_read(struct trace_reader *r, struct op *op)
 		if (rc <= 0)
 			return rc;
 		rc = parse_line(r, line.p, line.len, op);
+		if (rc == -EINVAL && last &&
+		    line_starts_well(r, line.p, line.len))
+			rc = torn_line(r);
 		if (rc != 0)
 			return rc;
 	}
@@ -1102,6 +1165,7 @@ void trace_reader_close(struct trace_reader *r)
 		close(r->fd);
 	free(r->name);
 	free(r->msg);
+	free(r->torn);
 	free(r->own);
 	free(r->job);
 	free(r->pname);
@@ -1116,6 +1180,11 @@ void trace_reader_close(struct trace_reader *r)
 const char *trace_reader_error(const struct trace_reader *r)
 {
 	return r->msg;
+}
+
+const char *trace_reader_torn(const struct trace_reader *r)
+{
+	return r->torn;
 }
 
 unsigned long trace_reader_line(const struct trace_reader *r)

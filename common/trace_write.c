@@ -5,7 +5,9 @@
  * hex pointers, strings bare where the format allows), each stack defined
  * by a `stack` line before its first use. Every line is rendered into a
  * buffer and checked before any byte of it reaches the stream, so an op the
- * reader would not accept back is refused whole.
+ * reader would not accept back is refused whole. The buffer collects whole
+ * lines and goes to the stream in one fwrite() at TRACE_WRITER_BATCH bytes
+ * and when flushed, so an unbuffered stream gets whole lines per write(2).
  */
 #include "trace.h"
 
@@ -15,10 +17,13 @@
 
 #include "utf8.h"
 
+/* Pending bytes that send the lines to the stream without a flush. */
+#define TRACE_WRITER_BATCH (256u * 1024)
+
 struct trace_writer {
 	FILE *f;
 	const struct symtab *syms;
-	char *buf; /* the lines being rendered */
+	char *buf; /* whole lines not yet sent, then the op being rendered */
 	size_t len;
 	size_t cap;
 	bool oom;
@@ -315,10 +320,14 @@ static void put_fields(struct trace_writer *w, const struct op *op)
 	}
 }
 
-/* Sends the rendered lines to the stream; 0 or -EIO. */
+/* Sends the pending lines to the stream in one fwrite(); 0 or -EIO. They
+ * are gone either way. */
 static int flush_lines(struct trace_writer *w)
 {
-	if (fwrite(w->buf, 1, w->len, w->f) != w->len) {
+	size_t len = w->len;
+
+	w->len = 0;
+	if (len > 0 && fwrite(w->buf, 1, len, w->f) != len) {
 		w->failed = true;
 		return -EIO;
 	}
@@ -327,9 +336,8 @@ static int flush_lines(struct trace_writer *w)
 
 int trace_write_op(struct trace_writer *w, const struct op *op)
 {
+	size_t start = w->len, stack_end;
 	bool new_stack;
-	size_t stack_len = 0;
-	int err;
 
 	if (!op_ok(w, op))
 		return -EINVAL;
@@ -337,12 +345,10 @@ int trace_write_op(struct trace_writer *w, const struct op *op)
 				       w->stack_ids[op->stack] == 0);
 	if (new_stack && stack_ids_reserve(w, op->stack) < 0)
 		return -ENOMEM;
-	w->len = 0;
 	w->oom = false;
-	if (new_stack) {
+	if (new_stack)
 		put_stack_line(w, op->stack);
-		stack_len = w->len;
-	}
+	stack_end = w->len;
 	put_s(w, op_kind_name(op->kind));
 	put_fields(w, op);
 	if (op->stack != 0)
@@ -350,16 +356,24 @@ int trace_write_op(struct trace_writer *w, const struct op *op)
 			new_stack ? w->nstacks + 1 : w->stack_ids[op->stack],
 			false);
 	put_s(w, "\n");
-	if (w->oom)
-		return -ENOMEM;
 	/* Both lengths count the newline, which the limit does not. */
-	if (stack_len > TRACE_MAX_LINE + 1 ||
-	    w->len - stack_len > TRACE_MAX_LINE + 1)
-		return -E2BIG;
-	err = flush_lines(w);
-	if (err == 0 && new_stack)
+	if (w->oom || stack_end - start > TRACE_MAX_LINE + 1 ||
+	    w->len - stack_end > TRACE_MAX_LINE + 1) {
+		w->len = start; /* refused whole: the pending lines stay */
+		return w->oom ? -ENOMEM : -E2BIG;
+	}
+	if (new_stack)
 		w->stack_ids[op->stack] = ++w->nstacks;
-	return err;
+	return w->len >= TRACE_WRITER_BATCH ? flush_lines(w) : 0;
+}
+
+int trace_writer_flush(struct trace_writer *w)
+{
+	int err = flush_lines(w);
+
+	if (fflush(w->f) != 0)
+		w->failed = true;
+	return err < 0 || w->failed ? -EIO : 0;
 }
 
 static void put_process(struct trace_writer *w, const struct trace_process *p)
@@ -415,7 +429,7 @@ int trace_writer_close(struct trace_writer *w)
 
 	if (w == NULL)
 		return 0;
-	err = fflush(w->f) != 0 || ferror(w->f) || w->failed ? -EIO : 0;
+	err = trace_writer_flush(w) < 0 || ferror(w->f) ? -EIO : 0;
 	free(w->buf);
 	free(w->stack_ids);
 	free(w);

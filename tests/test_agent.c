@@ -196,6 +196,123 @@ START_TEST(agent_recording_equals_the_operations)
 }
 END_TEST
 
+/* The bytes of the file at `path` (caller frees), their count in *size. */
+static char *read_whole(const char *path, size_t *size)
+{
+	FILE *f = fopen(path, "rb");
+	char *text;
+	long len;
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+	len = ftell(f);
+	ck_assert_int_ge(len, 0);
+	rewind(f);
+	text = malloc((size_t)len + 1);
+	ck_assert_ptr_nonnull(text);
+	ck_assert_uint_eq(fread(text, 1, (size_t)len, f), (size_t)len);
+	fclose(f);
+	*size = (size_t)len;
+	return text;
+}
+
+/* A process that ends in _exit() (every multiprocessing fork worker) or
+ * SIGKILL runs no exit handler: the recording is whole all the same. */
+START_TEST(agent_recording_survives_exit_without_handlers)
+{
+	static const struct {
+		const char *mode;
+		int status;
+	} ends[] = { { "exit", 0 }, { "kill", 128 + 9 } };
+	char *dir = tu_tmpdir(), *want_path, *want, *got, *path;
+	char tmpl[PATH_MAX];
+
+	want_path = tu_write_file("scenario.trace", scenario_trace);
+	want = ops_of(want_path, NULL);
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(tmpl, sizeof(tmpl), "%s/%s.%%p.trace", dir,
+			 ends[i].mode);
+		setenv("NPUSAN_RECORD", tmpl, 1);
+		ck_assert_int_eq(run_prog(ends[i].mode, NULL, NULL, NULL),
+				 ends[i].status);
+		unsetenv("NPUSAN_RECORD");
+	}
+	for (size_t i = 0; i < 2; i++) {
+		char sub[PATH_MAX];
+		struct dirent *e;
+		DIR *d = opendir(dir);
+
+		path = NULL;
+		while ((e = readdir(d)) != NULL) {
+			if (strncmp(e->d_name, ends[i].mode,
+				    strlen(ends[i].mode)) == 0) {
+				snprintf(sub, sizeof(sub), "%s/%s", dir,
+					 e->d_name);
+				path = sub;
+			}
+		}
+		closedir(d);
+		ck_assert_msg(path != NULL, "%s: no recording", ends[i].mode);
+		got = ops_of(path, NULL);
+		ck_assert_str_eq(got, want);
+		free(got);
+	}
+	free(want);
+	free(want_path);
+	free(dir);
+}
+END_TEST
+
+/* Killed while it pushes as fast as it can, perhaps in the middle of a
+ * write(2): the file holds a prefix of what it did, in order, in whole
+ * lines, as every page of it ends at a line's end, and `analyze` reads
+ * it. */
+START_TEST(agent_recording_of_a_killed_flood_reads_in_order)
+{
+	char *dir = tu_tmpdir(), tmpl[PATH_MAX], *path, *ops, *p, want[96];
+	char *ctl = strdup(tu_bin("npusanctl")), *err, *text;
+	const char *argv[] = { ctl, "analyze", NULL, NULL };
+	unsigned long n = 0;
+	size_t size;
+	int files, status;
+
+	snprintf(tmpl, sizeof(tmpl), "%s/flood.%%p.trace", dir);
+	setenv("NPUSAN_RECORD", tmpl, 1);
+	setenv("NPUSAN_RING_SIZE", "1M", 1);
+	ck_assert_int_eq(run_prog("flood", "300000", NULL, NULL), 128 + 9);
+	unsetenv("NPUSAN_RECORD");
+	path = only_file(dir, &files);
+	ck_assert_int_eq(files, 1);
+	ops = ops_of(path, NULL);
+	for (p = ops; *p != '\0'; p = strchr(p, '\n') + 1, n++) {
+		snprintf(want, sizeof(want),
+			 "launch s=1 on=0 e=0 p=0 z=0 hs=0 l=0 hl=0 "
+			 "name=flood w%lx+8\n", n * 8);
+		ck_assert_msg(strncmp(p, want, strlen(want)) == 0,
+			      "op %lu: %.80s", n, p);
+	}
+	/* Its ring was far smaller than the flood: most had to be written. */
+	ck_assert_uint_gt(n, 10000);
+	text = read_whole(path, &size);
+	for (size_t at = 4096; at < size; at += 4096)
+		ck_assert_msg(text[at - 1] == '\n', "page at %zu", at);
+	free(text);
+	argv[2] = path;
+	status = tu_run(argv, NULL, NULL, &err);
+	if (status == 2)
+		ck_assert_msg(strstr(err, "cut short") != NULL &&
+				      tu_count_lines(err, "") == 1,
+			      "%s", err);
+	else
+		ck_assert_msg(status == 0, "%d: %s", status, err);
+	free(err);
+	free(ops);
+	free(path);
+	free(ctl);
+	free(dir);
+}
+END_TEST
+
 START_TEST(agent_recording_names_job_and_rank)
 {
 	char *dir = tu_tmpdir(), *path, *text;
@@ -435,6 +552,62 @@ START_TEST(agent_replay_reproduces_each_trace)
 }
 END_TEST
 
+/* NPUSAN_RECORD without %p: the replaying process is recorded to that very
+ * path, or, for several traces, the replay says why it cannot be. */
+START_TEST(agent_replay_records_to_a_path_without_pid)
+{
+	char *dir = tu_tmpdir(), *scenario = tu_write_file("s.trace",
+							scenario_trace);
+	char *torn = tu_write_file("torn.trace", "npusan-trace 1\n"
+				   "stream_create stream=3\n"
+				   "launch stream=3 op=a wri");
+	const char *traces[] = { scenario, scenario };
+	char rec[PATH_MAX], *want, *got, *err, *path;
+	int n;
+
+	snprintf(rec, sizeof(rec), "%s/run.trace", dir);
+	setenv("NPUSAN_RECORD", rec, 1);
+	ck_assert_int_eq(replay(traces, 1, &err), 0);
+	ck_assert_msg(strstr(err, "npusan") == NULL, "%s", err);
+	free(err);
+	path = only_file(dir, &n);
+	ck_assert_int_eq(n, 1);
+	ck_assert_str_eq(path, rec);
+	free(path);
+	want = ops_of(scenario, NULL);
+	got = ops_of(rec, NULL);
+	ck_assert_str_eq(got, want);
+	free(want);
+	free(got);
+	unlink(rec);
+	/* Two processes cannot share one file: refused, nothing replayed. */
+	ck_assert_int_eq(replay(traces, 2, &err), 2);
+	ck_assert_msg(strstr(err, "NPUSAN_RECORD") != NULL &&
+			      strstr(err, "%p") != NULL,
+		      "%s", err);
+	free(err);
+	only_file(dir, &n);
+	ck_assert_int_eq(n, 0);
+	/* A torn last line is replayed up to it, and lost: a gap. */
+	traces[0] = torn;
+	ck_assert_int_eq(replay(traces, 1, &err), 0);
+	ck_assert_msg(strstr(err, "torn.trace:3: warning: the last line is "
+				  "cut short") != NULL,
+		      "%s", err);
+	free(err);
+	got = ops_of(rec, NULL);
+	ck_assert_msg(strstr(got, "stream_create s=3") == got &&
+			      strstr(got, "\ngap ") != NULL &&
+			      strstr(got, "launch") == NULL,
+		      "%s", got);
+	free(got);
+	unsetenv("NPUSAN_RECORD");
+	free(torn);
+	free(scenario);
+	free(dir);
+}
+END_TEST
+
 START_TEST(agent_replay_reports_a_bad_trace)
 {
 	char *bad = tu_write_file("bad.trace", "npusan-trace 1\n"
@@ -528,6 +701,8 @@ static Suite *agent_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, agent_recording_equals_the_operations);
 	tcase_add_test(tc, agent_recording_names_job_and_rank);
+	tcase_add_test(tc, agent_recording_survives_exit_without_handlers);
+	tcase_add_test(tc, agent_recording_of_a_killed_flood_reads_in_order);
 	tcase_add_test(tc, agent_without_daemon_leaves_the_application_alone);
 	tcase_add_test(tc, agent_bad_configuration_is_reported_on_stderr_only);
 	tcase_add_test(tc, agent_fork_child_gets_its_own_ring);
@@ -537,6 +712,7 @@ static Suite *agent_suite(void)
 	tcase_add_test(tc, agent_exports_only_its_api);
 	tcase_add_test(tc, agent_replay_reproduces_each_trace);
 	tcase_add_test(tc, agent_replay_reports_a_bad_trace);
+	tcase_add_test(tc, agent_replay_records_to_a_path_without_pid);
 	tcase_add_test(tc, agent_daemon_receives_every_operation);
 	suite_add_tcase(s, tc);
 	return s;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -255,6 +256,120 @@ START_TEST(cli_analyze_bad_line_names_file_and_line)
 }
 END_TEST
 
+static const char race[] = "npusan-trace 1\n"
+			   "launch stream=1 op=a write=0x10\n"
+			   "launch stream=2 op=b write=0x10\n";
+
+/* A bad trace does not hide the traces after it: each is analysed, each
+ * bad one named, and only then the exit status says bad input. */
+START_TEST(cli_analyze_reads_every_trace_and_reports_each_bad_one)
+{
+	char *a = tu_write_file("a.trace", race);
+	char *bad = tu_write_file("bad.trace", "npusan-trace 1\nbogus\n");
+	char *c = tu_write_file("c.trace", race);
+	char *out, *err, *want;
+
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", "--json", a, bad,
+			     "/nonexistent/x.trace", c, NULL),
+			 2);
+	/* a's finding and c's, numbered across the bad ones. */
+	ck_assert_uint_eq(count_lines(out), 2);
+	ck_assert_ptr_nonnull(strstr(out, "{\"id\":2,\"kind\":\"data_race\""));
+	ck_assert_int_gt(asprintf(&want, "%s:2: unknown directive 'bogus'",
+				  bad), 0);
+	ck_assert_msg(strstr(err, want) != NULL, "%s", err);
+	ck_assert_ptr_nonnull(strstr(err, "/nonexistent/x.trace: No such"));
+	free(want);
+	free(out);
+	free(err);
+	/* The text summary counts every trace and says it is incomplete. */
+	ck_assert_int_eq(ctl(NULL, &out, NULL, "analyze", bad, c, NULL), 2);
+	ck_assert_msg(strstr(out, "npusan: 1 finding in 2 traces: 1 data race, "
+				  "0 missing record_stream; incomplete: 1 "
+				  "trace read only up to an error") != NULL,
+		      "%s", out);
+	free(out);
+	ck_assert_int_eq(ctl(NULL, &out, NULL, "analyze", c, bad, NULL), 2);
+	ck_assert_ptr_nonnull(strstr(out, "1 finding in 2 traces"));
+	free(out);
+	free(a);
+	free(bad);
+	free(c);
+}
+END_TEST
+
+/* Every exit 2 says what was wrong, naming the file and line. */
+START_TEST(cli_analyze_every_bad_input_is_explained)
+{
+	size_t big = 65u << 20; /* a comment line past the 64 MiB limit */
+	char *path = tu_write_file("comment.trace", ""), *err;
+	FILE *f = fopen(path, "w");
+
+	ck_assert_ptr_nonnull(f);
+	fputs("npusan-trace 1\n# ", f);
+	for (size_t i = 0; i < big; i += 4096)
+		ck_assert_int_eq(fprintf(f, "%4096s", ""), 4096);
+	fputs("\nflush\n", f);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(ctl(NULL, NULL, &err, "analyze", path, NULL), 2);
+	ck_assert_msg(strstr(err, path) != NULL &&
+			      strstr(err, ":2: line longer than") != NULL,
+		      "%s", err);
+	free(err);
+	ck_assert_int_eq(ctl(NULL, NULL, &err, "analyze", "/dev/zero", NULL),
+			 2);
+	ck_assert_msg(strstr(err, "/dev/zero:1: line longer than") != NULL,
+		      "%s", err);
+	free(err);
+	ck_assert_int_eq(ctl(NULL, NULL, &err, "analyze", "/", NULL), 2);
+	ck_assert_msg(strstr(err, "/:1: read error: Is a directory") != NULL,
+		      "%s", err);
+	free(err);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+/* A trace cut short by a killed writer is analysed up to its torn last
+ * line, with a warning; without findings it is no proof of a clean run. */
+START_TEST(cli_analyze_torn_last_line_is_read_up_to_it)
+{
+	char *torn = tu_write_file("torn.trace",
+				   "npusan-trace 1\n"
+				   "launch stream=1 op=a write=0x10\n"
+				   "launch stream=2 op=b write=0x10\n"
+				   "launch stream=2 op=c wri");
+	char *quiet = tu_write_file("quiet.trace",
+				    "npusan-trace 1\n"
+				    "launch stream=1 op=a write=0x10\n"
+				    "launch stream=1 op=c write=0x");
+	char *out, *err, *want;
+
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", "--json", torn,
+			     NULL),
+			 1);
+	ck_assert_uint_eq(count_lines(out), 1);
+	ck_assert_int_gt(asprintf(&want, "%s:4: warning: the last line is "
+				  "cut short", torn), 0);
+	ck_assert_msg(strstr(err, want) != NULL, "%s", err);
+	free(want);
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", quiet, NULL), 2);
+	ck_assert_int_gt(asprintf(&want, "%s:3: warning: the last line is "
+				  "cut short", quiet), 0);
+	ck_assert_msg(strstr(err, want) != NULL, "%s", err);
+	ck_assert_msg(strstr(out, "npusan: no findings in 1 trace; "
+				  "incomplete: 1 trace cut short") != NULL,
+		      "%s", out);
+	free(want);
+	free(out);
+	free(err);
+	free(torn);
+	free(quiet);
+}
+END_TEST
+
 START_TEST(cli_analyze_missing_file_is_named)
 {
 	char *err;
@@ -343,6 +458,9 @@ static Suite *cli_suite(void)
 	tcase_add_test(tc, cli_analyze_without_process_line_has_null_process);
 	tcase_add_test(tc, cli_analyze_json_escapes_strings);
 	tcase_add_test(tc, cli_analyze_bad_line_names_file_and_line);
+	tcase_add_test(tc, cli_analyze_reads_every_trace_and_reports_each_bad_one);
+	tcase_add_test(tc, cli_analyze_every_bad_input_is_explained);
+	tcase_add_test(tc, cli_analyze_torn_last_line_is_read_up_to_it);
 	tcase_add_test(tc, cli_analyze_missing_file_is_named);
 	tcase_add_test(tc, cli_analyze_displays_controls_safely);
 	tcase_add_test(tc, cli_analyze_streams_past_the_limit_are_skipped_as_lost);

@@ -85,6 +85,7 @@ struct result {
 	int rc;                 /* 0, or the first error */
 	char name[256];         /* trace_reader_name() */
 	char msg[1024];         /* trace_reader_error() */
+	char torn[1024];        /* trace_reader_torn(), "" for NULL */
 	char *ops;              /* every op described, "; " between */
 	struct trace_process process;
 	char job[64];
@@ -109,6 +110,8 @@ static void drain(struct trace_reader *r, const struct symtab *syms,
 	}
 	ck_assert_int_eq(fclose(f), 0);
 	snprintf(out->msg, sizeof(out->msg), "%s", trace_reader_error(r));
+	snprintf(out->torn, sizeof(out->torn), "%s",
+		 trace_reader_torn(r) ? trace_reader_torn(r) : "");
 	snprintf(out->name, sizeof(out->name), "%s", trace_reader_name(r));
 	p = trace_reader_process(r);
 	snprintf(out->job, sizeof(out->job), "%s", p->job ? p->job : "(null)");
@@ -123,6 +126,11 @@ static void drain(struct trace_reader *r, const struct symtab *syms,
 		/* An error sticks, message and all. */
 		ck_assert_int_eq(trace_read(r, &again), out->rc);
 		ck_assert_str_eq(trace_reader_error(r), out->msg);
+	} else {
+		struct op again;
+
+		/* So does the end. */
+		ck_assert_int_eq(trace_read(r, &again), 0);
 	}
 }
 
@@ -196,7 +204,6 @@ static const struct bad bad_lexical[] = {
 	BAD(H "\r\n\r\r\n", 3, "control character 0x0d"),
 	BAD(H "flush\x0b\n", 2, "control character 0x0b"),
 	BAD(H "launch stream=1 op=\xc3\n", 2, "invalid UTF-8"),
-	BAD(H "launch stream=1 op=\xc3", 2, "invalid UTF-8"),
 	BAD(H "launch stream=1 op=\xe2\x82\n", 2, "invalid UTF-8"),
 	BAD(H "launch stream=1 op=\xf0\x9f\x98\n", 2, "invalid UTF-8"),
 	BAD(H "launch stream=1 op=\xc0\xaf\n", 2, "invalid UTF-8"),
@@ -375,9 +382,7 @@ static const struct bad bad_string[] = {
 	    "'=' in the unquoted value of 'name'"),
 	BAD(H "launch stream=1 op=\"abc\n", 2,
 	    "unterminated quoted string for 'op'"),
-	BAD(H "launch stream=1 op=\"abc", 2,
-	    "unterminated quoted string for 'op'"),
-	BAD(H "launch stream=1 op=\"", 2, "unterminated quoted string"),
+	BAD(H "launch stream=1 op=\"\nflush", 2, "unterminated quoted string"),
 	BAD(H "launch stream=1 op=\"abc\\\"\n", 2,
 	    "unterminated quoted string for 'op'"),
 	BAD(H "launch stream=1 op=\"abc\\\n", 2,
@@ -1086,6 +1091,104 @@ START_TEST(trace_dash_reads_stdin)
 }
 END_TEST
 
+/* A last line cut short by a killed writer: no newline, not a valid line,
+ * but its first word starts a directive. */
+struct torn {
+	const char *in;
+	size_t len;
+	unsigned long line;
+	const char *why; /* in the warning */
+	const char *ops; /* the ops before it */
+};
+
+#define TORN(in, line, why, ops) { in, sizeof(in) - 1, line, why, ops }
+
+static const struct torn torn_rows[] = {
+	TORN(H "flush\nlaunch stream=2 op=b wri", 3, "expected '=' after 'wri'",
+	     "flush"),
+	TORN(H "flush\nlaunch stream=1 op=\"abc", 3,
+	     "unterminated quoted string for 'op'", "flush"),
+	TORN(H "flush\nlaunch stream=1 op=\"", 3, "unterminated quoted string",
+	     "flush"),
+	TORN(H "flush\nlaunch stream=1 op=\xc3", 3, "invalid UTF-8", "flush"),
+	TORN(H "flush\nlaunch stream=1 op=a read=0x10,", 3,
+	     "empty element in 'read'", "flush"),
+	TORN(H "flush\nalloc ptr=0x10", 3, "missing key 'size' for alloc",
+	     "flush"),
+	TORN(H "flush\nstream_w", 3, "unknown directive 'stream_w'", "flush"),
+	TORN(H "flush\nlaunch", 3, "missing key", "flush"),
+	TORN(H "gap lost=1\n  event_record event=1 stream=", 3,
+	     "empty number for 'stream'", "gap lost=1 has_lost"),
+	TORN("npusan-tr", 1, "expected header", ""),
+	TORN("# comment\nnpusan-trace", 2, "expected header", ""),
+};
+
+static void check_torn(const struct result *res, const struct torn *row)
+{
+	char prefix[300];
+
+	ck_assert_msg(res->rc == 0, "%s: rc %d (%s)", row->why, res->rc,
+		      res->msg);
+	ck_assert_str_eq(res->msg, "");
+	ck_assert_str_eq(res->ops, row->ops);
+	snprintf(prefix, sizeof(prefix),
+		 "%s:%lu: warning: the last line is cut short", res->name,
+		 row->line);
+	ck_assert_msg(strncmp(res->torn, prefix, strlen(prefix)) == 0,
+		      "warning '%s' does not start with '%s'", res->torn,
+		      prefix);
+	ck_assert_msg(strstr(res->torn, row->why) != NULL,
+		      "warning '%s' lacks '%s'", res->torn, row->why);
+}
+
+START_TEST(trace_torn_last_line_ends_the_trace)
+{
+	const struct torn *row = &torn_rows[_i];
+	char *path = tmp_file(NAME, row->in, row->len);
+	struct result res;
+
+	read_text(row->in, row->len, &res);
+	check_torn(&res, row);
+	result_free(&res);
+	read_file(path, &res);
+	check_torn(&res, row);
+	result_free(&res);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+/* Not the last line, ended by a newline, a word that starts no directive:
+ * each is an error as it always was. */
+START_TEST(trace_only_a_last_line_may_be_torn)
+{
+	static const struct bad rows[] = {
+		BAD(H "launch stream=2 op=b wri\nflush\n", 2,
+		    "expected '=' after 'wri'"),
+		BAD(H "launch stream=2 op=b wri\nflush", 2,
+		    "expected '=' after 'wri'"),
+		BAD(H "flush\nlaunch stream=2 op=b wri\n", 3,
+		    "expected '=' after 'wri'"),
+		BAD(H "flush\nlaunch stream=2 op=b wri\r\n", 3,
+		    "expected '=' after 'wri'"),
+		BAD(H "flush\nbogus", 3, "unknown directive 'bogus'"),
+		BAD(H "flush\nflushed", 3, "unknown directive 'flushed'"),
+		BAD(H "flush\ncapture_begin graph=1", 3, "reserved"),
+		BAD(H "flush\n\x01launch", 3, "control character 0x01"),
+	};
+	struct result res;
+
+	for (size_t i = 0; i < ARRAY_SIZE(rows); i++) {
+		read_text(rows[i].in, rows[i].len, &res);
+		ck_assert_msg(res.rc == -EINVAL, "%s: rc %d", rows[i].msg,
+			      res.rc);
+		assert_error(&res, rows[i].line, rows[i].msg);
+		ck_assert_str_eq(res.torn, "");
+		result_free(&res);
+	}
+}
+END_TEST
+
 START_TEST(trace_file_and_memory_readers_agree)
 {
 	/* Many blocks' worth, lines crossing block edges, some long. */
@@ -1542,6 +1645,73 @@ START_TEST(trace_writer_reports_write_errors)
 }
 END_TEST
 
+/* A stream that records where each write(2)-like call ended. */
+struct chunks {
+	char *text;
+	size_t len;
+	unsigned n;
+	bool whole; /* every chunk ended with a newline */
+};
+
+static ssize_t chunks_write(void *arg, const char *buf, size_t len)
+{
+	struct chunks *c = arg;
+
+	c->text = realloc(c->text, c->len + len + 1);
+	ck_assert_ptr_nonnull(c->text);
+	memcpy(c->text + c->len, buf, len);
+	c->len += len;
+	c->text[c->len] = '\0';
+	c->n++;
+	c->whole = c->whole && len > 0 && buf[len - 1] == '\n';
+	return (ssize_t)len;
+}
+
+/* On an unbuffered stream, each write ends at a line's end, so a writer
+ * killed between two of them leaves whole lines; a flush sends the rest. */
+START_TEST(trace_writer_hands_whole_lines_to_the_stream)
+{
+	struct chunks c = { .whole = true };
+	cookie_io_functions_t io = { .write = chunks_write };
+	struct symtab *syms;
+	struct trace_writer *w;
+	struct op_range r = { 0, 8 };
+	struct op op = { .kind = OP_LAUNCH, .writes = &r, .nwrites = 1 };
+	size_t before;
+	unsigned lines = 0;
+	FILE *f = fopencookie(&c, "w", io);
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(setvbuf(f, NULL, _IONBF, 0), 0);
+	ck_assert_int_eq(symtab_new(&syms), 0);
+	ck_assert_int_eq(symtab_intern(syms, "k", 1, &op.name), 0);
+	ck_assert_int_eq(trace_writer_new(f, syms, NULL, &w), 0);
+	ck_assert_str_eq(c.text, H);
+	for (int i = 0; i < 20000; i++) {
+		r.ptr = 0x7f0000000000ull + (uint64_t)i * 8;
+		op.stream = (uint64_t)i % 7;
+		ck_assert_int_eq(trace_write_op(w, &op), 0);
+	}
+	/* Batched: some lines went, the last ones wait for the flush. */
+	ck_assert_uint_gt(c.n, 2);
+	before = c.len;
+	ck_assert_int_eq(trace_write_op(w, &(struct op){ .kind = OP_FLUSH }),
+			 0);
+	ck_assert_uint_eq(c.len, before);
+	ck_assert_int_eq(trace_writer_flush(w), 0);
+	ck_assert_uint_gt(c.len, before);
+	ck_assert(c.whole);
+	for (const char *p = c.text; (p = strchr(p, '\n')) != NULL; p++)
+		lines++;
+	ck_assert_uint_eq(lines, 20000 + 2);
+	ck_assert_ptr_nonnull(strstr(c.text, "\nflush\n"));
+	ck_assert_int_eq(trace_writer_close(w), 0);
+	ck_assert_int_eq(fclose(f), 0);
+	free(c.text);
+	symtab_free(syms);
+}
+END_TEST
+
 static Suite *trace_suite(void)
 {
 	Suite *s = suite_create("trace");
@@ -1575,6 +1745,9 @@ static Suite *trace_suite(void)
 	tcase_add_test(tc, trace_missing_file_gives_enoent);
 	tcase_add_test(tc, trace_directory_gives_read_error);
 	tcase_add_test(tc, trace_dash_reads_stdin);
+	tcase_add_loop_test(tc, trace_torn_last_line_ends_the_trace, 0,
+			    ARRAY_SIZE(torn_rows));
+	tcase_add_test(tc, trace_only_a_last_line_may_be_torn);
 	tcase_add_test(tc, trace_file_and_memory_readers_agree);
 	tcase_add_test(tc, trace_round_trip_random_ops);
 	tcase_add_test(tc, trace_writer_prints_canonical_lines);
@@ -1582,6 +1755,7 @@ static Suite *trace_suite(void)
 	tcase_add_test(tc, trace_writer_refuses_overlong_line);
 	tcase_add_test(tc, trace_writer_refuses_unwritable_process);
 	tcase_add_test(tc, trace_writer_reports_write_errors);
+	tcase_add_test(tc, trace_writer_hands_whole_lines_to_the_stream);
 	suite_add_tcase(s, tc);
 	return s;
 }

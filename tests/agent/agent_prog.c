@@ -11,11 +11,17 @@
  *   threads N  N threads, each creating its stream and launching 1000
  *              kernels on it
  *   native     one launch with a native stack from a named function
+ *   exit, kill the scenario, then, once the recorder wrote its last line,
+ *              the end of a process that runs no exit handler: _exit(0)
+ *              (as every multiprocessing fork worker ends) or SIGKILL
+ *   flood N    N launches on one stream, then SIGKILL at once
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -101,6 +107,55 @@ static int forked(void)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
+/* Whether the file NPUSAN_RECORD names for this process ends with
+ * `tail`. */
+static int recorded(const char *tail)
+{
+	const char *tmpl = getenv("NPUSAN_RECORD"), *p = strstr(tmpl, "%p");
+	char path[4096], buf[64];
+	size_t n = strlen(tail);
+	int ok = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%.*s%d%s", (int)(p - tmpl), tmpl,
+		 (int)getpid(), p + 2);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return 0;
+	if (fseek(f, -(long)n, SEEK_END) == 0 && fread(buf, 1, n, f) == n)
+		ok = memcmp(buf, tail, n) == 0;
+	fclose(f);
+	return ok;
+}
+
+/* The scenario, then an end that runs no exit handler once the recorder
+ * wrote its last op (10 s at most): only the recorder's thread, never an
+ * exit hook, can have written it. */
+static int scenario_then(const char *how)
+{
+	struct timespec nap = { 0, 1000000 };
+
+	scenario();
+	for (int ms = 0; ms < 10000 && !recorded("\ngap\n"); ms++)
+		nanosleep(&nap, NULL);
+	if (strcmp(how, "kill") == 0)
+		raise(SIGKILL);
+	_exit(0);
+}
+
+static int flood(long n)
+{
+	uint32_t op = npusan_intern("flood");
+	struct npusan_range r = { 0, 8 };
+
+	for (long i = 0; i < n; i++) {
+		r.ptr = (uint64_t)i * 8;
+		npusan_launch(1, op, NULL, 0, &r, 1, NPUSAN_STACK_NONE);
+	}
+	raise(SIGKILL);
+	return 1;
+}
+
 /* Not static: -rdynamic exports it, so its frame is named. */
 void native_caller(void);
 
@@ -130,6 +185,10 @@ int main(int argc, char **argv)
 		return forked();
 	if (strcmp(argv[1], "threads") == 0 && argc == 3)
 		return threads(atoi(argv[2]));
+	if (strcmp(argv[1], "exit") == 0 || strcmp(argv[1], "kill") == 0)
+		return scenario_then(argv[1]);
+	if (strcmp(argv[1], "flood") == 0 && argc == 3)
+		return flood(atol(argv[2]));
 	if (strcmp(argv[1], "native") == 0) {
 		native_caller();
 		return 0;

@@ -123,7 +123,10 @@ static int copy_trace(const void *data, size_t size, struct symtab *syms,
 	if (rc < 0) {
 		check_message(trace_reader_error(r), "fuzz");
 		check(trace_read(r, &op) == rc, "error does not stick");
-	} else if (f != NULL && w == NULL) {
+	} else if (trace_reader_torn(r) != NULL) {
+		check_message(trace_reader_torn(r), "fuzz");
+	}
+	if (rc == 0 && f != NULL && w == NULL) {
 		check(trace_writer_new(f, syms, trace_reader_process(r), &w) ==
 			      0, "writer_new");
 	}
