@@ -5,9 +5,10 @@ stream is, which trace-callback registries report streams, events,
 synchronizations, allocations and ``record_stream``, and how to make the
 framework's C++ side fire them:
 
-- ``npu``: torch_npu's ``_npu_trace`` (``torch_npu.npu._npu_trace`` or
-  ``torch_npu.utils._npu_trace``), registries ``NPU*Callbacks``, including
-  ``NPURecordStreamCallbacks`` from its caching allocator;
+- ``npu``: torch_npu's ``torch_npu.utils._npu_trace`` (the module its C++
+  side fires by name), registries ``NPU*Callbacks`` of its stream check,
+  including ``NPURecordStreamCallbacks`` from its caching allocator where
+  the release has it;
 - ``cuda``: ``torch.cuda._gpu_trace`` (PyTorch 2) or
   ``torch.utils._cuda_trace`` (1.13), registries ``*Callbacks`` or
   ``CUDA*Callbacks``; CUDA reports ``record_stream`` only as the operator
@@ -25,10 +26,15 @@ from typing import Callable, Dict, Optional
 
 import torch
 
-from ._trace import (Unavailable, add_callback, find_registries, module,
-                     torch_trace_registries)
+from ._trace import (KINDS, Unavailable, add_callback, find_registries,
+                     module, torch_trace_registries)
 
 __all__ = ["Backend", "Unavailable", "add_callback", "select"]
+
+
+# torch_npu's SanitizerMode::STREAM: the trace mode that fires the stream
+# check's registries (torch_npu/csrc/sanitizer/PyCallbackTrigger.h).
+STREAM_CHECK = 0
 
 
 class Backend:
@@ -68,11 +74,22 @@ def npu() -> Backend:
         raise Unavailable("torch_npu is not installed")
     if not torch_npu.npu.is_available():
         raise Unavailable("torch_npu finds no NPU")
-    trace = module("torch_npu.npu._npu_trace", "torch_npu.utils._npu_trace")
+    trace = module("torch_npu.utils._npu_trace")
     if trace is None:
-        raise Unavailable("this torch_npu has no _npu_trace module")
+        raise Unavailable("this torch_npu has no torch_npu.utils._npu_trace")
     registries = find_registries(trace, ("NPU",))
-    raw = _first_attr(torch_npu._C, "_npu_getCurrentRawStream")
+    # Releases before the stream check have only the kernel check's
+    # registries: watching with them would see no stream, event or
+    # allocation, and find nothing.
+    missing = [kind for kind in KINDS
+               if kind != "record_stream" and kind not in registries]
+    if missing:
+        raise Unavailable(f"this torch_npu's _npu_trace has no stream-check "
+                          f"registries for {', '.join(missing)}")
+    # The NoWait spelling hands the stream over without draining
+    # torch_npu's task queue first, which the other does on every call.
+    raw = _first_attr(torch_npu._C, "_npu_getCurrentRawStreamNoWait",
+                      "_npu_getCurrentRawStream")
     current_device = torch_npu.npu.current_device
 
     def current_stream(device: int) -> int:
@@ -83,12 +100,9 @@ def npu() -> Backend:
         return torch_npu.npu.current_stream(device).npu_stream
 
     def activate() -> None:
-        # Mode 0 is torch_npu's stream check (its SanitizerMode::STREAM);
-        # older releases take no mode.
-        try:
-            torch_npu._C._activate_npu_trace(0)
-        except TypeError:
-            torch_npu._C._activate_npu_trace()
+        # Mode 0 is torch_npu's stream check (its SanitizerMode::STREAM),
+        # the mode every release with the stream check's registries takes.
+        torch_npu._C._activate_npu_trace(STREAM_CHECK)
 
     def stream_handle(stream) -> int:
         return torch_npu.npu.Stream(

@@ -58,6 +58,19 @@ def _activate_npu_trace(*args) -> None:
         emulate.start()
 
 
-def _npu_getCurrentRawStream(device: int) -> int:
+# How many times the host drained the task queue: torch_npu's launches go
+# through a queue that these calls empty first, a cost a tracer must not
+# add to every operator.
+task_queue_drains = 0
+
+
+def _npu_getCurrentRawStreamNoWait(device: int) -> int:
     """The aclrtStream current on `device` for this thread."""
     return _acl.stream_handle(emulate.current_stream_id(device))
+
+
+def _npu_getCurrentRawStream(device: int) -> int:
+    """The same, once the task queue is drained."""
+    global task_queue_drains
+    task_queue_drains += 1
+    return _npu_getCurrentRawStreamNoWait(device)

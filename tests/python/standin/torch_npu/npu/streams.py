@@ -11,7 +11,7 @@ from typing import Dict, List, Optional
 
 from npusan.torch import emulate
 
-from .. import _acl
+from .. import _C, _acl
 
 POOL_SIZE = 32
 
@@ -52,6 +52,8 @@ class Stream:
 
     @property
     def npu_stream(self) -> int:
+        """The aclrtStream, once the task queue is drained."""
+        _C.task_queue_drains += 1
         return _acl.stream_handle(self._emulated.id)
 
     @property
@@ -81,13 +83,15 @@ class Stream:
         self._emulated.synchronize()
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Stream) and other.npu_stream == self.npu_stream
+        return (isinstance(other, Stream) and
+                other._emulated.id == self._emulated.id)
 
     def __hash__(self) -> int:
-        return hash(self.npu_stream)
+        return hash(self._emulated.id)
 
     def __repr__(self) -> str:
-        return f"<torch_npu.npu.Stream device=npu:0 npu_stream={self.npu_stream:#x}>"
+        return (f"<torch_npu.npu.Stream device=npu:0 "
+                f"npu_stream={_acl.stream_handle(self._emulated.id):#x}>")
 
 
 class Event:
