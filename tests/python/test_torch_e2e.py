@@ -32,6 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))
 SCENARIOS = os.path.join(HERE, "torch_scenarios.py")
 EXAMPLE = os.path.join(SOURCE, "examples", "race.py")
+EXIT_SCRIPT = os.path.join(HERE, "torch_exit.py")
 PACKAGE_DIR = os.path.join(SOURCE, "agent", "python")
 STANDIN_DIR = os.path.join(HERE, "standin")
 NPU_SUFFIX = "_npu"
@@ -88,17 +89,21 @@ def run_scenario(job: str) -> subprocess.CompletedProcess:
     name = PYTHON_PATH_JOBS.get(base, base)
     if base in PYTHON_PATH_JOBS:
         env["NPUSAN_PYTHON_SPEEDUPS"] = "0"
-    program = [SCENARIOS, name]
+    program = ["-m", "npusan.torch", SCENARIOS, name]
     if job == "example":
         # As README.md runs it; stdout is the example's own.
-        program = [os.path.relpath(EXAMPLE, SOURCE)]
+        program = ["-m", "npusan.torch", os.path.relpath(EXAMPLE, SOURCE)]
+    elif job == "exit_main":
+        program = ["-m", "npusan.torch", EXIT_SCRIPT]
+    elif job == "exit_enable":
+        program = [EXIT_SCRIPT, "--enable"]
     env.pop("NPUSAN_RECORD", None)
     # A sanitized libnpusan's runtime (tests/CMakeLists.txt).
     if os.environ.get("NPUSAN_TEST_PRELOAD"):
         env["LD_PRELOAD"] = os.environ["NPUSAN_TEST_PRELOAD"]
         env["ASAN_OPTIONS"] = "detect_leaks=0"
     return subprocess.run(
-        [sys.executable, "-m", "npusan.torch", *program], env=env,
+        [sys.executable, *program], env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         timeout=300, cwd=SOURCE)
 
@@ -257,14 +262,27 @@ class Scenarios(unittest.TestCase):
     def test_views(self):
         self.assertEqual(self.findings("views"), [])
 
+    def test_exit_main(self, job="exit_main"):
+        """python3 -m npusan.torch SCRIPT: the race, and nothing about the
+        memory the script still holds when it ends."""
+        found = self.findings(job)
+        self.assertEqual([f["kind"] for f in found], ["data_race"])
+        self.assertEqual(found[0]["access"]["stack"][:1],
+                         [f"{EXIT_SCRIPT}:{line_of('exit-read', EXIT_SCRIPT)}"
+                          " in <module>"])
+
+    def test_exit_enable(self):
+        """npusan.torch.enable() at the script's top: the same."""
+        self.test_exit_main("exit_enable")
+
 
 class NpuScenarios(Scenarios):
     """The same scenarios on the npu backend, with the stand-in torch_npu:
     streams are ACL handles, reported through torch_npu's registries."""
 
     SUFFIX = NPU_SUFFIX
-    # examples/race.py is written for the emulation alone.
-    test_example = None
+    # examples/race.py and torch_exit.py are written for the emulation.
+    test_example = test_exit_main = test_exit_enable = None
 
     def stream(self, n: int) -> int:
         return stand_in_acl().stream_handle(n)
