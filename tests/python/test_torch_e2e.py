@@ -33,6 +33,7 @@ SOURCE = os.path.dirname(os.path.dirname(HERE))
 SCENARIOS = os.path.join(HERE, "torch_scenarios.py")
 EXAMPLE = os.path.join(SOURCE, "examples", "race.py")
 EXIT_SCRIPT = os.path.join(HERE, "torch_exit.py")
+SPAWN_SCRIPT = os.path.join(HERE, "torch_spawn.py")
 PACKAGE_DIR = os.path.join(SOURCE, "agent", "python")
 STANDIN_DIR = os.path.join(HERE, "standin")
 NPU_SUFFIX = "_npu"
@@ -89,21 +90,27 @@ def run_scenario(job: str) -> subprocess.CompletedProcess:
     name = PYTHON_PATH_JOBS.get(base, base)
     if base in PYTHON_PATH_JOBS:
         env["NPUSAN_PYTHON_SPEEDUPS"] = "0"
-    program = ["-m", "npusan.torch", SCENARIOS, name]
+    python = [sys.executable, "-m", "npusan.torch"]
+    argv = [*python, SCENARIOS, name]
     if job == "example":
         # As README.md runs it; stdout is the example's own.
-        program = ["-m", "npusan.torch", os.path.relpath(EXAMPLE, SOURCE)]
+        argv = [*python, os.path.relpath(EXAMPLE, SOURCE)]
     elif job == "exit_main":
-        program = ["-m", "npusan.torch", EXIT_SCRIPT]
+        argv = [*python, EXIT_SCRIPT]
     elif job == "exit_enable":
-        program = [EXIT_SCRIPT, "--enable"]
+        argv = [sys.executable, EXIT_SCRIPT, "--enable"]
+    elif job == "spawn":
+        # As a user runs a job: npusanctl run starts it, with nothing of
+        # npusan's in the command.
+        argv = [ARGS.npusanctl, "run", "--socket", ARGS.sock, "--job", job,
+                "--", sys.executable, SPAWN_SCRIPT]
     env.pop("NPUSAN_RECORD", None)
     # A sanitized libnpusan's runtime (tests/CMakeLists.txt).
     if os.environ.get("NPUSAN_TEST_PRELOAD"):
         env["LD_PRELOAD"] = os.environ["NPUSAN_TEST_PRELOAD"]
         env["ASAN_OPTIONS"] = "detect_leaks=0"
     return subprocess.run(
-        [sys.executable, *program], env=env,
+        argv, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         timeout=300, cwd=SOURCE)
 
@@ -276,13 +283,26 @@ class Scenarios(unittest.TestCase):
         self.test_exit_main("exit_enable")
 
 
+    def test_spawn(self):
+        """torch.multiprocessing.spawn's child, a new interpreter, under
+        npusanctl run: its race is found."""
+        proc = RESULTS["spawn"]
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        got = ctl("findings", "--json", "--job", "spawn")
+        found = [json.loads(line) for line in got.stdout.splitlines()]
+        self.assertEqual([f["kind"] for f in found], ["data_race"])
+        self.assertAccess(
+            found[0]["access"], 1, "read", "aten::mul.Tensor",
+            f"{SPAWN_SCRIPT}:{line_of('spawn-read', SPAWN_SCRIPT)} in worker")
+
+
 class NpuScenarios(Scenarios):
     """The same scenarios on the npu backend, with the stand-in torch_npu:
     streams are ACL handles, reported through torch_npu's registries."""
 
     SUFFIX = NPU_SUFFIX
-    # examples/race.py and torch_exit.py are written for the emulation.
-    test_example = test_exit_main = test_exit_enable = None
+    # The scripts of these are written for the emulation.
+    test_example = test_exit_main = test_exit_enable = test_spawn = None
 
     def stream(self, n: int) -> int:
         return stand_in_acl().stream_handle(n)

@@ -10,13 +10,18 @@ at its top: the program's globals live until the interpreter ends, as
 they would without this module in between, so the memory they still hold
 when the program returns is freed as the process ends, where no free is
 checked (nothing can reuse that memory).
+
+The program's Python children are watched too: it sets ``NPUSAN_TORCH=1``
+and puts npusan's start-up hook on ``PYTHONPATH`` for them, so that each
+turns npusan on as it imports torch, also those that ``multiprocessing``
+starts with spawn or forkserver (npusan/torch/_autostart.py).
 """
 
 import os
 import runpy
 import sys
 
-from . import enable
+from . import _autostart, enable
 
 USAGE = ("usage: python3 -m npusan.torch SCRIPT [ARGS...]\n"
          "       python3 -m npusan.torch -m MODULE [ARGS...]\n")
@@ -52,12 +57,14 @@ def main() -> None:
             sys.stderr.write(USAGE)
             sys.exit(2)
         sys.argv = argv[1:]
+        _autostart.export()
         enable()
         _run(runpy.run_module, argv[1], alter_sys=True)
         return
     sys.argv = argv
     # As `python3 SCRIPT` does: the script's directory comes first.
     sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+    _autostart.export()
     enable()
     _run(runpy.run_path, argv[0])
 
