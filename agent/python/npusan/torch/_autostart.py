@@ -7,7 +7,7 @@ interpreters that never run the line that called ``enable()``.
 set already) and ``python3 -m npusan.torch`` sets it for the program's
 children. It acts through the ``sitecustomize`` of ``npusan/_startup``,
 which both put on ``PYTHONPATH`` and which every Python process runs at
-start-up. A process that never imports torch loads nothing more.
+start-up. A process that never imports torch does not import it.
 """
 
 import importlib.abc

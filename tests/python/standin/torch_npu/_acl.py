@@ -6,9 +6,6 @@ that nothing can confuse a handle with the emulation's ids. This file
 imports nothing, so that a test can compute a handle without torch.
 """
 
-# Says that torch_npu is this stand-in, not the real one.
-STANDIN = True
-
 _STREAM_BASE = 0xAC10_0000_0000
 _EVENT_BASE = 0xAC1E_0000_0000
 _STRIDE = 0x40
