@@ -75,7 +75,10 @@ static const char run_usage[] =
 	"answers (starting a private one for this user when none does, and\n"
 	"stopping it afterwards), runs CMD with the agent preloaded\n"
 	"(LD_PRELOAD) and enabled (NPUSAN=1; NPUSAN=dormant is kept), its job\n"
-	"named (NPUSAN_JOB), and the npusan Python package on PYTHONPATH;\n"
+	"named (NPUSAN_JOB), and the npusan Python package on PYTHONPATH with\n"
+	"its start-up hook, which turns npusan.torch on in every Python\n"
+	"process of the job as it imports torch (NPUSAN_TORCH=1; set it to 0\n"
+	"to keep it off);\n"
 	"waits for CMD and every process it started; then prints the job's\n"
 	"findings, each in full, and a verdict line.\n"
 	"\n"
@@ -117,6 +120,7 @@ struct run {
 	char lib[PATH_MAX];  /* libnpusan.so */
 	char daemon[PATH_MAX];
 	char pydir[PATH_MAX];
+	char pystartup[PATH_MAX + 32]; /* npusan's sitecustomize, in pydir */
 	pid_t daemon_pid; /* the private daemon, or 0 */
 	pid_t child;
 	int64_t start_ms;
@@ -172,6 +176,8 @@ static int run_locate(struct run *r)
 	snprintf(r->pydir, sizeof(r->pydir), "%s",
 		 built ? NPUSAN_SOURCE_DIR "/agent/python" :
 			 NPUSAN_INSTALL_PYDIR);
+	snprintf(r->pystartup, sizeof(r->pystartup), "%s/npusan/_startup",
+		 r->pydir);
 	if (r->lib[0] != '/' || !run_exists(r->lib, R_OK)) {
 		fprintf(stderr, RUN_CMD ": cannot find the agent library "
 				"(looked for %s); name it with "
@@ -443,6 +449,12 @@ static int run_environment(const struct run *r)
 		err = run_prepend("LD_PRELOAD", asan, ' ');
 	if (err == 0 && run_exists(r->pydir, R_OK))
 		err = run_prepend("PYTHONPATH", r->pydir, ':');
+	if (err == 0 && run_exists(r->pystartup, R_OK))
+		err = run_prepend("PYTHONPATH", r->pystartup, ':');
+	/* With the start-up hook, every Python process of the job turns
+	 * npusan.torch on as it imports torch (NPUSAN_TORCH=0 keeps it off). */
+	if (err == 0 && setenv("NPUSAN_TORCH", "1", 0) < 0)
+		err = -errno;
 	return err;
 }
 

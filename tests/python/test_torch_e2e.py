@@ -4,7 +4,10 @@ a temporary directory, each program of torch_scenarios.py run with
 ``python3 -m npusan.torch`` (Python -> adapter -> libnpusan -> ring ->
 daemon) as a job of its own, and ``npusanctl findings --json`` giving
 exactly the findings expected, with Python stacks that point at the
-scenario's own lines.
+scenario's own lines. Each scenario runs twice: on the ``cpu`` backend
+(npusan.torch.emulate), and on the ``npu`` backend with the torch_npu of
+tests/python/standin, which reports through torch_npu's registries and
+with its ACL handles.
 
 Usage: test_torch_e2e.py --npusand PATH --npusanctl PATH --library PATH
 
@@ -14,6 +17,7 @@ Exit status: 0 passed, 1 failed, 77 (CTest's skip) without torch.
 import argparse
 import concurrent.futures
 import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -28,7 +32,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))
 SCENARIOS = os.path.join(HERE, "torch_scenarios.py")
 EXAMPLE = os.path.join(SOURCE, "examples", "race.py")
+EXIT_SCRIPT = os.path.join(HERE, "torch_exit.py")
+SPAWN_SCRIPT = os.path.join(HERE, "torch_spawn.py")
 PACKAGE_DIR = os.path.join(SOURCE, "agent", "python")
+STANDIN_DIR = os.path.join(HERE, "standin")
+NPU_SUFFIX = "_npu"
 
 ARGS = argparse.Namespace()
 RESULTS = {}  # scenario -> (completed process, findings)
@@ -61,24 +69,48 @@ PYTHON_PATH_JOBS = {"race_python": "race",
                     "missing_record_stream_python": "missing_record_stream"}
 
 
+def stand_in_acl():
+    """The stand-in torch_npu's _acl.py (its handles), without torch."""
+    path = os.path.join(STANDIN_DIR, "torch_npu", "_acl.py")
+    spec = importlib.util.spec_from_file_location("standin_acl", path)
+    acl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(acl)
+    return acl
+
+
 def run_scenario(job: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, NPUSAN="1", NPUSAN_SOCKET=ARGS.sock,
                NPUSAN_JOB=job, NPUSAN_LIBRARY=ARGS.library,
                NPUSAN_TORCH_DEVICE="cpu", PYTHONPATH=PACKAGE_DIR)
-    name = PYTHON_PATH_JOBS.get(job, job)
-    if job in PYTHON_PATH_JOBS:
+    base = job
+    if job.endswith(NPU_SUFFIX):
+        base = job[:-len(NPU_SUFFIX)]
+        env["NPUSAN_TORCH_DEVICE"] = "npu"
+        env["PYTHONPATH"] = PACKAGE_DIR + os.pathsep + STANDIN_DIR
+    name = PYTHON_PATH_JOBS.get(base, base)
+    if base in PYTHON_PATH_JOBS:
         env["NPUSAN_PYTHON_SPEEDUPS"] = "0"
-    program = [SCENARIOS, name]
+    python = [sys.executable, "-m", "npusan.torch"]
+    argv = [*python, SCENARIOS, name]
     if job == "example":
         # As README.md runs it; stdout is the example's own.
-        program = [os.path.relpath(EXAMPLE, SOURCE)]
+        argv = [*python, os.path.relpath(EXAMPLE, SOURCE)]
+    elif job == "exit_main":
+        argv = [*python, EXIT_SCRIPT]
+    elif job == "exit_enable":
+        argv = [sys.executable, EXIT_SCRIPT, "--enable"]
+    elif job == "spawn":
+        # As a user runs a job: npusanctl run starts it, with nothing of
+        # npusan's in the command.
+        argv = [ARGS.npusanctl, "run", "--socket", ARGS.sock, "--job", job,
+                "--", sys.executable, SPAWN_SCRIPT]
     env.pop("NPUSAN_RECORD", None)
     # A sanitized libnpusan's runtime (tests/CMakeLists.txt).
     if os.environ.get("NPUSAN_TEST_PRELOAD"):
         env["LD_PRELOAD"] = os.environ["NPUSAN_TEST_PRELOAD"]
         env["ASAN_OPTIONS"] = "detect_leaks=0"
     return subprocess.run(
-        [sys.executable, "-m", "npusan.torch", *program], env=env,
+        argv, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         timeout=300, cwd=SOURCE)
 
@@ -110,8 +142,10 @@ def setUpModule() -> None:
             break
         except OSError:
             time.sleep(0.01)
-    names = [n for n in dir(Scenarios) if n.startswith("test_")]
-    names = [n[len("test_"):] for n in names]
+    names = [n[len("test_"):] for n in dir(Scenarios)
+             if n.startswith("test_")]
+    names += [n[len("test_"):] + NPU_SUFFIX for n in dir(NpuScenarios)
+              if n.startswith("test_") and getattr(NpuScenarios, n)]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         for name, proc in zip(names, pool.map(run_scenario, names)):
             RESULTS[name] = proc
@@ -125,10 +159,19 @@ def tearDownModule() -> None:
 
 
 class Scenarios(unittest.TestCase):
+    """The scenarios on the cpu backend; streams are the emulation's."""
+
     maxDiff = None
+    SUFFIX = ""
+
+    def stream(self, n: int) -> int:
+        """The agent's id of the scenario's stream `n`: 0 the default
+        stream, 1 the first stream it makes."""
+        return n
 
     def findings(self, name: str):
         """The scenario's findings, after checking it ran cleanly."""
+        name += self.SUFFIX
         proc = RESULTS[name]
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(proc.stdout, "")
@@ -150,11 +193,11 @@ class Scenarios(unittest.TestCase):
         self.assertEqual([f["kind"] for f in found], ["data_race"])
         f = found[0]
         self.assertEqual(f["detected_at"], "launch")
-        self.assertAccess(f["access"], 1, "read", "aten::mul.Tensor",
-                          frame("race-read", "race"))
-        self.assertAccess(f["previous"], 0, "write", "aten::ones",
-                          frame("race-write", "race"))
-        self.assertEqual(f["alloc"]["stream"], 0)
+        self.assertAccess(f["access"], self.stream(1), "read",
+                          "aten::mul.Tensor", frame("race-read", "race"))
+        self.assertAccess(f["previous"], self.stream(0), "write",
+                          "aten::ones", frame("race-write", "race"))
+        self.assertEqual(f["alloc"]["stream"], self.stream(0))
         self.assertEqual(f["alloc"]["size"], 256 * 4)
         self.assertEqual(f["alloc"]["stack"][:1], [frame("race-write", "race")])
         # The stack goes on to the caller, and stops at the user's code.
@@ -170,9 +213,9 @@ class Scenarios(unittest.TestCase):
         f = found[0]
         self.assertEqual(f["detected_at"], "free")
         self.assertIsNone(f["previous"])
-        self.assertAccess(f["access"], 1, "read", "aten::sum",
+        self.assertAccess(f["access"], self.stream(1), "read", "aten::sum",
                           frame("mrs-use", "missing_record_stream"))
-        self.assertEqual(f["alloc"]["stream"], 0)
+        self.assertEqual(f["alloc"]["stream"], self.stream(0))
         self.assertEqual(f["alloc"]["ptr"], f["ptr"])
         self.assertEqual(f["alloc"]["stack"][:1],
                          [frame("mrs-alloc", "missing_record_stream")])
@@ -193,13 +236,18 @@ class Scenarios(unittest.TestCase):
         found = self.findings("collective_race")
         self.assertEqual([f["kind"] for f in found], ["data_race"])
         f = found[0]
-        # Under the scenario's line, torch.distributed's own all_reduce.
-        self.assertAccess(f["access"], 1, "write", "c10d::allreduce_",
-                          frame("coll-reduce", "collective_race"), 1)
-        self.assertTrue(f["access"]["stack"][0].endswith(" in all_reduce"),
-                        f["access"]["stack"])
-        self.assertAccess(f["previous"], 0, "write", "aten::ones",
-                          frame("coll-write", "collective_race"))
+        access, stack = f["access"], f["access"]["stack"]
+        self.assertEqual((access["stream"], access["type"], access["op"]),
+                         (self.stream(1), "write", "c10d::allreduce_"))
+        # Under the scenario's line, torch.distributed's own frames: its
+        # all_reduce, and in torch 2 the logging decorator around it.
+        mine = frame("coll-reduce", "collective_race")
+        self.assertIn(mine, stack)
+        above = stack[:stack.index(mine)]
+        self.assertTrue(any(fr.endswith(" in all_reduce") for fr in above) and
+                        all("/torch/distributed/" in fr for fr in above), stack)
+        self.assertAccess(f["previous"], self.stream(0), "write",
+                          "aten::ones", frame("coll-write", "collective_race"))
 
     def test_side_result_to_host(self):
         self.assertEqual(self.findings("side_result_to_host"), [])
@@ -224,6 +272,44 @@ class Scenarios(unittest.TestCase):
 
     def test_views(self):
         self.assertEqual(self.findings("views"), [])
+
+    def test_exit_main(self, job="exit_main"):
+        """python3 -m npusan.torch SCRIPT: the race, and nothing about the
+        memory the script still holds when it ends."""
+        found = self.findings(job)
+        self.assertEqual([f["kind"] for f in found], ["data_race"])
+        self.assertEqual(found[0]["access"]["stack"][:1],
+                         [f"{EXIT_SCRIPT}:{line_of('exit-read', EXIT_SCRIPT)}"
+                          " in <module>"])
+
+    def test_exit_enable(self):
+        """npusan.torch.enable() at the script's top: the same."""
+        self.test_exit_main("exit_enable")
+
+
+    def test_spawn(self):
+        """torch.multiprocessing.spawn's child, a new interpreter, under
+        npusanctl run: its race is found."""
+        proc = RESULTS["spawn"]
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        got = ctl("findings", "--json", "--job", "spawn")
+        found = [json.loads(line) for line in got.stdout.splitlines()]
+        self.assertEqual([f["kind"] for f in found], ["data_race"])
+        self.assertAccess(
+            found[0]["access"], 1, "read", "aten::mul.Tensor",
+            f"{SPAWN_SCRIPT}:{line_of('spawn-read', SPAWN_SCRIPT)} in worker")
+
+
+class NpuScenarios(Scenarios):
+    """The same scenarios on the npu backend, with the stand-in torch_npu:
+    streams are ACL handles, reported through torch_npu's registries."""
+
+    SUFFIX = NPU_SUFFIX
+    # The scripts of these are written for the emulation.
+    test_example = test_exit_main = test_exit_enable = test_spawn = None
+
+    def stream(self, n: int) -> int:
+        return stand_in_acl().stream_handle(n)
 
 
 class Blind(unittest.TestCase):

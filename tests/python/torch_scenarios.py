@@ -3,6 +3,10 @@ streams of npusan.torch.emulate; each runs in a process of its own:
 
     python3 -m npusan.torch torch_scenarios.py NAME
 
+With NPUSAN_TORCH_DEVICE=npu they use torch_npu's API instead (torch.npu's
+streams, Tensor.record_stream), which tests/python/standin's torch_npu
+provides on top of the same emulation.
+
 The comments "# line: TAG" mark the lines the expected findings' stacks
 point at; test_torch_e2e.py finds them by their tag.
 """
@@ -13,7 +17,17 @@ import sys
 import torch
 import torch.distributed as dist
 
-from npusan.torch import emulate as em
+if os.environ.get("NPUSAN_TORCH_DEVICE") == "npu":
+    import torch_npu  # noqa: F401  (it makes torch.npu)
+
+    dev = torch.npu
+
+    def record_stream(t: torch.Tensor, s) -> None:
+        t.record_stream(s)
+else:
+    from npusan.torch import emulate as dev
+
+    record_stream = dev.record_stream
 
 N = 256
 
@@ -21,61 +35,61 @@ N = 256
 def race():
     """A read on the side stream of what the default stream wrote."""
     x = torch.ones(N)  # line: race-write
-    side = em.Stream()
-    with em.stream(side):
+    side = dev.Stream()
+    with dev.stream(side):
         y = x * 2  # line: race-read
-    em.synchronize()
+    dev.synchronize()
     return y
 
 
 def race_fixed():
     """The same, with the side stream waiting for the default one."""
     x = torch.ones(N)
-    side = em.Stream()
-    side.wait_stream(em.current_stream())
-    with em.stream(side):
+    side = dev.Stream()
+    side.wait_stream(dev.current_stream())
+    with dev.stream(side):
         y = x * 2
-    em.synchronize()
+    dev.synchronize()
     return y
 
 
 def missing_record_stream():
     """Memory of the default stream used on the side stream, then freed
     with neither record_stream nor the default stream waiting for it."""
-    side = em.Stream()
+    side = dev.Stream()
     x = torch.ones(N)  # line: mrs-alloc
-    side.wait_stream(em.current_stream())
-    with em.stream(side):
+    side.wait_stream(dev.current_stream())
+    with dev.stream(side):
         y = x.sum()  # line: mrs-use
     del x
-    em.synchronize()
+    dev.synchronize()
     return y
 
 
 def record_stream_fix():
     """The same, with record_stream."""
-    side = em.Stream()
+    side = dev.Stream()
     x = torch.ones(N)
-    side.wait_stream(em.current_stream())
-    with em.stream(side):
+    side.wait_stream(dev.current_stream())
+    with dev.stream(side):
         y = x.sum()
-    em.record_stream(x, side)
+    record_stream(x, side)
     del x
-    em.synchronize()
+    dev.synchronize()
     return y
 
 
 def wait_fix():
     """The same, with the allocation stream waiting for the side stream
     before the free."""
-    side = em.Stream()
+    side = dev.Stream()
     x = torch.ones(N)
-    side.wait_stream(em.current_stream())
-    with em.stream(side):
+    side.wait_stream(dev.current_stream())
+    with dev.stream(side):
         y = x.sum()
-    em.current_stream().wait_stream(side)
+    dev.current_stream().wait_stream(side)
     del x
-    em.synchronize()
+    dev.synchronize()
     return y
 
 
@@ -83,12 +97,12 @@ def side_result_to_host():
     """A sum the side stream computed, handed to the host on the default
     stream, which waited for it: item() waits for the copy, so the sum's
     memory is free to go."""
-    side = em.Stream()
+    side = dev.Stream()
     x = torch.ones(N)
-    side.wait_stream(em.current_stream())
-    with em.stream(side):
+    side.wait_stream(dev.current_stream())
+    with dev.stream(side):
         s = x.sum()
-    em.current_stream().wait_stream(side)
+    dev.current_stream().wait_stream(side)
     value = s.item()
     del s
     return value
@@ -103,10 +117,10 @@ def collective_race():
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0,
                             world_size=1)
     x = torch.ones(N)  # line: coll-write
-    side = em.Stream()
-    with em.stream(side):
+    side = dev.Stream()
+    with dev.stream(side):
         dist.all_reduce(x)  # line: coll-reduce
-    em.synchronize()
+    dev.synchronize()
     return x
 
 
@@ -114,13 +128,13 @@ def views():
     """Halves of one buffer written on two streams touch different bytes:
     no race; the view operators themselves touch nothing."""
     x = torch.zeros(8, 8)
-    side = em.Stream()
-    side.wait_stream(em.current_stream())
+    side = dev.Stream()
+    side.wait_stream(dev.current_stream())
     left, right = x[:, :4], x[:, 4:]
     left.add_(1)
-    with em.stream(side):
+    with dev.stream(side):
         right.add_(2)
-    em.synchronize()
+    dev.synchronize()
     return x
 
 

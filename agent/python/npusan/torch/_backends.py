@@ -5,9 +5,10 @@ stream is, which trace-callback registries report streams, events,
 synchronizations, allocations and ``record_stream``, and how to make the
 framework's C++ side fire them:
 
-- ``npu``: torch_npu's ``_npu_trace`` (``torch_npu.npu._npu_trace`` or
-  ``torch_npu.utils._npu_trace``), registries ``NPU*Callbacks``, including
-  ``NPURecordStreamCallbacks`` from its caching allocator;
+- ``npu``: torch_npu's ``torch_npu.utils._npu_trace`` (the module its C++
+  side fires by name), registries ``NPU*Callbacks`` of its stream check,
+  including ``NPURecordStreamCallbacks`` from its caching allocator where
+  the release has it;
 - ``cuda``: ``torch.cuda._gpu_trace`` (PyTorch 2) or
   ``torch.utils._cuda_trace`` (1.13), registries ``*Callbacks`` or
   ``CUDA*Callbacks``; CUDA reports ``record_stream`` only as the operator
@@ -21,31 +22,19 @@ The registries' callbacks get stream and event handles (``cudaStream_t``,
 functions return, so they are the agent's stream and event ids as they are.
 """
 
-import importlib
-import inspect
 from typing import Callable, Dict, Optional
 
 import torch
 
-# Registry kinds, and the name each has after its prefix ("NPU", "CUDA" or
-# none) and before "Callbacks".
-KINDS = {
-    "stream_creation": "StreamCreation",
-    "stream_synchronization": "StreamSynchronization",
-    "event_creation": "EventCreation",
-    "event_deletion": "EventDeletion",
-    "event_record": "EventRecord",
-    "event_wait": "EventWait",
-    "event_synchronization": "EventSynchronization",
-    "device_synchronization": "DeviceSynchronization",
-    "memory_allocation": "MemoryAllocation",
-    "memory_deallocation": "MemoryDeallocation",
-    "record_stream": "RecordStream",
-}
+from ._trace import (KINDS, Unavailable, add_callback, find_registries,
+                     module, torch_trace_registries)
+
+__all__ = ["Backend", "Unavailable", "add_callback", "select"]
 
 
-class Unavailable(Exception):
-    """The backend asked for is not there; the message says why."""
+# torch_npu's SanitizerMode::STREAM: the trace mode that fires the stream
+# check's registries (torch_npu/csrc/sanitizer/PyCallbackTrigger.h).
+STREAM_CHECK = 0
 
 
 class Backend:
@@ -71,49 +60,6 @@ class Backend:
         self.activate = activate
 
 
-def _module(*names: str):
-    for name in names:
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    return None
-
-
-def find_registries(module, prefixes) -> Dict[str, object]:
-    """The registries of `module` by kind, each under the first prefix
-    that names one."""
-    found = {}
-    for kind, stem in KINDS.items():
-        for prefix in prefixes:
-            reg = getattr(module, f"{prefix}{stem}Callbacks", None)
-            if reg is not None and hasattr(reg, "add_callback"):
-                found[kind] = reg
-                break
-    return found
-
-
-def add_callback(registry, cb: Callable) -> None:
-    """Registers `cb`; torch_npu's registries also take a name."""
-    params = inspect.signature(registry.add_callback).parameters
-    if len(params) >= 2:
-        registry.add_callback(cb, "npusan")
-    else:
-        registry.add_callback(cb)
-
-
-def torch_trace_registries() -> Dict[str, object]:
-    """The registries of this PyTorch's own (CUDA) trace module."""
-    module = _module("torch.cuda._gpu_trace", "torch.utils._cuda_trace")
-    if module is None:
-        raise Unavailable("this PyTorch has no GPU trace module "
-                          "(torch.cuda._gpu_trace or torch.utils._cuda_trace)")
-    found = find_registries(module, ("", "CUDA"))
-    if "memory_allocation" not in found:
-        raise Unavailable(f"{module.__name__} has no trace registries")
-    return found
-
-
 def _first_attr(obj, *names):
     for name in names:
         fn = getattr(obj, name, None)
@@ -123,16 +69,27 @@ def _first_attr(obj, *names):
 
 
 def npu() -> Backend:
-    torch_npu = _module("torch_npu")
+    torch_npu = module("torch_npu")
     if torch_npu is None:
         raise Unavailable("torch_npu is not installed")
     if not torch_npu.npu.is_available():
         raise Unavailable("torch_npu finds no NPU")
-    module = _module("torch_npu.npu._npu_trace", "torch_npu.utils._npu_trace")
-    if module is None:
-        raise Unavailable("this torch_npu has no _npu_trace module")
-    registries = find_registries(module, ("NPU",))
-    raw = _first_attr(torch_npu._C, "_npu_getCurrentRawStream")
+    trace = module("torch_npu.utils._npu_trace")
+    if trace is None:
+        raise Unavailable("this torch_npu has no torch_npu.utils._npu_trace")
+    registries = find_registries(trace, ("NPU",))
+    # Releases before the stream check have only the kernel check's
+    # registries: watching with them would see no stream, event or
+    # allocation, and find nothing.
+    missing = [kind for kind in KINDS
+               if kind != "record_stream" and kind not in registries]
+    if missing:
+        raise Unavailable(f"this torch_npu's _npu_trace has no stream-check "
+                          f"registries for {', '.join(missing)}")
+    # The NoWait spelling hands the stream over without draining
+    # torch_npu's task queue first, which the other does on every call.
+    raw = _first_attr(torch_npu._C, "_npu_getCurrentRawStreamNoWait",
+                      "_npu_getCurrentRawStream")
     current_device = torch_npu.npu.current_device
 
     def current_stream(device: int) -> int:
@@ -143,12 +100,9 @@ def npu() -> Backend:
         return torch_npu.npu.current_stream(device).npu_stream
 
     def activate() -> None:
-        # Mode 0 is torch_npu's stream check (its SanitizerMode::STREAM);
-        # older releases take no mode.
-        try:
-            torch_npu._C._activate_npu_trace(0)
-        except TypeError:
-            torch_npu._C._activate_npu_trace()
+        # Mode 0 is torch_npu's stream check (its SanitizerMode::STREAM),
+        # the mode every release with the stream check's registries takes.
+        torch_npu._C._activate_npu_trace(STREAM_CHECK)
 
     def stream_handle(stream) -> int:
         return torch_npu.npu.Stream(
@@ -187,12 +141,12 @@ def cuda() -> Backend:
 
 
 def cpu() -> Backend:
+    # Imported here, not at the top: importing the emulation builds it (its
+    # default stream, its registries), which only the cpu backend wants.
     from . import emulate
 
-    registries = dict(emulate.REGISTRIES)
-    registries["record_stream"] = emulate.RecordStreamCallbacks
-    return Backend("cpu", registries, "is_cpu", emulate.current_stream_id,
-                   None, emulate.start)
+    return Backend("cpu", dict(emulate.REGISTRIES), "is_cpu",
+                   emulate.current_stream_id, None, emulate.start)
 
 
 def select(device: str) -> Backend:

@@ -52,18 +52,19 @@ import atexit
 import itertools
 import threading
 import weakref
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ._backends import torch_trace_registries
+from ._trace import torch_trace_registries
 
 # The registries this PyTorch's trace module fires (stream, event, sync,
 # allocation), by kind; and record_stream's, which it lacks.
 REGISTRIES = torch_trace_registries()
 RecordStreamCallbacks = type(REGISTRIES["stream_creation"])(
     "npusan emulated record_stream")
+REGISTRIES["record_stream"] = RecordStreamCallbacks
 
 _fresh_streams = itertools.count(1)
 _fresh_events = itertools.count(1)
@@ -71,8 +72,27 @@ _streams_seen = {0}
 _lock = threading.Lock()
 
 
-def _fire(kind: str, *args) -> None:
+def _fire_registries(kind: str, *args) -> None:
     REGISTRIES[kind].fire_callbacks(*args)
+
+
+# Where each report goes, as fn(kind, *args) with a kind of _trace.KINDS
+# and the emulation's stream and event ids: REGISTRIES unless report_to()
+# says otherwise.
+_report: Callable[..., None] = _fire_registries
+
+
+def report_to(fn: Callable[..., None]) -> None:
+    """From now on the emulation reports each stream and event operation,
+    synchronization, allocation, free and record_stream as fn(kind, *args)
+    rather than through REGISTRIES: a stand-in for a framework passes them
+    on as that framework's C++ side would."""
+    global _report
+    _report = fn
+
+
+def _fire(kind: str, *args) -> None:
+    _report(kind, *args)
 
 
 class Stream:
@@ -216,7 +236,7 @@ def _storage_start(t: torch.Tensor) -> int:
 
 def record_stream(tensor: torch.Tensor, s: Stream) -> None:
     """The caching allocator is told `tensor`'s storage is used on `s`."""
-    RecordStreamCallbacks.fire_callbacks(_storage_start(tensor), s.id)
+    _fire("record_stream", _storage_start(tensor), s.id)
 
 
 # The allocator's books: live storages by start, with how many tracked

@@ -1,0 +1,1 @@
+"""The stand-in's ``torch_npu.utils``: only ``_npu_trace``."""
