@@ -43,8 +43,12 @@ mount -t tmpfs tmpfs "$root/dev/shm"
 mount -t tmpfs tmpfs "$root/tmp"
 exec chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root PYTHONDONTWRITEBYTECODE=1 \
 	LANG=C.UTF-8 sh -eu -c "
-cmake -S /src -B /build -DCMAKE_BUILD_TYPE=Debug >/dev/null
-cmake --build /build -j $jobs --target npusan npusand npusanctl npusan_speedups >/dev/null
+if ! { cmake -S /src -B /build -DCMAKE_BUILD_TYPE=Debug &&
+	cmake --build /build -j $jobs --target npusan npusand npusanctl npusan_speedups
+	} >/build/build.log 2>&1; then
+	cat /build/build.log
+	exit 1
+fi
 python3 -c \"import sys, torch; print(\\\"torch\\\", torch.__version__, \\\"python\\\", sys.version.split()[0])\"
 ctest --test-dir /build -R \"$tests\" --output-on-failure -j $jobs
 "' torch2_root "$root" "$source" "$build" "$tests" "$jobs"

@@ -137,8 +137,10 @@ class Adapter:
             self.mode = self.core
         else:
             self.mode = DispatchMode(self)
-        # The threading profile hook that was there before ours.
+        # The threading profile hook that was there before ours, and the
+        # modes each thread enters (start()).
         self.thread_profile = None
+        self.thread_modes: list = []
 
     def start(self) -> bool:
         """Enters the dispatch mode in this thread and proves it: one
@@ -149,39 +151,48 @@ class Adapter:
         self.specs.pop(_PROBE, None)
         try:
             self.mode.__enter__()
-        except Exception as err:
-            self.fail(err)
-            return False
-        try:
             probe.detach()
             if self.on and _PROBE not in self.specs:
                 raise RuntimeError("the dispatch mode saw no operator")
         except Exception as err:
             self.fail(err)
         if not self.on:
-            self.mode.__exit__(None, None, None)
+            self.leave()
             return False
+        # npusan's modes in this thread (the emulation's too, under ours),
+        # which every thread enters.
+        self.thread_modes = [m for m in mode_stack()
+                             if type(m).__module__.startswith("npusan.")]
         self.watch_threads()
         return self.on
+
+    def leave(self) -> None:
+        """Leaves the dispatch mode in this thread, where it is on top."""
+        try:
+            stack = mode_stack()
+            if stack and stack[-1] is self.mode:
+                self.mode.__exit__(None, None, None)
+        except Exception as err:
+            say(f"leaving the dispatch mode: {type(err).__name__}: {err}")
 
     # ---- threads --------------------------------------------------------
     #
     # A dispatch mode covers the thread that entered it (PyTorch keeps the
-    # mode stack per thread). Threads started later enter it as they start,
-    # through threading's profile hook; threads already running do at their
-    # next Python call, through a profile function npusan._speedups sets on
-    # each of them, then removes.
+    # mode stack per thread). Threads started later enter npusan's modes as
+    # they start, through threading's profile hook; threads already running
+    # do at their next Python event, through a profile function that
+    # npusan._speedups sets on each of them and that removes itself.
 
     def cover_thread(self) -> None:
-        """Enters the dispatch mode in the calling thread, unless it is on
-        this thread's mode stack already."""
+        """Enters npusan's modes in the calling thread, those it has not
+        entered yet."""
         if not self.on:
             return
         try:
-            get = torch._C._get_dispatch_stack_at
-            n = torch._C._len_torch_dispatch_stack()
-            if all(get(i) is not self.mode for i in range(n)):
-                self.mode.__enter__()
+            present = mode_stack()
+            for mode in self.thread_modes:
+                if all(m is not mode for m in present):
+                    mode.__enter__()
         except Exception as err:
             self.fail(err)
 
@@ -391,6 +402,12 @@ class Adapter:
                 time.sleep(0.01)
         except Exception as err:
             say(f"at exit: {type(err).__name__}: {err}")
+
+
+def mode_stack() -> list:
+    """This thread's dispatch mode stack, innermost last."""
+    get = torch._C._get_dispatch_stack_at
+    return [get(i) for i in range(torch._C._len_torch_dispatch_stack())]
 
 
 def _collect(value, nest: int, out: list, is_device, per_device) -> int:
