@@ -624,6 +624,20 @@ class Threads(StartCase):
                              "adapter's C path (npusan._speedups) is not "
                              "loaded\n")
 
+    def test_thread_leaves_the_modes_as_it_ends(self):
+        # Modes still in a thread's C++ storage when its OS thread exits
+        # are released there, taking the GIL: in a process that is exiting
+        # meanwhile, that aborted it ("terminate called without an active
+        # exception"). They are left before join() returns.
+        self.assertEqual(self.start(), (True, ""))
+        modes = self.adapter.thread_modes
+        self.assertEqual(len(modes), 2)  # the emulation's and the adapter's
+        before = [sys.getrefcount(m) for m in modes]
+        t, _ = self.ops_in_thread(self.em.Stream())
+        t.join()
+        self.assertEqual(len(self.mul_launches()), 1)
+        self.assertEqual([sys.getrefcount(m) for m in modes], before)
+
     def test_thread_profile_hook_of_the_user_runs_on(self):
         seen = []
 

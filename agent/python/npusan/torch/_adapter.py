@@ -141,6 +141,7 @@ class Adapter:
         # modes each thread enters (start()).
         self.thread_profile = None
         self.thread_modes: list = []
+        self.thread_local = threading.local()
 
     def start(self) -> bool:
         """Enters the dispatch mode in this thread and proves it: one
@@ -185,14 +186,18 @@ class Adapter:
 
     def cover_thread(self) -> None:
         """Enters npusan's modes in the calling thread, those it has not
-        entered yet."""
+        entered yet, to be left as the thread ends."""
         if not self.on:
             return
         try:
             present = mode_stack()
+            entered = []
             for mode in self.thread_modes:
                 if all(m is not mode for m in present):
                     mode.__enter__()
+                    entered.append(mode)
+            if entered:
+                self.thread_local.leave = _LeaveAtThreadEnd(entered)
         except Exception as err:
             self.fail(err)
 
@@ -402,6 +407,31 @@ class Adapter:
                 time.sleep(0.01)
         except Exception as err:
             say(f"at exit: {type(err).__name__}: {err}")
+
+
+class _LeaveAtThreadEnd:
+    """Leaves the modes a thread entered as the thread ends: when Python
+    clears its thread state, which drops its threading.local values, in the
+    thread itself. PyTorch keeps a thread's modes in C++ thread-local
+    storage, whose destructors run after that, with the interpreter perhaps
+    finalizing: releasing a Python object there takes the GIL, and a thread
+    that takes the GIL while the interpreter finalizes is ended on the spot
+    (pthread_exit), which aborts the process from inside a C++ destructor
+    ("terminate called without an active exception")."""
+
+    def __init__(self, modes: list):
+        self.modes = modes
+
+    def __del__(self):
+        try:
+            for mode in reversed(self.modes):
+                stack = mode_stack()
+                if not stack or stack[-1] is not mode:
+                    break
+                mode.__exit__(None, None, None)
+        except Exception as err:
+            say(f"leaving a thread's dispatch modes: "
+                f"{type(err).__name__}: {err}")
 
 
 def mode_stack() -> list:
