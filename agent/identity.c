@@ -13,6 +13,7 @@
 static const char *const identity_job_vars[] = {
 	"NPUSAN_JOB", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", NULL
 };
+static const char *const identity_run_vars[] = { "NPUSAN_RUN", NULL };
 static const char *const identity_rank_vars[] = {
 	"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", NULL
 };
@@ -55,6 +56,7 @@ void identity_from_env(struct identity *id)
 {
 	memset(id, 0, sizeof(*id));
 	id->job = identity_env_first(identity_job_vars);
+	id->run = identity_env_first(identity_run_vars);
 	id->has_rank = identity_env_u32(identity_rank_vars, &id->rank);
 	id->has_local_rank = identity_env_u32(identity_local_rank_vars,
 					      &id->local_rank);

@@ -14,6 +14,7 @@
 
 struct identity {
 	const char *job; /* NULL when no launcher named one */
+	const char *run; /* NPUSAN_RUN: the run of the job; NULL if none */
 	bool has_rank;
 	bool has_local_rank;
 	bool has_world_size;
@@ -24,7 +25,7 @@ struct identity {
 
 /*
  * Fills *id: job from NPUSAN_JOB, else TORCHELASTIC_RUN_ID, else
- * SLURM_JOB_ID; rank from RANK, else SLURM_PROCID, else
+ * SLURM_JOB_ID; run from NPUSAN_RUN; rank from RANK, else SLURM_PROCID, else
  * OMPI_COMM_WORLD_RANK; local rank and world size likewise. The first
  * variable that is set decides; one that is not a decimal number below 2^32
  * leaves its field absent, since a wrong rank is worse than none.

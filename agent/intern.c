@@ -27,7 +27,6 @@
 #include "stack.h"
 
 #define INTERN_CHUNK 1024u
-#define INTERN_MAX_STRING (64u << 10)
 
 struct intern_slot {
 	_Atomic uint64_t hash;
@@ -216,9 +215,7 @@ out:
 
 uint32_t intern_string(const char *s, size_t len)
 {
-	if (len == 0 || len > INTERN_MAX_STRING)
-		return 0;
-	return intern_add(&strings, &string_ids, s, len, 1);
+	return intern_add(&strings, &string_ids, s, op_cut_string(s, len), 1);
 }
 
 uint32_t intern_stack(const uint32_t *frames, size_t n)

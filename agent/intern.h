@@ -21,9 +21,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "op.h"
+
 #define INTERN_RINGS 2 /* the daemon's ring and the recorder's */
 #define INTERN_MAX_IDS (1u << 22)
-#define INTERN_MAX_FRAMES 256
+#define INTERN_MAX_FRAMES OP_MAX_FRAMES
 
 struct intern_head {
 	_Atomic uint32_t sent[INTERN_RINGS];
@@ -45,8 +47,8 @@ struct intern_stack {
 /* Frees every entry and table. Only when no thread can use them. */
 void intern_fini(void);
 
-/* The id (at least 1) of the `len` bytes at s; 0 when out of memory or ids,
- * or when len is 0 or above 64 KiB. */
+/* The id (at least 1) of the `len` bytes at s, none included, cut by
+ * op_cut_string() (op.h); 0 when out of memory or ids. */
 uint32_t intern_string(const char *s, size_t len);
 
 /* The id (at least 1) of the stack of `n` string ids (innermost first); 0

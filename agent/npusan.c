@@ -441,11 +441,12 @@ static struct ring_op agent_alloc_op(const struct live_alloc *a)
 }
 
 static __attribute__((noinline)) void agent_alloc(uint64_t ptr, uint64_t size,
+						  bool has_stream,
 						  uint64_t stream,
 						  uint32_t stack)
 {
 	struct live_alloc a = { .ptr = ptr, .size = size, .stream = stream,
-				.has_stream = stream != NPUSAN_NO_STREAM };
+				.has_stream = has_stream };
 	struct ring_op op;
 
 	a.stack = agent_stack(stack);
@@ -460,7 +461,15 @@ NPUSAN_EXPORT void npusan_alloc(uint64_t ptr, uint64_t size, uint64_t stream,
 				uint32_t stack)
 {
 	if (agent_live())
-		agent_alloc(ptr, size, stream, stack);
+		agent_alloc(ptr, size, stream != NPUSAN_NO_STREAM, stream,
+			    stack);
+}
+
+NPUSAN_EXPORT void npusan_alloc_on(uint64_t ptr, uint64_t size,
+				   uint64_t stream, uint32_t stack)
+{
+	if (agent_live())
+		agent_alloc(ptr, size, true, stream, stack);
 }
 
 NPUSAN_EXPORT void npusan_free(uint64_t ptr)

@@ -129,9 +129,10 @@ int npusan_enabled(void);
 int npusan_attached(void);
 
 /*
- * The id of a string (an operator name or a stack frame), at least 1; the
- * same string always gets the same id. 0 when s is NULL or empty, or out of
- * memory. Ids are valid in this process and its forked children.
+ * The id of a string (an operator name or a stack frame, the empty one
+ * included), at least 1; the same string always gets the same id. 0 when s
+ * is NULL, or out of memory. Ids are valid in this process and its forked
+ * children.
  */
 uint32_t npusan_intern(const char *s);
 
@@ -159,9 +160,14 @@ void npusan_stream_sync(uint64_t stream);
 void npusan_device_sync(void);
 
 /* [ptr, ptr + size) was allocated for `stream` (NPUSAN_NO_STREAM when
- * unknown). `stack`: a stack id, NPUSAN_STACK_NONE or NPUSAN_STACK_NATIVE. */
+ * unknown). `stack`: a stack id, NPUSAN_STACK_NONE or NPUSAN_STACK_NATIVE.
+ * A stream whose id is UINT64_MAX needs npusan_alloc_on(). */
 void npusan_alloc(uint64_t ptr, uint64_t size, uint64_t stream,
 		  uint32_t stack);
+/* As npusan_alloc() with a known allocation stream, which may have any id,
+ * UINT64_MAX included. */
+void npusan_alloc_on(uint64_t ptr, uint64_t size, uint64_t stream,
+		     uint32_t stack);
 /* The allocation starting at ptr went back to the allocator. */
 void npusan_free(uint64_t ptr);
 /* The allocator was told the allocation containing ptr is used on stream. */
@@ -185,12 +191,15 @@ void npusan_gap(uint64_t lost);
 
 /*
  * Waits up to `timeout_ms` until every operation pushed so far has been
- * taken by the daemon (and, with NPUSAN_RECORD, written to the trace file);
- * after a daemon went away, until a new one has registered the process and
- * taken them. 0; -ETIMEDOUT; -ENOTCONN when no daemon ever had the ring
- * and none is answering a registration; 0 at once when the agent is off
- * or dormant. For short-lived processes and
- * replay; it may block.
+ * taken from the ring by the daemon (and, with NPUSAN_RECORD, written to
+ * the trace file); after a daemon went away, until a new one has
+ * registered the process and taken them. Taken is not yet analysed nor
+ * stored: a query made at once may not show their findings. A query about
+ * the job or process once it has exited (`npusanctl report --job`,
+ * `findings --job`, `run`) waits until the daemon has stored everything
+ * the process left. 0; -ETIMEDOUT; -ENOTCONN when no daemon ever had the
+ * ring and none is answering a registration; 0 at once when the agent is
+ * off or dormant. For short-lived processes and replay; it may block.
  */
 int npusan_wait_drained(unsigned timeout_ms);
 

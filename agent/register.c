@@ -231,6 +231,7 @@ static int reg_build(const struct register_cfg *cfg)
 	}
 	identity_from_env(&id);
 	r.job = (char *)id.job;
+	r.run = (char *)id.run;
 	r.has_rank = id.has_rank;
 	r.rank = id.rank;
 	r.has_local_rank = id.has_local_rank;

@@ -89,7 +89,7 @@ static uint32_t replay_name(struct replay *rp, uint32_t id)
 static uint32_t replay_stack(struct replay *rp, uint32_t id)
 {
 	const uint64_t *v = u64map_get(&rp->stacks, id);
-	uint32_t frames[256], agent_id;
+	uint32_t frames[OP_MAX_FRAMES], agent_id;
 	const uint32_t *f;
 	size_t n;
 
@@ -98,8 +98,8 @@ static uint32_t replay_stack(struct replay *rp, uint32_t id)
 	if (v != NULL)
 		return (uint32_t)*v;
 	n = symtab_stack(rp->syms, id, &f);
-	if (n > 256)
-		n = 256;
+	if (n > OP_MAX_FRAMES)
+		n = OP_MAX_FRAMES;
 	for (size_t i = 0; i < n; i++)
 		frames[i] = replay_name(rp, f[i]);
 	agent_id = npusan_intern_stack(frames, n);
@@ -121,9 +121,12 @@ static void replay_op(struct replay *rp, const struct op *op)
 	case OP_STREAM_SYNC: npusan_stream_sync(op->stream); break;
 	case OP_DEVICE_SYNC: npusan_device_sync(); break;
 	case OP_ALLOC:
-		npusan_alloc(op->ptr, op->size,
-			     op->has_stream ? op->stream : NPUSAN_NO_STREAM,
-			     replay_stack(rp, op->stack));
+		if (op->has_stream)
+			npusan_alloc_on(op->ptr, op->size, op->stream,
+					replay_stack(rp, op->stack));
+		else
+			npusan_alloc(op->ptr, op->size, NPUSAN_NO_STREAM,
+				     replay_stack(rp, op->stack));
 		break;
 	case OP_FREE: npusan_free(op->ptr); break;
 	case OP_RECORD_STREAM: npusan_record_stream(op->ptr, op->stream); break;

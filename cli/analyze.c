@@ -107,13 +107,39 @@ static void finding_cb(const struct finding *f, bool first, void *arg)
 /* The message for an engine error on the op at the reader's line. */
 static void engine_error(const struct trace_reader *r, int err)
 {
-	fprintf(stderr, "%s:%lu: ", trace_reader_name(r), trace_reader_line(r));
-	if (err == -E2BIG)
-		fprintf(stderr, "too many streams (npusan follows at most %d "
-				"per process)\n",
-			ENGINE_MAX_STREAMS);
-	else
-		fprintf(stderr, "%s\n", strerror(-err));
+	fprintf(stderr, "%s:%lu: %s\n", trace_reader_name(r),
+		trace_reader_line(r), strerror(-err));
+}
+
+/* Operations skipped for naming a stream beyond the engine's limit. */
+struct analyze_skips {
+	bool skipping;
+	uint64_t lost, gaps;
+};
+
+/* engine_feed_or_skip(), counting what it skipped as the daemon does. */
+static int analyze_feed(struct engine *e, const struct op *op,
+			struct analyze_skips *sk)
+{
+	int rc = engine_feed_or_skip(e, op, &sk->skipping);
+
+	if (rc > 0) {
+		sk->lost++;
+		sk->gaps += rc == ENGINE_SKIPPED_GAP;
+	}
+	return rc;
+}
+
+static void analyze_say_skips(const struct trace_reader *r,
+			      const struct analyze_skips *sk)
+{
+	if (sk->lost == 0)
+		return;
+	fprintf(stderr, "%s: %" PRIu64 " operation%s on streams beyond the "
+			"first %d were not analysed (counted lost, in %" PRIu64
+			" gap%s: no finding spans them)\n",
+		trace_reader_name(r), sk->lost, sk->lost == 1 ? "" : "s",
+		ENGINE_MAX_STREAMS, sk->gaps, sk->gaps == 1 ? "" : "s");
 }
 
 /* Feeds one trace to a fresh engine; 0, or CLI_USAGE after printing why. */
@@ -125,6 +151,7 @@ static int analyze_one(struct analysis *a, const char *path)
 	struct engine *e = NULL;
 	char *msg = NULL;
 	struct op op;
+	struct analyze_skips sk = { 0 };
 	int rc, status = CLI_USAGE;
 
 	if (symtab_new(&syms) < 0 || engine_new(&eo, &e) < 0) {
@@ -140,16 +167,17 @@ static int analyze_one(struct analysis *a, const char *path)
 	a->rc.process = trace_reader_process(a->r);
 	a->nrows = 0;
 	while ((rc = trace_read(a->r, &op)) == 1) {
-		if ((rc = engine_feed(e, &op)) < 0) {
+		if ((rc = analyze_feed(e, &op, &sk)) < 0) {
 			engine_error(a->r, rc);
 			break;
 		}
 	}
+	analyze_say_skips(a->r, &sk);
 	if (rc == 0 && a->nomem) {
 		fprintf(stderr, "npusanctl: out of memory\n");
 		rc = -ENOMEM;
 	}
-	if (rc < 0 && rc != -ENOMEM && rc != -E2BIG)
+	if (rc < 0 && rc != -ENOMEM)
 		fprintf(stderr, "%s\n", trace_reader_error(a->r));
 	/* What was found before a bad line is real: report it all the same. */
 	for (size_t i = 0; i < a->nrows; i++)

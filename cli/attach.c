@@ -70,7 +70,7 @@ static void attach_print(const struct attach *a, const Npusan__Process *p)
 		fputs(" (", stdout);
 		if (p->job != NULL) {
 			fputs("job ", stdout);
-			client_put_clean(stdout, p->job);
+			text_put(stdout, p->job);
 		}
 		if (p->has_rank)
 			printf("%srank %" PRIu32, p->job != NULL ? ", " : "",
@@ -175,7 +175,7 @@ static int attach_main(int argc, char **argv, bool detach)
 	}
 	if (status == CLI_OK && a.job != NULL && a.changed == 0) {
 		fprintf(stderr, "%s: no registered process of job '", a.cmd);
-		client_put_clean(stderr, a.job);
+		text_put(stderr, a.job);
 		fputs("' (is the job running under npusan, and is it "
 		      "yours?)\n", stderr);
 		status = CLI_USAGE;

@@ -16,6 +16,11 @@ enum {
 	CLI_FINDINGS = 1,
 	CLI_USAGE = 2,  /* a usage error or bad input */
 	CLI_DAEMON = 3, /* no daemon answered, or it refused the request */
+	/* `run` and `report`: npusan analysed no operation of the job. */
+	CLI_NOTHING_ANALYSED = 4,
+	/* `run` and `report`: no findings, but operations were lost (unless
+	 * --allow-incomplete). */
+	CLI_INCOMPLETE = 5,
 };
 
 int cli_analyze(int argc, char **argv);

@@ -6,6 +6,12 @@
  * are taken only there: they stay blocked while a frame is read and
  * printed, and a signal that arrives meanwhile ends the next wait. A frame
  * is then read with frame_recv() under the same per-frame timeout.
+ *
+ * Following asks again every CLIENT_POLL_MS on a fresh connection rather
+ * than holding one open for the daemon to push on: a poll sees a finding
+ * whose count grew (a push is sent for new rows only), and a daemon that
+ * restarts is simply asked again once it answers, as agents register
+ * again.
  */
 #include "client.h"
 
@@ -27,6 +33,10 @@
 
 /* The longest --timeout, in seconds: a day. */
 #define CLIENT_TIMEOUT_MAX_S 86400
+/* Following: how often to ask again, and the longest wait between tries
+ * while no daemon answers (the agents' backoff). */
+#define CLIENT_POLL_MS 1000
+#define CLIENT_RETRY_MAX_MS 5000
 
 static volatile sig_atomic_t client_stop;
 
@@ -156,26 +166,33 @@ static int client_wait(int fd, int timeout_ms, const sigset_t *mask)
 	}
 }
 
-void client_put_clean(FILE *f, const char *s)
-{
-	for (; *s != '\0'; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		fputc(c < 0x20 || c == 0x7f ? '?' : c, f);
-	}
-}
-
-/* The daemon's Error, as one line. */
+/* The daemon's Error, as one line; "no finding 42" needs no preface. */
 static void client_refused(const char *cmd, const Npusan__Error *e)
 {
+	if (e != NULL && e->has_code && e->code == ENOENT &&
+	    e->message != NULL && e->message[0] != '\0') {
+		fprintf(stderr, "%s: ", cmd);
+		text_put(stderr, e->message);
+		fputc('\n', stderr);
+		return;
+	}
 	fprintf(stderr, "%s: the daemon refused the request: ", cmd);
 	if (e != NULL && e->message != NULL && e->message[0] != '\0')
-		client_put_clean(stderr, e->message);
+		text_put(stderr, e->message);
 	else if (e != NULL && e->has_code && e->code > 0)
 		fputs(strerror(e->code), stderr);
 	else
 		fputs("no reason given", stderr);
 	fputc('\n', stderr);
+}
+
+/* The exit status for the daemon's Error: what was asked for does not
+ * exist (ENOENT: `show` of no such finding) is the asker's mistake, like a
+ * bad argument; anything else the daemon's refusal. */
+static int client_error_status(const Npusan__Error *e)
+{
+	return e != NULL && e->has_code && e->code == ENOENT ? CLI_USAGE :
+							       CLI_DAEMON;
 }
 
 /* Says why connecting to `path` failed. */
@@ -262,8 +279,7 @@ static int client_answer(const struct client_opts *o, const char *cmd,
 	while (next != CLIENT_DONE) {
 		Npusan__FromDaemon *m;
 		size_t len;
-		int err = client_wait(fd, next == CLIENT_FOLLOW ? -1 :
-					  o->timeout_ms, mask);
+		int err = client_wait(fd, o->timeout_ms, mask);
 
 		if (err == -EINTR)
 			return CLI_OK;
@@ -280,9 +296,11 @@ static int client_answer(const struct client_opts *o, const char *cmd,
 			return CLI_DAEMON;
 		}
 		if (m->msg_case == NPUSAN__FROM_DAEMON__MSG_ERROR) {
+			int status = client_error_status(m->error);
+
 			client_refused(cmd, m->error);
 			npusan__from_daemon__free_unpacked(m, NULL);
-			return CLI_DAEMON;
+			return status;
 		}
 		next = cb(arg, m);
 		fflush(stdout);
@@ -327,19 +345,15 @@ int client_probe(const char *path, int timeout_ms)
 	return err;
 }
 
-int client_query(const struct client_opts *o, const char *cmd,
-		 Npusan__Query *q, client_reply_cb cb, void *arg)
+/* One query on a fresh connection to `path`, answers to `cb`; while
+ * `mask` is set, a signal it lets through ends the wait with CLI_OK. */
+static int client_exchange(const struct client_opts *o, const char *cmd,
+			   const char *path, Npusan__Query *q,
+			   const sigset_t *mask, client_reply_cb cb, void *arg)
 {
-	char path[PATHS_SOCKET_MAX + 1] = "";
-	struct sigaction old_act[2];
-	sigset_t old, waitmask;
 	uint8_t *buf = NULL;
-	int fd = -1, err, status;
+	int fd = -1, err, status = CLI_DAEMON;
 
-	status = client_socket_path(o, cmd, path);
-	if (status != CLI_OK)
-		return status;
-	status = CLI_DAEMON;
 	err = client_connect(path, o->timeout_ms, &fd);
 	if (err < 0) {
 		client_no_daemon(cmd, path, err);
@@ -359,15 +373,75 @@ int client_query(const struct client_opts *o, const char *cmd,
 		client_recv_failed(cmd, path, err, o->timeout_ms);
 		goto out;
 	}
-	if (o->follow)
-		client_catch(&old, &waitmask, old_act);
-	status = client_answer(o, cmd, path, fd, buf, o->follow ? &waitmask : NULL,
-			       cb, arg);
-	if (o->follow)
-		client_uncatch(&old, old_act);
+	status = client_answer(o, cmd, path, fd, buf, mask, cb, arg);
 out:
 	free(buf);
 	close(fd);
+	return status;
+}
+
+int client_query(const struct client_opts *o, const char *cmd,
+		 Npusan__Query *q, client_reply_cb cb, void *arg)
+{
+	char path[PATHS_SOCKET_MAX + 1] = "";
+	int status = client_socket_path(o, cmd, path);
+
+	if (status != CLI_OK)
+		return status;
+	return client_exchange(o, cmd, path, q, NULL, cb, arg);
+}
+
+/* Sleeps `ms`, or less when a signal `mask` lets through comes. */
+static void client_nap(int ms, const sigset_t *mask)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	if (!client_stop)
+		ppoll(NULL, 0, &ts, mask);
+}
+
+int client_follow(const struct client_opts *o, const char *cmd,
+		  Npusan__Query *q, client_again_cb again, client_reply_cb cb,
+		  void *arg)
+{
+	char path[PATHS_SOCKET_MAX + 1] = "";
+	struct sigaction old_act[2];
+	sigset_t old, waitmask;
+	int status = client_socket_path(o, cmd, path), delay = CLIENT_POLL_MS;
+	bool up = true;
+
+	if (status != CLI_OK)
+		return status;
+	client_catch(&old, &waitmask, old_act);
+	status = client_exchange(o, cmd, path, q, &waitmask, cb, arg);
+	while (status == CLI_OK && !client_stop) {
+		client_nap(up ? CLIENT_POLL_MS : delay, &waitmask);
+		if (client_stop)
+			break;
+		if (!up && client_probe(path, CLIENT_POLL_MS) < 0) {
+			delay = delay * 2 < CLIENT_RETRY_MAX_MS ?
+					delay * 2 :
+					CLIENT_RETRY_MAX_MS;
+			continue;
+		}
+		if (!up)
+			fprintf(stderr, "%s: the daemon on %s answers again; "
+					"following\n",
+				cmd, path);
+		up = true;
+		delay = CLIENT_POLL_MS;
+		again(arg, q);
+		/* A daemon that went away: the exchange said so. */
+		if (client_exchange(o, cmd, path, q, &waitmask, cb, arg) !=
+			    CLI_OK &&
+		    !client_stop) {
+			fprintf(stderr, "%s: waiting for the daemon on %s to "
+					"answer again (Ctrl-C to stop)\n",
+				cmd, path);
+			up = false;
+		}
+	}
+	client_uncatch(&old, old_act);
 	return status;
 }
 

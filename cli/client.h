@@ -23,6 +23,7 @@
 #include "npusan.pb-c.h"
 #include "paths.h"
 #include "report.h"
+#include "text.h" /* text_put(): the daemon's text on a terminal */
 
 #define CLIENT_PROTOCOL_VERSION 1
 #define CLIENT_TIMEOUT_MS 10000
@@ -30,14 +31,12 @@
 struct client_opts {
 	const char *socket; /* --socket; NULL: NPUSAN_SOCKET, else the default */
 	int timeout_ms;     /* the longest wait for each reply frame */
-	bool follow;        /* SIGINT and SIGTERM end the command with CLI_OK */
 };
 
 /* What a reply callback wants next. */
 enum client_next {
-	CLIENT_DONE = 0,   /* the answer is complete: close */
-	CLIENT_MORE = 1,   /* another frame is due within the timeout */
-	CLIENT_FOLLOW = 2, /* wait for pushed frames without a time limit */
+	CLIENT_DONE = 0, /* the answer is complete: close */
+	CLIENT_MORE = 1, /* another frame is due within the timeout */
 };
 
 /*
@@ -58,10 +57,26 @@ typedef int (*client_reply_cb)(void *arg, Npusan__FromDaemon *m);
  * standard error, led by `cmd` ("npusanctl list"), that says what went
  * wrong: no daemon listens (and how to start one), no answer within
  * o->timeout_ms, the connection closed early, a malformed reply, or the
- * daemon's Error.
+ * daemon's Error; CLI_USAGE after printing the daemon's Error when it says
+ * that what was asked for does not exist (ENOENT: no such finding).
  */
 int client_query(const struct client_opts *o, const char *cmd,
 		 Npusan__Query *q, client_reply_cb cb, void *arg);
+
+/* Readies `q` for the next poll of client_follow() (a later since_ms). */
+typedef void (*client_again_cb)(void *arg, Npusan__Query *q);
+
+/*
+ * Follows: client_query(), then every second again (after `again`), on a
+ * fresh connection each time, until SIGINT or SIGTERM. A daemon that goes
+ * away is waited for, with a line on standard error when it goes and one
+ * when it answers again, trying at most every 5 s. Returns the first
+ * query's status when it fails (nothing is followed); else CLI_OK once
+ * stopped by the signal.
+ */
+int client_follow(const struct client_opts *o, const char *cmd,
+		  Npusan__Query *q, client_again_cb again, client_reply_cb cb,
+		  void *arg);
 
 /*
  * The socket a query goes to (o->socket, else NPUSAN_SOCKET, else
@@ -157,7 +172,5 @@ void client_span(int64_t ms, char *buf, size_t len);
 /* A size: "512 B", "1.5 KiB", "12.3 MiB"... */
 void client_bytes(uint64_t n, char *buf, size_t len);
 
-/* `s` on `f` with control characters as '?' (a daemon's untrusted text). */
-void client_put_clean(FILE *f, const char *s);
 
 #endif

@@ -5,8 +5,9 @@
  *
  * JSON lines are printed as frames arrive; the table waits for the whole
  * answer so that its columns line up, then (with --follow) prints each
- * pushed finding as a row of its own. A finding the daemon updates (its
- * count grew) is pushed, and printed, again.
+ * later finding as a row of its own. Following asks the daemon again every
+ * second (client_follow()) for what was seen lately, and prints a finding
+ * again when its count grew: a new row, or an updated one.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -17,10 +18,17 @@
 
 #include "cli.h"
 #include "client.h"
+#include "settle.h"
 #include "table.h"
+#include "u64map.h"
 
 #define FINDINGS_CMD "npusanctl findings"
 #define FINDINGS_RED "\033[1;31m"
+/* Following asks for the findings last seen this long before the previous
+ * ask began: a finding is stored a little after it was last seen (the
+ * daemon's drain, then its writer's commit). What was printed is not
+ * printed again unless its count grew. */
+#define FINDINGS_FOLLOW_OVERLAP_MS 10000
 
 static const char findings_usage[] =
 	"Usage: npusanctl findings [OPTIONS]\n"
@@ -46,8 +54,14 @@ static const char findings_usage[] =
 	"  --json               JSON Lines exactly as shared/spec/findings.md\n"
 	"                       defines them, first_seen and last_seen in UTC\n"
 	"  --follow             then print each finding the daemon stores or\n"
-	"                       updates, as it comes, until interrupted\n"
-	"                       (Ctrl-C: exit status 0)\n" CLIENT_OPTIONS_HELP
+	"                       updates (its count grew), within a second,\n"
+	"                       until interrupted (Ctrl-C: exit status 0); a\n"
+	"                       daemon that restarts is waited for\n"
+	CLIENT_OPTIONS_HELP
+	"\n"
+	"With --job or --pid, the findings of processes that have exited are\n"
+	"waited for (up to --timeout) until the daemon has stored all they\n"
+	"left.\n"
 	"\n"
 	"Exit status: 0 no findings (or --follow ended by SIGINT or SIGTERM),\n"
 	"1 findings, 2 usage error, 3 no daemon answered or it refused the\n"
@@ -58,7 +72,39 @@ struct findings {
 	bool answered; /* the first `done` came */
 	struct table *t;
 	uint64_t printed;
+	/* Following: the count printed of each finding id, the user's
+	 * --since (0: none) and when the latest ask began (Unix ms). */
+	struct u64map shown;
+	int64_t since_ms, asked_ms;
 };
+
+/* Whether `f` is to be printed: when following, only when new or its
+ * count grew. 0 no, 1 yes; -ENOMEM. */
+static int findings_news(struct findings *s, const struct report_finding *f)
+{
+	uint64_t *was;
+
+	if (!s->follow)
+		return 1;
+	was = u64map_get(&s->shown, f->id);
+	if (was != NULL && *was == f->count)
+		return 0;
+	return u64map_put(&s->shown, f->id, f->count) < 0 ? -ENOMEM : 1;
+}
+
+/* client_again_cb: the next ask covers what was seen since the last. */
+static void findings_again_cb(void *arg, Npusan__Query *q)
+{
+	struct findings *s = arg;
+	Npusan__FindingsRequest *req = q->findings;
+	int64_t since = s->asked_ms - FINDINGS_FOLLOW_OVERLAP_MS;
+
+	req->has_since_ms = true;
+	req->since_ms = since > s->since_ms ? since : s->since_ms;
+	req->has_limit = false;
+	s->asked_ms = client_now_ms();
+	s->answered = false;
+}
 
 /* Adds `f`'s row. 0; -ENOMEM. */
 static int findings_row(struct table *t, const struct report_finding *f)
@@ -118,6 +164,11 @@ static int findings_reply_cb(void *arg, Npusan__FromDaemon *m)
 		err = client_finding(r->findings[i], &f);
 		if (err < 0)
 			goto out;
+		err = findings_news(s, &f);
+		if (err < 0)
+			goto out;
+		if (err == 0)
+			continue;
 		if (s->json)
 			report_json(stdout, &f);
 		else if ((err = findings_row(s->t, &f)) < 0)
@@ -132,9 +183,7 @@ static int findings_reply_cb(void *arg, Npusan__FromDaemon *m)
 		else
 			table_flush(s->t, stdout);
 	}
-	err = !s->answered ? CLIENT_MORE :
-	      s->follow	   ? CLIENT_FOLLOW :
-			     CLIENT_DONE;
+	err = s->answered ? CLIENT_DONE : CLIENT_MORE;
 out:
 	npusan__from_daemon__free_unpacked(m, NULL);
 	return err;
@@ -379,12 +428,21 @@ int cli_findings(int argc, char **argv)
 	Npusan__Query q = NPUSAN__QUERY__INIT;
 	struct client_opts co;
 	struct findings s = { 0 };
+	size_t unstored;
 	int status;
 
 	client_opts_init(&co);
 	status = parse_opts(argc, argv, &co, &s, &req);
 	if (status >= 0)
 		return status;
+	/* A job's or a process's findings include what it left at exit. */
+	if (req.job != NULL || req.has_pid) {
+		status = settle_wait(&co, FINDINGS_CMD, req.job,
+				     req.has_pid ? req.pid : 0, 0,
+				     co.timeout_ms, &unstored);
+		if (status != CLI_OK)
+			return status;
+	}
 	if (!s.json &&
 	    table_new(findings_cols,
 		      sizeof(findings_cols) / sizeof(findings_cols[0]),
@@ -392,12 +450,21 @@ int cli_findings(int argc, char **argv)
 		fprintf(stderr, FINDINGS_CMD ": out of memory\n");
 		return CLI_DAEMON;
 	}
-	req.has_follow = s.follow;
-	req.follow = s.follow;
-	co.follow = s.follow;
 	q.q_case = NPUSAN__QUERY__Q_FINDINGS;
 	q.findings = &req;
-	status = client_query(&co, FINDINGS_CMD, &q, findings_reply_cb, &s);
+	if (!s.follow) {
+		status = client_query(&co, FINDINGS_CMD, &q, findings_reply_cb,
+				      &s);
+	} else if (u64map_init(&s.shown) < 0) {
+		fprintf(stderr, FINDINGS_CMD ": out of memory\n");
+		status = CLI_DAEMON;
+	} else {
+		s.since_ms = req.has_since_ms ? req.since_ms : 0;
+		s.asked_ms = client_now_ms();
+		status = client_follow(&co, FINDINGS_CMD, &q, findings_again_cb,
+				       findings_reply_cb, &s);
+		u64map_fini(&s.shown);
+	}
 	table_free(s.t);
 	if (status == CLI_OK && !s.follow && s.printed > 0)
 		status = CLI_FINDINGS;

@@ -24,6 +24,7 @@
 #include "cli.h"
 #include "client.h"
 #include "jobreport.h"
+#include "settle.h"
 #include "table.h"
 
 #define JR_CMD "npusanctl report"
@@ -36,15 +37,20 @@ static const char jr_usage[] =
 	"findings by kind and by rank, and on the last line a verdict:\n"
 	"  npusan: job JOB: N findings (K data race, ...) on ranks R...;\n"
 	"  N ranks, N operations, N lost\n"
-	"or '... clean; ...'. When operations were lost, the verdict says it\n"
-	"may be incomplete. 'npusanctl findings --job JOB' lists the\n"
-	"findings, 'npusanctl show ID' prints one in full.\n"
+	"or '... clean; ...'. Without findings, operations lost make it\n"
+	"'no findings in what was analysed', and no operation analysed at\n"
+	"all 'nothing analysed', with why. 'npusanctl findings --job JOB'\n"
+	"lists the findings, 'npusanctl show ID' prints one in full.\n"
 	"\n"
 	"Options:\n"
 	"  --job JOB            the job (required)\n"
 	"  --json               one JSON object instead of the text:\n"
-	"                         job, verdict (the verdict line), clean (no\n"
-	"                         findings), complete (no operation lost),\n"
+	"                         job, run (the run reported, or null),\n"
+	"                         runs (of JOB), verdict (the verdict line),\n"
+	"                         clean (no findings, operations analysed\n"
+	"                         and none lost), analysed (some operation\n"
+	"                         was),\n"
+	"                         complete (no operation lost),\n"
 	"                         ranks (distinct ranks), processes,\n"
 	"                         operations, lost, findings (finding rows),\n"
 	"                         occurrences (their counts summed), by_kind\n"
@@ -55,15 +61,27 @@ static const char jr_usage[] =
 	"  --junit FILE         also write a JUnit XML file: a testsuite for\n"
 	"                       the job, a testcase per process ('rank 0 (pid\n"
 	"                       1234)'), a <failure> per finding (message:\n"
-	"                       its kind and operators; body: its report);\n"
+	"                       its kind and operators; body: its report),\n"
+	"                       and a testcase 'npusan analysis' with an\n"
+	"                       <error> when the exit status is 4 or 5;\n"
 	"                       written to a temporary file and renamed\n"
 	"  --error-exitcode N   exit with N (0-255) when there are findings\n"
+	"  --allow-incomplete   exit 0, not 5, when operations were lost and\n"
+	"                       nothing was found\n"
+	"  --run ID             the run ID of JOB (each 'npusanctl run' is one,\n"
+	"                       named by $NPUSAN_RUN); default: the latest\n"
+	"  --all                every run of JOB together\n"
 	CLIENT_OPTIONS_HELP
+	"\n"
+	"Processes of JOB that have exited are waited for (up to --timeout)\n"
+	"until the daemon has stored all they left.\n"
 	"\n"
 	"Exit status: 0 no findings, 1 findings (or --error-exitcode N),\n"
 	"2 usage error, an unknown job (no process of JOB is known to the\n"
 	"daemon: was it run under npusan?) or a JUnit file that cannot be\n"
-	"written, 3 no daemon answered or it refused the request.\n";
+	"written, 3 no daemon answered or it refused the request, 4 npusan\n"
+	"analysed no operation of the job, 5 no findings but operations were\n"
+	"lost (the verdict is incomplete; 0 with --allow-incomplete).\n";
 
 /* A process of the job and its findings (a testcase). */
 struct jr_proc {
@@ -71,6 +89,9 @@ struct jr_proc {
 	int64_t id; /* the daemon's process id */
 	uint32_t rank, pid;
 	const char *state;
+	const char *run;  /* NULL: none */
+	int64_t first_ms; /* when it registered */
+	bool launcher;    /* no rank, and did nothing */
 	uint64_t events, lost;
 	size_t *finds; /* indexes into jr.finds */
 	size_t nfinds;
@@ -85,6 +106,17 @@ struct jr {
 	bool json;
 	const char *junit;
 	int error_exitcode;
+	bool allow_incomplete;
+	/* The run reported: `run` (NULL: none) when has_run, else the
+	 * latest (that of the process that registered last), unless all. */
+	bool has_run, all;
+	const char *run;
+	size_t nruns; /* distinct runs of the job's processes listed */
+	/* The job's processes listed, launchers left out of nprocs or not:
+	 * whether any registered at all, for the verdict. */
+	size_t nseen;
+	/* Processes that exited but the daemon had not stored in time. */
+	size_t unstored;
 	Npusan__FromDaemon **msgs; /* every reply, kept for its strings */
 	size_t nmsgs;
 	const Npusan__Finding **finds;
@@ -168,11 +200,8 @@ static int jr_list_cb(void *arg, Npusan__FromDaemon *m)
 		 * this job's, whatever a daemon sends. */
 		if (p->job == NULL || strcmp(p->job, r->job) != 0)
 			continue;
-		if (r->since_ms != 0 &&
-		    ((p->has_last_ms && p->last_ms < r->since_ms) ||
-		     (!p->has_rank && (!p->has_events || p->events == 0) &&
-		      (!p->has_lost || p->lost == 0) &&
-		      (!p->has_findings || p->findings == 0))))
+		if (r->since_ms != 0 && p->has_last_ms &&
+		    p->last_ms < r->since_ms)
 			continue;
 		jp = jr_add_proc(r);
 		if (jp == NULL)
@@ -184,11 +213,89 @@ static int jr_list_cb(void *arg, Npusan__FromDaemon *m)
 		jp->has_pid = p->has_pid;
 		jp->pid = p->pid;
 		jp->state = p->state;
+		jp->run = p->run;
+		jp->first_ms = p->has_first_ms ? p->first_ms : 0;
+		jp->launcher = !p->has_rank &&
+			       (!p->has_events || p->events == 0) &&
+			       (!p->has_lost || p->lost == 0) &&
+			       (!p->has_findings || p->findings == 0);
 		jp->events = p->has_events ? p->events : 0;
 		jp->lost = p->has_lost ? p->lost : 0;
 	}
 	r->answered = r->answered || done;
 	return done ? CLIENT_DONE : CLIENT_MORE;
+}
+
+static bool jr_owns(const struct jr_proc *c, const Npusan__Finding *f)
+{
+	if (c->has_id && f->has_process_id)
+		return c->id == f->process_id;
+	return c->has_rank == f->has_rank &&
+	       (!f->has_rank || c->rank == f->rank) &&
+	       c->has_pid == f->has_pid && (!f->has_pid || c->pid == f->pid);
+}
+
+static bool jr_same_run(const char *a, const char *b)
+{
+	return a == NULL ? b == NULL : b != NULL && strcmp(a, b) == 0;
+}
+
+/* The run to report when none was asked for: the latest. */
+static const char *jr_latest_run(const struct jr *r)
+{
+	const struct jr_proc *latest = NULL;
+
+	for (size_t i = 0; i < r->nprocs; i++) {
+		if (latest == NULL || r->procs[i].first_ms > latest->first_ms)
+			latest = &r->procs[i];
+	}
+	return latest != NULL ? latest->run : NULL;
+}
+
+/*
+ * Keeps the processes of the run reported (all with r->all) and their
+ * findings, counting the job's runs and the processes seen (r->nseen);
+ * leaves out launchers when only what was active since r->since_ms is
+ * asked for (run's own verdict).
+ */
+static void jr_select(struct jr *r)
+{
+	size_t keep = 0;
+
+	if (!r->all && !r->has_run) {
+		r->run = jr_latest_run(r);
+		r->has_run = r->nprocs > 0;
+	}
+	for (size_t i = 0; i < r->nprocs; i++) {
+		size_t j = 0;
+
+		while (j < i && !jr_same_run(r->procs[j].run, r->procs[i].run))
+			j++;
+		r->nruns += j == i;
+	}
+	for (size_t i = 0; i < r->nprocs; i++) {
+		const struct jr_proc *p = &r->procs[i];
+
+		if (r->has_run && !jr_same_run(p->run, r->run))
+			continue;
+		r->nseen++;
+		if (r->since_ms != 0 && p->launcher)
+			continue;
+		r->procs[keep++] = *p;
+	}
+	r->nprocs = keep;
+	if (!r->has_run)
+		return;
+	keep = 0;
+	for (size_t i = 0; i < r->nfinds; i++) {
+		for (size_t j = 0; j < r->nprocs; j++) {
+			if (jr_owns(&r->procs[j], r->finds[i])) {
+				r->finds[keep++] = r->finds[i];
+				break;
+			}
+		}
+	}
+	r->nfinds = keep;
 }
 
 static int proc_cmp(const void *pa, const void *pb)
@@ -202,14 +309,6 @@ static int proc_cmp(const void *pa, const void *pb)
 	return a->pid < b->pid ? -1 : a->pid > b->pid;
 }
 
-static bool jr_owns(const struct jr_proc *c, const Npusan__Finding *f)
-{
-	if (c->has_id && f->has_process_id)
-		return c->id == f->process_id;
-	return c->has_rank == f->has_rank &&
-	       (!f->has_rank || c->rank == f->rank) &&
-	       c->has_pid == f->has_pid && (!f->has_pid || c->pid == f->pid);
-}
 
 /* Gives each finding to its process. 0; -ENOMEM. */
 static int jr_assign(struct jr *r)
@@ -253,7 +352,7 @@ struct jr_kind {
 };
 
 struct jr_sum {
-	size_t ranks, findings;
+	size_t ranks, findings, unstored;
 	uint64_t events, lost, occurrences;
 	struct jr_kind kinds[16]; /* known kinds first, then others */
 	size_t nkinds;
@@ -294,9 +393,54 @@ static void jr_sum(const struct jr *r, struct jr_sum *s)
 							   1;
 	}
 	s->findings = r->nfinds;
+	s->unstored = r->unstored;
 }
 
 /* ---- the verdict --------------------------------------------------------- */
+
+/* Findings first: a finding is true whatever else was missed. */
+static enum jobreport_verdict jr_outcome(const struct jr_sum *s)
+{
+	if (s->findings > 0)
+		return JOBREPORT_FINDINGS;
+	if (s->events == 0 && s->unstored == 0)
+		return JOBREPORT_NOTHING;
+	return s->lost > 0 || s->unstored > 0 ? JOBREPORT_INCOMPLETE :
+						JOBREPORT_CLEAN;
+}
+
+int jobreport_status(enum jobreport_verdict v, int error_exitcode,
+		     bool allow_incomplete)
+{
+	switch (v) {
+	case JOBREPORT_CLEAN:
+		return CLI_OK;
+	case JOBREPORT_FINDINGS:
+		return error_exitcode;
+	case JOBREPORT_INCOMPLETE:
+		return allow_incomplete ? CLI_OK : CLI_INCOMPLETE;
+	case JOBREPORT_NOTHING:
+		break;
+	}
+	return CLI_NOTHING_ANALYSED;
+}
+
+/* Why nothing was analysed, as plainly as the daemon's answer allows. */
+static void jr_why_nothing(const struct jr *r, FILE *b)
+{
+	if (r->nseen == 0) {
+		fputs("nothing analysed: no process of the job registered "
+		      "with the daemon (was the agent loaded? an 'npusan:' "
+		      "line above may say why not)",
+		      b);
+		return;
+	}
+	fprintf(b, "nothing analysed: %zu process%s registered, but npusan "
+		   "received no operation to analyse (an adapter that turned "
+		   "off, or a device it does not watch? an 'npusan: off:' "
+		   "line above says why)",
+		r->nseen, r->nseen == 1 ? "" : "es");
+}
 
 static const char *kind_words(const char *kind, size_t n)
 {
@@ -371,10 +515,15 @@ static char *jr_verdict(const struct jr *r, const struct jr_sum *s)
 	if (b == NULL)
 		return NULL;
 	fputs("npusan: job ", b);
-	client_put_clean(b, r->job);
+	text_put(b, r->job);
 	fputs(": ", b);
-	if (s->findings == 0) {
-		fputs("clean", b);
+	if (jr_outcome(s) == JOBREPORT_NOTHING) {
+		jr_why_nothing(r, b);
+	} else if (s->findings == 0) {
+		fputs(s->lost > 0 || s->unstored > 0 ?
+			      "no findings in what was analysed" :
+			      "clean",
+		      b);
 	} else {
 		fprintf(b, "%zu finding%s (", s->findings,
 			s->findings == 1 ? "" : "s");
@@ -382,7 +531,7 @@ static char *jr_verdict(const struct jr *r, const struct jr_sum *s)
 			if (s->kinds[k].n == 0)
 				continue;
 			fprintf(b, "%s%zu ", first ? "" : ", ", s->kinds[k].n);
-			client_put_clean(b, kind_words(s->kinds[k].kind,
+			text_put(b, kind_words(s->kinds[k].kind,
 						       s->kinds[k].n));
 			first = false;
 		}
@@ -398,6 +547,10 @@ static char *jr_verdict(const struct jr *r, const struct jr_sum *s)
 	if (s->lost > 0)
 		fputs(" (operations were lost: the verdict may be incomplete)",
 		      b);
+	if (s->unstored > 0)
+		fprintf(b, " (%zu exited process%s not stored by the daemon "
+			   "yet: the verdict may be incomplete)",
+			s->unstored, s->unstored == 1 ? "" : "es");
 	if (fclose(b) != 0) {
 		free(out);
 		return NULL;
@@ -424,7 +577,15 @@ static int jr_text(const struct jr *r, const struct jr_sum *s,
 	char num[5][24];
 
 	fputs("Job ", stdout);
-	client_put_clean(stdout, r->job);
+	text_put(stdout, r->job);
+	if (r->has_run && r->run != NULL) {
+		fputs(", run ", stdout);
+		text_put(stdout, r->run);
+	}
+	if (r->has_run && r->nruns > 1)
+		printf(" (of %zu runs under this name: --run ID or --all for "
+		       "the others)",
+		       r->nruns);
 	fputs("\n\n", stdout);
 	if (table_new(cols, 6, color, &t) < 0)
 		return -ENOMEM;
@@ -497,13 +658,19 @@ static void jr_json(const struct jr *r, const struct jr_sum *s,
 {
 	fputs("{\"job\":", stdout);
 	report_json_string(stdout, r->job, strlen(r->job));
-	fputs(",\"verdict\":", stdout);
+	fputs(",\"run\":", stdout);
+	if (r->has_run && r->run != NULL)
+		report_json_string(stdout, r->run, strlen(r->run));
+	else
+		fputs("null", stdout);
+	printf(",\"runs\":%zu,\"verdict\":", r->nruns);
 	report_json_string(stdout, verdict, strlen(verdict));
-	printf(",\"clean\":%s,\"complete\":%s,\"ranks\":%zu,"
-	       "\"processes\":%zu,\"operations\":%" PRIu64
+	printf(",\"clean\":%s,\"analysed\":%s,\"complete\":%s,"
+	       "\"ranks\":%zu,\"processes\":%zu,\"operations\":%" PRIu64
 	       ",\"lost\":%" PRIu64 ",\"findings\":%zu,"
 	       "\"occurrences\":%" PRIu64 ",\"by_kind\":",
-	       s->findings == 0 ? "true" : "false",
+	       jr_outcome(s) == JOBREPORT_CLEAN ? "true" : "false",
+	       s->events > 0 ? "true" : "false",
 	       s->lost == 0 ? "true" : "false", s->ranks, r->nprocs, s->events,
 	       s->lost, s->findings, s->occurrences);
 	jr_json_kinds(s->kinds, s->nkinds);
@@ -634,30 +801,66 @@ static void jr_junit_failure(FILE *f, const Npusan__Finding *pf)
 	free(msg);
 }
 
+/*
+ * Whether the file gets an errored testcase: a job npusan saw nothing of,
+ * or saw only part of without findings, must not look green in CI.
+ */
+static bool jr_junit_error(const struct jr *r, const struct jr_sum *s)
+{
+	enum jobreport_verdict v = jr_outcome(s);
+
+	return v == JOBREPORT_NOTHING ||
+	       (v == JOBREPORT_INCOMPLETE && !r->allow_incomplete);
+}
+
+static void jr_junit_analysis(FILE *f, const struct jr *r,
+			      const struct jr_sum *s, const char *verdict)
+{
+	fputs("    <testcase classname=\"npusan.", f);
+	xml_put(f, r->job, true);
+	fprintf(f, "\" name=\"npusan analysis\">\n"
+		   "      <error type=\"%s\" message=\"",
+		jr_outcome(s) == JOBREPORT_NOTHING ? "nothing_analysed" :
+						     "incomplete");
+	xml_put(f, verdict, true);
+	fputs("\">", f);
+	xml_put(f, verdict, false);
+	fputs("</error>\n    </testcase>\n", f);
+}
+
 static void jr_junit_body(FILE *f, const struct jr *r, const struct jr_sum *s,
 			  const char *verdict)
 {
-	size_t failed = 0;
+	size_t failed = 0, errors = jr_junit_error(r, s) ? 1 : 0;
+	size_t tests = r->nprocs + errors;
 	char name[64];
 
 	for (size_t i = 0; i < r->nprocs; i++)
 		failed += r->procs[i].nfinds > 0;
 	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
 		   "<testsuites name=\"npusan\" tests=\"%zu\" "
-		   "failures=\"%zu\" errors=\"0\">\n"
+		   "failures=\"%zu\" errors=\"%zu\">\n"
 		   "  <testsuite name=\"npusan job ",
-		r->nprocs, failed);
+		tests, failed, errors);
 	xml_put(f, r->job, true);
-	fprintf(f, "\" tests=\"%zu\" failures=\"%zu\" errors=\"0\" "
+	fprintf(f, "\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\" "
 		   "skipped=\"0\">\n"
 		   "    <properties>\n"
 		   "      <property name=\"ranks\" value=\"%zu\"/>\n"
 		   "      <property name=\"operations\" value=\"%" PRIu64
 		   "\"/>\n"
 		   "      <property name=\"lost\" value=\"%" PRIu64 "\"/>\n"
-		   "      <property name=\"findings\" value=\"%zu\"/>\n"
-		   "    </properties>\n",
-		r->nprocs, failed, s->ranks, s->events, s->lost, s->findings);
+		   "      <property name=\"findings\" value=\"%zu\"/>\n",
+		tests, failed, errors, s->ranks, s->events, s->lost,
+		s->findings);
+	if (r->has_run && r->run != NULL) {
+		fputs("      <property name=\"run\" value=\"", f);
+		xml_put(f, r->run, true);
+		fputs("\"/>\n", f);
+	}
+	fputs("    </properties>\n", f);
+	if (errors > 0)
+		jr_junit_analysis(f, r, s, verdict);
 	for (size_t i = 0; i < r->nprocs; i++) {
 		const struct jr_proc *p = &r->procs[i];
 
@@ -730,6 +933,9 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		{ "job", required_argument, NULL, 'J' },
 		{ "junit", required_argument, NULL, 'U' },
 		{ "error-exitcode", required_argument, NULL, 'x' },
+		{ "allow-incomplete", no_argument, NULL, 'I' },
+		{ "run", required_argument, NULL, 'r' },
+		{ "all", no_argument, NULL, 'a' },
 		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
 		CLIENT_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
@@ -757,6 +963,16 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 			if (status >= 0)
 				return status;
 			break;
+		case 'I':
+			r->allow_incomplete = true;
+			break;
+		case 'r':
+			r->has_run = true;
+			r->run = optarg;
+			break;
+		case 'a':
+			r->all = true;
+			break;
 		case CLIENT_OPT_JSON:
 			r->json = true;
 			break;
@@ -774,6 +990,11 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 	}
 	if (r->job == NULL || r->job[0] == '\0') {
 		fprintf(stderr, JR_CMD ": which job? Give --job JOB\n"
+				       "Try '" JR_CMD " --help'.\n");
+		return CLI_USAGE;
+	}
+	if (r->has_run && r->all) {
+		fprintf(stderr, JR_CMD ": --run and --all exclude each other\n"
 				       "Try '" JR_CMD " --help'.\n");
 		return CLI_USAGE;
 	}
@@ -819,12 +1040,23 @@ static int jr_run(struct jr *r, const struct client_opts *co)
 	char *verdict;
 	int status, err;
 
-	status = jr_fetch(r, co);
+	status = settle_wait(co, JR_CMD, r->job, 0, 0, co->timeout_ms,
+			     &r->unstored);
+	if (status == CLI_OK)
+		status = jr_fetch(r, co);
 	if (status != CLI_OK)
 		return status;
+	jr_select(r);
 	if (r->nprocs == 0 && r->nfinds == 0) {
 		fputs(JR_CMD ": no process of job '", stderr);
-		client_put_clean(stderr, r->job);
+		text_put(stderr, r->job);
+		if (r->has_run && r->nruns > 0) {
+			fputs("' ran as run '", stderr);
+			text_put(stderr, r->run ? r->run : "");
+			fputs("' (see 'npusanctl list --job JOB --json')\n",
+			      stderr);
+			return CLI_USAGE;
+		}
 		fputs("' is known to the daemon (was it run under npusan, "
 		      "and is the job's name right?)\n",
 		      stderr);
@@ -849,7 +1081,8 @@ static int jr_run(struct jr *r, const struct client_opts *co)
 		goto oom;
 	}
 	free(verdict);
-	return s.findings > 0 ? r->error_exitcode : CLI_OK;
+	return jobreport_status(jr_outcome(&s), r->error_exitcode,
+				r->allow_incomplete);
 oom:
 	fprintf(stderr, JR_CMD ": out of memory\n");
 	return CLI_DAEMON;
@@ -871,19 +1104,21 @@ int cli_report(int argc, char **argv)
 }
 
 int jobreport_findings(const struct client_opts *co, const char *cmd,
-		       const char *job, int64_t since_ms, bool json,
-		       size_t *nfindings)
+		       const char *job, const char *run, int64_t since_ms,
+		       size_t unstored, bool json,
+		       enum jobreport_verdict *outcome)
 {
-	struct jr r = { .job = job, .cmd = cmd, .since_ms = since_ms };
+	struct jr r = { .job = job, .cmd = cmd, .since_ms = since_ms,
+			.unstored = unstored, .has_run = true, .run = run };
 	bool color = report_want_color(stdout);
 	struct report_finding f;
 	struct jr_sum s;
 	char *verdict = NULL;
 	int status = jr_fetch(&r, co);
 
-	*nfindings = 0;
 	if (status != CLI_OK)
 		goto out;
+	jr_select(&r);
 	status = CLI_DAEMON;
 	if (jr_assign(&r) < 0)
 		goto oom;
@@ -900,7 +1135,7 @@ int jobreport_findings(const struct client_opts *co, const char *cmd,
 			report_text(stdout, color, &f);
 	}
 	fprintf(json ? stderr : stdout, "%s\n", verdict);
-	*nfindings = r.nfinds;
+	*outcome = jr_outcome(&s);
 	status = CLI_OK;
 	goto out;
 oom:

@@ -187,6 +187,7 @@ static void list_json(const Npusan__Process *p)
 	json_u64("uid", p->has_uid, p->uid);
 	json_str("host", p->hostname);
 	json_str("executable", p->executable);
+	json_str("run", p->run);
 	json_u64("start_time", p->has_start_time, p->start_time);
 	json_time("first_seen", p->has_first_ms, p->first_ms);
 	json_time("last_seen", p->has_last_ms, p->last_ms);

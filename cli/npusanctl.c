@@ -32,7 +32,8 @@ static const struct command commands[] = {
 
 static void usage(FILE *out)
 {
-	fputs("Usage: npusanctl COMMAND [ARGS...]\n"
+	fputs("Usage: npusanctl [--socket PATH] [--timeout SECONDS] COMMAND "
+	      "[ARGS...]\n"
 	      "\n"
 	      "npusan finds stream-synchronization errors (data races and\n"
 	      "missing record_stream calls) in accelerator jobs.\n"
@@ -53,9 +54,59 @@ static void usage(FILE *out)
 	      out);
 }
 
+/* How many words of argv[1..] are global options, which every command
+ * that asks the daemon takes too: --socket PATH, --timeout SECONDS, in
+ * either form (`--socket=PATH`). */
+static int global_words(int argc, char **argv)
+{
+	static const char *const globals[] = { "--socket", "--timeout" };
+	int i = 1;
+
+	while (i < argc) {
+		size_t len = 0;
+
+		for (size_t g = 0; g < sizeof(globals) / sizeof(*globals); g++) {
+			size_t n = strlen(globals[g]);
+
+			if (strncmp(argv[i], globals[g], n) == 0 &&
+			    (argv[i][n] == '\0' || argv[i][n] == '='))
+				len = argv[i][n] == '=' ? 1 : 2;
+		}
+		if (len == 0 || i + (int)len > argc)
+			break;
+		i += (int)len;
+	}
+	return i - 1;
+}
+
+/*
+ * `npusanctl --socket S list` means `npusanctl list --socket S`: the global
+ * options move behind the command, whose own parser takes them.
+ */
+static void move_globals(int argc, char **argv)
+{
+	int n = global_words(argc, argv);
+	char *verb;
+
+	if (n == 0 || n + 1 >= argc)
+		return;
+	verb = argv[n + 1];
+	memmove(&argv[2], &argv[1], (size_t)n * sizeof(*argv));
+	argv[1] = verb;
+}
+
 int main(int argc, char **argv)
 {
-	const char *verb = argc > 1 ? argv[1] : NULL;
+	const char *verb;
+
+	if (global_words(argc, argv) == argc - 1 && argc > 1) {
+		fprintf(stderr, "npusanctl: a command must follow '%s'\n"
+				"Try 'npusanctl --help'.\n",
+			argv[1]);
+		return CLI_USAGE;
+	}
+	move_globals(argc, argv);
+	verb = argc > 1 ? argv[1] : NULL;
 
 	if (verb == NULL) {
 		usage(stderr);

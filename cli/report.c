@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "utf8.h"
+#include "text.h"
 
 #define BOLD "\033[1m"
 #define RED "\033[1;31m"
@@ -37,8 +37,11 @@ static void print_stack(FILE *out, const struct report_stack *s)
 {
 	if (s->n == 0)
 		fputs("  (no stack recorded)\n", out);
-	for (size_t i = 0; i < s->n; i++)
-		fprintf(out, "  %s\n", s->frames[i]);
+	for (size_t i = 0; i < s->n; i++) {
+		fputs("  ", out);
+		text_put(out, s->frames[i]);
+		fputc('\n', out);
+	}
 }
 
 static void print_process(FILE *out, const struct report_finding *f)
@@ -50,7 +53,8 @@ static void print_process(FILE *out, const struct report_finding *f)
 		sep = ",";
 	}
 	if (f->job != NULL) {
-		fprintf(out, "%s job %s", sep, f->job);
+		fprintf(out, "%s job ", sep);
+		text_put(out, f->job);
 		sep = ",";
 	}
 	if (f->has_rank)
@@ -61,11 +65,11 @@ static void print_access(FILE *out, bool color, const char *who,
 			 const struct report_access *a, const char *what)
 {
 	fprintf(out, "%s by stream %" PRIu64 " (seq %" PRIu64
-		     ") during kernel:\n%s%s%s\n%s %s\nWith stack trace:\n",
-		who, a->stream, a->seq, paint(color, BOLD),
-		a->op != NULL ? a->op : "(unknown operator)",
-		paint(color, RESET), a->write ? "writing to" : "reading from",
-		what);
+		     ") during kernel:\n%s",
+		who, a->stream, a->seq, paint(color, BOLD));
+	text_put(out, a->op != NULL ? a->op : "(unknown operator)");
+	fprintf(out, "%s\n%s %s\nWith stack trace:\n", paint(color, RESET),
+		a->write ? "writing to" : "reading from", what);
 	print_stack(out, &a->stack);
 }
 
@@ -170,6 +174,7 @@ static void other_text(FILE *out, bool color, const struct report_finding *f)
 
 	snprintf(what, sizeof(what), "a finding of kind '%s'",
 		 f->kind != NULL ? f->kind : "?");
+	text_clean(what, what, sizeof(what));
 	print_header(out, color, f, what);
 	snprintf(here, sizeof(here), "0x%" PRIx64, f->ptr);
 	print_access(out, color, "Access", &f->access, here);
@@ -195,34 +200,27 @@ void report_text(FILE *out, bool color, const struct report_finding *f)
 void report_json_string(FILE *out, const char *s, size_t len)
 {
 	const unsigned char *p = (const unsigned char *)s;
+	size_t n;
 
 	fputc('"', out);
-	for (size_t i = 0; i < len;) {
+	for (size_t i = 0; i < len; i += n) {
 		unsigned char ch = p[i];
-		size_t n;
 
-		if (ch >= 0x80) {
-			n = utf8_seq(p + i, len - i);
-			if (n == 0) {
-				fputs("\\ufffd", out);
-				i++;
-			} else {
-				fwrite(p + i, 1, n, out);
-				i += n;
-			}
-			continue;
-		}
-		if (ch == '"' || ch == '\\')
-			fprintf(out, "\\%c", ch);
-		else if (ch == '\n')
+		if (text_shown(p + i, len - i, &n)) {
+			if (ch == '"' || ch == '\\')
+				fputc('\\', out);
+			fwrite(p + i, 1, n, out);
+		} else if (ch == '\n') {
 			fputs("\\n", out);
-		else if (ch == '\t')
+		} else if (ch == '\t') {
 			fputs("\\t", out);
-		else if (ch < 0x20)
+		} else if (ch < 0x80) {
 			fprintf(out, "\\u%04x", ch);
-		else
-			fputc(ch, out);
-		i++;
+		} else if (n == 2) { /* a C1 control, U+0080..U+009F */
+			fprintf(out, "\\u%04x", (unsigned)p[i + 1]);
+		} else {
+			fputs("\\ufffd", out);
+		}
 	}
 	fputc('"', out);
 }

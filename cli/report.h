@@ -79,8 +79,10 @@ void report_text(FILE *out, bool color, const struct report_finding *f);
 void report_json(FILE *out, const struct report_finding *f);
 
 /*
- * `s` (len bytes) as a JSON string with its quotes. A byte that is not
- * part of valid UTF-8 becomes U+FFFD, so that the output is always JSON.
+ * `s` (len bytes) as a JSON string with its quotes. The characters that
+ * text_shown() (common/text.h) refuses are escaped: control characters as
+ * \n, \t or \uXXXX, a byte that is not part of valid UTF-8 as U+FFFD, so
+ * that the output is always JSON and never acts on a terminal.
  */
 void report_json_string(FILE *out, const char *s, size_t len);
 

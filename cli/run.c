@@ -54,6 +54,7 @@
 #include "client.h"
 #include "jobreport.h"
 #include "paths.h"
+#include "settle.h"
 
 #define RUN_CMD "npusanctl run"
 /* How long a private daemon may take to say READY=1. */
@@ -86,21 +87,30 @@ static const char run_usage[] =
 	"                       goes to standard error\n"
 	"  --error-exitcode N   exit with N (0-255) when CMD succeeded but\n"
 	"                       there are findings (default 1)\n"
+	"  --allow-incomplete   exit 0, not 5, when operations were lost and\n"
+	"                       nothing was found\n"
 	CLIENT_OPTIONS_HELP
 	"\n"
 	"SIGINT and SIGTERM sent to npusanctl are passed on to CMD; the\n"
-	"findings are still printed.\n"
+	"findings are still printed. A full ring makes CMD wait for the\n"
+	"daemon (NPUSAN_RING_FULL=block) unless NPUSAN_RING_FULL is set.\n"
 	"\n"
 	"Exit status: CMD's own when it failed (128+N when signal N killed it);\n"
-	"else 1 (or --error-exitcode N) when there are findings; else 0.\n"
-	"127: CMD was not found (126: not executable); 2: usage error; 3: no\n"
-	"daemon could be reached or started, or it did not answer.\n";
+	"else 1 (or --error-exitcode N) when there are findings; 4 when\n"
+	"npusan analysed no operation of the job (the verdict says why); 5\n"
+	"when operations were lost and nothing was found (0 with\n"
+	"--allow-incomplete); else 0. 127: CMD was not found (126: not\n"
+	"executable); 2: usage error; 3: no daemon could be reached or\n"
+	"started, or it did not answer.\n";
 
 struct run {
 	const char *job;
 	char jobbuf[128];
+	const char *run; /* NPUSAN_RUN: this run of the job */
+	char runbuf[64];
 	int error_exitcode;
 	bool json;
+	bool allow_incomplete;
 	char **argv; /* CMD and its arguments */
 	char socket[PATHS_SOCKET_MAX + 1];
 	bool default_socket; /* no --socket nor NPUSAN_SOCKET */
@@ -416,7 +426,12 @@ static int run_environment(const struct run *r)
 	char asan[PATH_MAX] = "";
 	int err = 0;
 
+	/* A ring that fills waits for the daemon rather than dropping: a CI
+	 * verdict with operations lost is one that cannot be trusted, and the
+	 * daemon is known to be there. The user's own choice stands. */
 	if (setenv("NPUSAN_JOB", r->job, 1) < 0 ||
+	    setenv("NPUSAN_RUN", r->run, 1) < 0 ||
+	    setenv("NPUSAN_RING_FULL", "block", 0) < 0 ||
 	    setenv("NPUSAN_SOCKET", r->socket, 1) < 0 ||
 	    setenv("NPUSAN_LIBRARY", r->lib, 1) < 0 ||
 	    setenv("NPUSAN", mode != NULL && strcmp(mode, "dormant") == 0 ?
@@ -559,12 +574,9 @@ static int run_job(struct run *r, int *cmd_status)
 
 /* ---- the findings -------------------------------------------------------- */
 
-/* Counts the processes not exited yet: the job's, active since the job
- * started, or (others) those of every other job. */
+/* Counts the processes of other jobs not exited yet. */
 struct run_count {
 	const char *job;
-	int64_t since_ms;
-	bool others;
 	size_t busy;
 };
 
@@ -580,13 +592,9 @@ static int run_count_cb(void *arg, Npusan__FromDaemon *m)
 	}
 	for (size_t i = 0; i < lr->n_processes; i++) {
 		const Npusan__Process *p = lr->processes[i];
-		bool ours = p->job != NULL && strcmp(p->job, c->job) == 0;
 
-		if (p->state == NULL || strcmp(p->state, "exited") == 0)
-			continue;
-		if (c->others ? !ours :
-				ours && p->has_last_ms &&
-					p->last_ms >= c->since_ms)
+		if (p->state != NULL && strcmp(p->state, "exited") != 0 &&
+		    (p->job == NULL || strcmp(p->job, c->job) != 0))
 			c->busy++;
 	}
 	done = lr->has_done && lr->done;
@@ -600,45 +608,16 @@ static int run_count(const struct client_opts *co, struct run_count *c)
 	Npusan__ListRequest req = NPUSAN__LIST_REQUEST__INIT;
 	Npusan__Query q = NPUSAN__QUERY__INIT;
 
-	/* Only the job's, unless the others are asked for. */
-	req.job = c->others ? NULL : (char *)c->job;
 	q.q_case = NPUSAN__QUERY__Q_LIST;
 	q.list = &req;
 	c->busy = 0;
 	return client_query(co, RUN_CMD, &q, run_count_cb, c);
 }
 
-/*
- * Waits until the daemon has drained and stored every process of the job
- * (each shows exited): only then are its findings all there. A status.
- */
-static int run_settle(const struct run *r, const struct client_opts *co)
-{
-	int64_t deadline = client_mono_ms() + RUN_SETTLE_MS;
-	struct run_count c = { .job = r->job, .since_ms = r->start_ms };
-	int status;
-
-	for (;;) {
-		status = run_count(co, &c);
-		if (status != CLI_OK || c.busy == 0)
-			return status;
-		if (client_mono_ms() >= deadline) {
-			fprintf(stderr, RUN_CMD ": %zu process%s of job %s "
-					"still not finished by the daemon "
-					"after %d s; its findings may be "
-					"incomplete\n",
-				c.busy, c.busy == 1 ? "" : "es", r->job,
-				RUN_SETTLE_MS / 1000);
-			return CLI_OK;
-		}
-		run_nap_ms(50);
-	}
-}
-
 /* Stops the daemon we started, unless other jobs use it by now. */
 static void run_release_daemon(struct run *r, const struct client_opts *co)
 {
-	struct run_count c = { .job = r->job, .others = true };
+	struct run_count c = { .job = r->job };
 
 	if (r->daemon_pid <= 0)
 		return;
@@ -661,6 +640,7 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		{ "job", required_argument, NULL, 'J' },
 		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
 		{ "error-exitcode", required_argument, NULL, 'x' },
+		{ "allow-incomplete", no_argument, NULL, 'I' },
 		CLIENT_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
@@ -681,6 +661,9 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 			break;
 		case CLIENT_OPT_JSON:
 			r->json = true;
+			break;
+		case 'I':
+			r->allow_incomplete = true;
 			break;
 		case 'x':
 			status = client_parse_exitcode(RUN_CMD, optarg,
@@ -723,10 +706,33 @@ static void run_name_job(struct run *r)
 	r->job = r->jobbuf;
 }
 
+/*
+ * This run's id: $NPUSAN_RUN (a CI build's number, say), else when it
+ * started (UTC) and npusanctl's pid. It tells this run's processes from
+ * those of earlier runs under the same job name.
+ */
+static void run_name_run(struct run *r)
+{
+	const char *env = getenv("NPUSAN_RUN");
+	time_t now = (time_t)(r->start_ms / 1000);
+	struct tm tm;
+	char when[32] = "";
+
+	if (env != NULL && env[0] != '\0') {
+		r->run = env;
+		return;
+	}
+	if (gmtime_r(&now, &tm) != NULL)
+		strftime(when, sizeof(when), "%Y%m%dT%H%M%SZ", &tm);
+	snprintf(r->runbuf, sizeof(r->runbuf), "%s-%d", when, (int)getpid());
+	r->run = r->runbuf;
+}
+
 static int run_main(struct run *r, struct client_opts *co)
 {
+	enum jobreport_verdict verdict = JOBREPORT_CLEAN;
 	int status, cmd_status = 0, job_status;
-	size_t nfindings = 0;
+	size_t unstored = 0;
 	const char *env = getenv("NPUSAN_SOCKET");
 
 	status = run_locate(r);
@@ -742,12 +748,17 @@ static int run_main(struct run *r, struct client_opts *co)
 	co->socket = r->socket;
 	run_name_job(r);
 	r->start_ms = client_now_ms();
+	run_name_run(r);
 	job_status = run_job(r, &cmd_status);
+	/* Every process of the job is gone by now: wait until the daemon
+	 * has stored each, so that its findings are all there. */
 	if (job_status == CLI_OK)
-		status = run_settle(r, co);
+		status = settle_wait(co, RUN_CMD, r->job, 0, r->start_ms,
+				     RUN_SETTLE_MS, &unstored);
 	if (job_status == CLI_OK && status == CLI_OK)
-		status = jobreport_findings(co, RUN_CMD, r->job, r->start_ms,
-					    r->json, &nfindings);
+		status = jobreport_findings(co, RUN_CMD, r->job, r->run,
+					    r->start_ms, unstored, r->json,
+					    &verdict);
 	run_release_daemon(r, co);
 	if (job_status != CLI_OK)
 		return job_status;
@@ -755,7 +766,8 @@ static int run_main(struct run *r, struct client_opts *co)
 		return status;
 	if (run_exit_status(cmd_status) != 0)
 		return run_exit_status(cmd_status);
-	return nfindings > 0 ? r->error_exitcode : CLI_OK;
+	return jobreport_status(verdict, r->error_exitcode,
+				r->allow_incomplete);
 }
 
 int cli_run(int argc, char **argv)

@@ -24,7 +24,9 @@ static const char show_usage[] =
 	"  --json               the finding as one line of JSON, as\n"
 	"                       'npusanctl findings --json' prints it\n"
 	CLIENT_OPTIONS_HELP
-	"\n" CLIENT_EXIT_HELP;
+	"\n"
+	"Exit status: 0 shown, 2 usage error or no finding ID (that this user\n"
+	"may see), 3 no daemon answered or it refused the request.\n";
 
 struct show {
 	bool json;

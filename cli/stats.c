@@ -101,7 +101,7 @@ static void stats_text(const Npusan__StatsReply *r)
 	}
 	if (r->daemon_version != NULL) {
 		printf("%-16s ", "daemon version");
-		client_put_clean(stdout, r->daemon_version);
+		text_put(stdout, r->daemon_version);
 		putchar('\n');
 	}
 }

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text.h"
+
 #define TABLE_BOLD "\033[1m"
 #define TABLE_RESET "\033[0m"
 #define TABLE_GAP "  "
@@ -100,6 +102,8 @@ int table_add(struct table *t, const char *const *cells,
 		r.cells[c] = strdup(cells[c] != NULL ? cells[c] : "-");
 		if (r.cells[c] == NULL)
 			goto err;
+		/* Cells hold a daemon's text: made safe before widths count. */
+		text_clean(r.cells[c], r.cells[c], strlen(r.cells[c]) + 1);
 	}
 	if (table_push(t, r) < 0)
 		goto err;

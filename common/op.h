@@ -42,6 +42,28 @@ enum op_kind {
 	OP_KIND_COUNT
 };
 
+/*
+ * What the live path carries of a trace's text, defined once: a stack's
+ * innermost OP_MAX_FRAMES frames, and a string's first OP_MAX_STRING bytes,
+ * cut at a character boundary (op_cut_string()). The agent interns that
+ * much; the trace reader keeps the same, so that `analyze` and the daemon
+ * see one text.
+ */
+#define OP_MAX_FRAMES 256
+#define OP_MAX_STRING (64u << 10)
+
+/* The length of the `len` bytes at `s` cut to at most OP_MAX_STRING, never
+ * inside a UTF-8 sequence. */
+static inline size_t op_cut_string(const char *s, size_t len)
+{
+	if (len <= OP_MAX_STRING)
+		return len;
+	len = OP_MAX_STRING;
+	while (len > 0 && ((unsigned char)s[len] & 0xc0) == 0x80)
+		len--;
+	return len;
+}
+
 /* The trace directive of `kind`, or NULL when `kind` is out of range. */
 const char *op_kind_name(enum op_kind kind);
 

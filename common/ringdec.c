@@ -4,14 +4,16 @@
 #include "ringdec.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../proto/ring.h"
 #include "ringread.h"
+#include "text.h"
 #include "u64map.h"
-#include "utf8.h"
 
 struct ringdec {
 	struct symtab *syms;
@@ -19,10 +21,11 @@ struct ringdec {
 	struct u64map stacks;  /* producer stack id -> symtab stack id */
 	struct op_range *ranges;
 	size_t ranges_cap;
-	char *text; /* a string made printable */
+	char *text; /* a string as text_keep() keeps it */
 	size_t text_cap;
 	uint32_t *frames;
 	size_t frames_cap;
+	size_t max_bytes; /* of syms; 0: none */
 	struct ringdec_counters n;
 	char error[128];
 };
@@ -52,6 +55,31 @@ void ringdec_free(struct ringdec *d)
 	free(d->text);
 	free(d->frames);
 	free(d);
+}
+
+void ringdec_set_max_bytes(struct ringdec *d, size_t max_bytes)
+{
+	d->max_bytes = max_bytes;
+}
+
+/* Whether `add` more bytes would take the symtab past its bound (counted
+ * when so). */
+static bool ringdec_over_cap(struct ringdec *d, size_t add)
+{
+	if (d->max_bytes == 0 || symtab_bytes(d->syms) + add <= d->max_bytes)
+		return false;
+	d->n.over_cap++;
+	return true;
+}
+
+/* Interns `len` bytes, or RINGDEC_OVER_CAP past the bound. */
+static int ringdec_put(struct ringdec *d, const char *s, size_t len,
+		       uint32_t *id)
+{
+	if (ringdec_over_cap(d, len))
+		return symtab_intern(d->syms, RINGDEC_OVER_CAP,
+				     sizeof(RINGDEC_OVER_CAP) - 1, id);
+	return symtab_intern(d->syms, s, len, id);
 }
 
 const char *ringdec_error(const struct ringdec *d)
@@ -92,31 +120,25 @@ static int ringdec_reserve(void **buf, size_t *cap, size_t n, size_t size)
 }
 
 /*
- * Interns `len` bytes from a producer as a printable string: bytes that
- * are not valid UTF-8, and control characters, become '?'.
+ * Interns `len` bytes from a producer as text_keep() keeps them: what the
+ * trace format can carry, as it came (text.h: displays clean it), cut as
+ * the agent and the trace reader cut it (op_cut_string()), so that a
+ * producer that is not our agent cannot make one string huge, and the
+ * daemon sees what `analyze` sees.
  */
 static int ringdec_intern(struct ringdec *d, const char *s, size_t len,
 			  uint32_t *id)
 {
-	const unsigned char *p = (const unsigned char *)s;
-	size_t i = 0, n;
+	size_t keep = op_cut_string(s, len);
 	int err;
 
-	if (len == 0)
-		return symtab_intern(d->syms, "?", 1, id);
-	err = ringdec_reserve((void **)&d->text, &d->text_cap, len, 1);
+	if (keep < len)
+		d->n.truncated++;
+	err = ringdec_reserve((void **)&d->text, &d->text_cap, keep + 1, 1);
 	if (err < 0)
 		return err;
-	while (i < len) {
-		n = p[i] < 0x80 ? 1 : utf8_seq(p + i, len - i);
-		if (n == 0 || p[i] < 0x20 || p[i] == 0x7f) {
-			d->text[i++] = '?';
-			continue;
-		}
-		memcpy(d->text + i, p + i, n);
-		i += n;
-	}
-	return symtab_intern(d->syms, d->text, len, id);
+	keep = text_keep(s, keep, d->text, keep + 1);
+	return ringdec_put(d, d->text, keep, id);
 }
 
 /* The symtab id of producer string `id`, or of a placeholder naming it. */
@@ -137,13 +159,14 @@ static int ringdec_string(struct ringdec *d, uint32_t id, const char *what,
 		d->n.undefined++;
 		n = snprintf(buf, sizeof(buf), "<%s %u>", what, id);
 	}
-	return symtab_intern(d->syms, buf, (size_t)n, out);
+	return ringdec_put(d, buf, (size_t)n, out);
 }
 
 static int ringdec_def_string(struct ringdec *d, const void *payload,
 			      size_t len)
 {
 	const struct ring_string *s = payload;
+	uint64_t over;
 	uint32_t id;
 	int err;
 
@@ -151,7 +174,11 @@ static int ringdec_def_string(struct ringdec *d, const void *payload,
 	    len - sizeof(*s) - s->len >= RING_ALIGN || s->id == 0)
 		return ringdec_bad(d, "malformed string definition",
 				   RING_REC_STRING, len);
+	over = d->n.over_cap;
 	err = ringdec_intern(d, s->bytes, s->len, &id);
+	/* Past the bound nothing is kept, not even the mapping. */
+	if (err == 0 && d->n.over_cap != over)
+		return 0;
 	if (err == 0)
 		err = u64map_put(&d->strings, s->id, id);
 	if (err == 0)
@@ -175,6 +202,8 @@ static int ringdec_def_stack(struct ringdec *d, const void *payload,
 			      sizeof(*d->frames));
 	for (uint32_t i = 0; err == 0 && i < s->nframes; i++)
 		err = ringdec_string(d, s->frames[i], "frame", &d->frames[i]);
+	if (err == 0 && ringdec_over_cap(d, (size_t)s->nframes * 4))
+		return 0; /* an undefined stack: the empty one */
 	if (err == 0)
 		err = symtab_intern_stack(d->syms, d->frames, s->nframes, &id);
 	if (err == 0)
@@ -225,6 +254,7 @@ static int ringdec_launch(struct ringdec *d, const void *payload, size_t len,
 {
 	const struct ring_launch *l = payload;
 	uint64_t n;
+	size_t oplen;
 	int err;
 
 	if (len < sizeof(*l) || l->kind != OP_LAUNCH)
@@ -238,6 +268,11 @@ static int ringdec_launch(struct ringdec *d, const void *payload, size_t len,
 			      sizeof(*d->ranges));
 	if (err == 0)
 		err = ringdec_string(d, l->name, "operator", &op->name);
+	/* An empty name (npusan_intern("")) is none: a trace's `op` is never
+	 * empty, and a recording must stay a trace. */
+	if (err == 0 && symtab_str(d->syms, op->name, &oplen) != NULL &&
+	    oplen == 0)
+		err = ringdec_string(d, 0, "operator", &op->name);
 	if (err < 0)
 		return err;
 	op->kind = OP_LAUNCH;
@@ -306,7 +341,29 @@ static int ringdec_op(struct ringdec *d, const void *payload, size_t len,
 	op->kind = r->kind;
 	op->stack = ringdec_stack(d, r->stack);
 	ringdec_fields(r, op);
+	if (op->kind == OP_GAP && op->lost > RINGREAD_MAX_COUNT) {
+		/* Still a gap, of an unknown number: the count is nonsense. */
+		snprintf(d->error, sizeof(d->error),
+			 "a gap claims %" PRIu64 " operations lost", op->lost);
+		d->n.malformed++;
+		op->has_lost = false;
+		op->lost = 0;
+	}
 	return 1;
+}
+
+/*
+ * A record that carries an operation, or may (its type is unknown), and
+ * could not be made one: that operation is lost, and a gap of one takes
+ * its place, so that no finding pairs an access before it with one after
+ * it (a dropped sync would otherwise make a race of two ordered accesses).
+ */
+static void ringdec_lost_op(struct op *op)
+{
+	memset(op, 0, sizeof(*op));
+	op->kind = OP_GAP;
+	op->has_lost = true;
+	op->lost = 1;
 }
 
 int ringdec_record(struct ringdec *d, unsigned type, const void *payload,
@@ -331,9 +388,18 @@ int ringdec_record(struct ringdec *d, unsigned type, const void *payload,
 		ret = ringdec_launch(d, payload, len, op);
 		break;
 	default:
-		return ringdec_bad(d, "unknown record type", type, len);
+		ret = ringdec_bad(d, "unknown record type", type, len);
+		break;
 	}
-	if (ret == 1)
-		d->n.ops++;
+	if (ret < 0) {
+		if (ret != -EBADMSG)
+			snprintf(d->error, sizeof(d->error),
+				 "%s (record type %u, %zu bytes)",
+				 strerror(-ret), type, len);
+		ringdec_lost_op(op);
+		d->n.lost++;
+		ret = 1;
+	}
+	d->n.ops++;
 	return ret;
 }

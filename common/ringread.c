@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../proto/ring.h"
 
@@ -26,7 +27,9 @@ struct ringread {
 	size_t map_len;
 	uint64_t tail;
 	uint64_t head; /* the newest plausible head seen, at least tail */
+	bool stopped;  /* ringread_stop_at_head(): head is final */
 	uint64_t beat;
+	uintptr_t page; /* the page size, a power of two */
 	unsigned char *copy; /* max_record bytes */
 	struct ringread_counters n;
 };
@@ -86,6 +89,9 @@ static int ringread_mmap(int fd, struct ringread *r, const char **why)
 		return -errno;
 	r->data = (unsigned char *)r->hdr + RING_HEADER_SIZE;
 	r->mask = r->capacity - 1;
+	r->page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	if (r->page == 0 || (r->page & (r->page - 1)) != 0)
+		r->page = 1; /* no whole pages: skips zero bytes by bytes */
 	return 0;
 }
 
@@ -126,6 +132,10 @@ int ringread_map(int fd, struct ringread **out, const char **why)
 	/* Relaxed: written by consumers only, the last of which is gone or is
 	 * us; a producer's scribble there only skews its own statistics. */
 	r->n.ops = r->n.ops_at_map = ring_load_relaxed(&r->hdr->consumed);
+	if (r->n.ops > RINGREAD_MAX_COUNT) {
+		r->n.ops = r->n.ops_at_map = 0;
+		r->n.corrupt++;
+	}
 	/* Relaxed: a liveness hint. Beating at once tells blocked producers
 	 * that a consumer exists before its first drain. */
 	r->beat = ring_load_relaxed(&r->hdr->beat) + 1;
@@ -159,6 +169,42 @@ static void ringread_zero(struct ringread *r, uint64_t from, uint64_t to)
 	memset(r->data, 0, n - first);
 }
 
+/*
+ * Zeroes [p, p + n) without writing its whole pages: those are given back
+ * to the memfd (MADV_REMOVE punches a hole, which reads as zeroes), so a
+ * page that was never written is never brought in. Only the partial pages
+ * at the ends are written, and all of it where the hole cannot be made.
+ */
+static void ringread_punch(const struct ringread *r, unsigned char *p,
+			   uint64_t n)
+{
+	uintptr_t a = (uintptr_t)p, b = a + n;
+	uintptr_t pa = (a + r->page - 1) & ~(r->page - 1);
+	uintptr_t pb = b & ~(r->page - 1);
+
+	if (pa >= pb || madvise((void *)pa, pb - pa, MADV_REMOVE) < 0) {
+		memset(p, 0, n);
+		return;
+	}
+	memset(p, 0, pa - a);
+	memset((void *)pb, 0, b - pb);
+}
+
+/*
+ * Zeroes the skipped bytes [from, to), wrapping at the end, of which only
+ * the header at `from` was read. A skip spans up to a whole ring (a corrupt
+ * header may claim the head that far ahead), so it is punched, not written:
+ * it touches no more of a sparse ring than what was read.
+ */
+static void ringread_discard(struct ringread *r, uint64_t from, uint64_t to)
+{
+	uint64_t n = to - from, off = from & r->mask, first;
+
+	first = r->capacity - off < n ? r->capacity - off : n;
+	ringread_punch(r, r->data + off, first);
+	ringread_punch(r, r->data, n - first);
+}
+
 /* Where producers have reserved up to, or `pos` (where this drain has read
  * to) when that is absurd: past a capacity from our tail, behind pos, or
  * not a multiple of 8 (a skip to it would read headers across the end). */
@@ -167,6 +213,8 @@ static uint64_t ringread_head(const struct ringread *r, uint64_t pos)
 	/* Relaxed: used only to bound a skip; nothing is read through it. */
 	uint64_t head = ring_load_relaxed(&r->hdr->head);
 
+	if (r->stopped)
+		return r->head;
 	if (head - r->tail > r->capacity || head - r->tail < pos - r->tail ||
 	    head % RING_ALIGN != 0)
 		return pos;
@@ -183,11 +231,12 @@ static bool ringread_valid(const struct ringread *r, uint64_t pos,
 	       (pos & r->mask) + len <= r->capacity && tag == ring_tag(pos);
 }
 
-/* Publishes the tail after zeroing what was consumed. */
-static void ringread_publish(struct ringread *r, uint64_t pos)
+/* Publishes the tail `pos` after zeroing what was consumed since `clean`
+ * (what came before was zeroed as it was skipped). */
+static void ringread_publish(struct ringread *r, uint64_t clean, uint64_t pos)
 {
 	if (pos != r->tail) {
-		ringread_zero(r, r->tail, pos);
+		ringread_zero(r, clean, pos);
 		r->n.bytes += pos - r->tail;
 		r->tail = pos;
 		/* Relaxed: ordered before the tail by the release store below,
@@ -268,18 +317,23 @@ static uint64_t ringread_skip(struct ringread *r, uint64_t pos, uint64_t *head,
 int ringread_drain(struct ringread *r, unsigned max, unsigned flags,
 		   ringread_cb cb, void *arg)
 {
-	uint64_t pos = r->tail, head = r->head, len, skip;
+	uint64_t pos = r->tail, clean = r->tail, head = r->head, len, skip;
 	const struct ring_rec *rec;
 	enum ringread_state st;
 	uint32_t word;
 	int calls = 0, err = 0;
 
 	while ((unsigned)calls < max && err == 0) {
+		if (r->stopped && pos == r->head)
+			break; /* the rest is not the gone producer's */
 		st = ringread_classify(r, pos, &head, &word);
 		if (st != RINGREAD_READY) {
 			skip = ringread_skip(r, pos, &head, st, word, flags);
 			if (skip == 0)
 				break;
+			ringread_zero(r, clean, pos);
+			ringread_discard(r, pos, pos + skip);
+			clean = pos + skip;
 			r->n.lost_bytes += skip;
 			pos += skip;
 			calls++;
@@ -301,8 +355,14 @@ int ringread_drain(struct ringread *r, unsigned max, unsigned flags,
 		err = cb(arg, ring_word_type(word), r->copy, len);
 	}
 	r->head = head;
-	ringread_publish(r, pos);
+	ringread_publish(r, clean, pos);
 	return err < 0 ? err : calls;
+}
+
+void ringread_stop_at_head(struct ringread *r)
+{
+	r->head = ringread_head(r, r->head);
+	r->stopped = true;
 }
 
 uint64_t ringread_take_pending(struct ringread *r)

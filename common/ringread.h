@@ -30,6 +30,15 @@ int ringread_map(int fd, struct ringread **out, const char **why);
 
 void ringread_unmap(struct ringread *r);
 
+/*
+ * The largest count of operations a ring can speak of: no process performs,
+ * drops or has consumed more (2^53 is three years at 10^8 a second, and the
+ * largest integer that a double, as JSON readers and Prometheus hold
+ * numbers, keeps exact). A count above it, in the ring's header or in a
+ * gap record, is corruption; a consumer's sums of counts saturate at it.
+ */
+#define RINGREAD_MAX_COUNT (UINT64_C(1) << 53)
+
 /* The pseudo record type for lost records; `len` is the bytes skipped. */
 #define RINGREAD_LOST 0u
 
@@ -58,6 +67,15 @@ int ringread_drain(struct ringread *r, unsigned max, unsigned flags,
 		   ringread_cb cb, void *arg);
 
 /*
+ * The producer is gone: what is reserved from now on is not its own (a
+ * child that kept the mapping may write on). Later drains stop at the head
+ * seen now (or the newest plausible one seen before, when it is absurd),
+ * so that what is left of a process is at most one ring, drained in
+ * batches like any other.
+ */
+void ringread_stop_at_head(struct ringread *r);
+
+/*
  * Takes the count of dropped records that no gap record reported yet; for
  * a producer that is gone (a live one reports them itself).
  */
@@ -74,7 +92,8 @@ struct ringread_counters {
 	uint64_t ops_at_map; /* what `ops` was when we mapped the ring */
 	uint64_t bytes;     /* bytes consumed */
 	uint64_t lost_bytes; /* bytes skipped as lost */
-	uint64_t corrupt;   /* corrupt headers met */
+	uint64_t corrupt;   /* corrupt headers met, and an impossible count
+			       of operations consumed at map (taken as 0) */
 };
 
 void ringread_counters(const struct ringread *r, struct ringread_counters *c);

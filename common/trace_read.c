@@ -634,6 +634,8 @@ static int add_frame(struct trace_reader *r, struct fields *f,
 	uint32_t id;
 	int err;
 
+	if (f->nframes == OP_MAX_FRAMES) /* as the live path keeps it */
+		return 0;
 	if (f->nframes == r->frames_cap) {
 		size_t cap = r->frames_cap ? r->frames_cap * 2 : 16;
 		uint32_t *v = realloc(r->frames, cap * sizeof(*v));
@@ -643,7 +645,7 @@ static int add_frame(struct trace_reader *r, struct fields *f,
 		r->frames = v;
 		r->frames_cap = cap;
 	}
-	err = symtab_intern(r->syms, s->p, s->len, &id);
+	err = symtab_intern(r->syms, s->p, op_cut_string(s->p, s->len), &id);
 	if (err < 0)
 		return fail_symtab(r, err);
 	r->frames[f->nframes++] = id;
@@ -807,7 +809,9 @@ static int make_op(struct trace_reader *r, const struct directive *d,
 		if (f->str[KEY_OP].len == 0)
 			return fail(r, -EINVAL, "empty value for 'op'");
 		err = symtab_intern(r->syms, f->str[KEY_OP].p,
-				    f->str[KEY_OP].len, &name);
+				    op_cut_string(f->str[KEY_OP].p,
+						  f->str[KEY_OP].len),
+				    &name);
 		if (err < 0)
 			return fail_symtab(r, err);
 	}

@@ -16,8 +16,10 @@
  *    finding repeated a million times a second costs the store one upsert
  *    per round.
  * 4. A disconnected process is drained as long as it lives (an agent that
- *    closed its socket may still push); once it is gone, the last drain
- *    skips what it left unfinished, its drops become a gap, and the store
+ *    closed its socket may still push); once it is gone, its ring is
+ *    drained up to the head it left, a batch a round like any other (a
+ *    child that kept the mapping and writes on holds no thread), what it
+ *    left unfinished is skipped, its drops become a gap, and the store
  *    records it exited. A process that registers again while it is still
  *    drained here keeps its handle: a ring has one consumer.
  * 5. Counters go on where the store left them, across daemon restarts.
@@ -30,7 +32,9 @@
  */
 #include "ingest.h"
 
+#include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -41,6 +45,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "log.h"
 #include "procstat.h"
 #include "ringdec.h"
 #include "ringread.h"
@@ -52,6 +57,9 @@
 #define INGEST_ALIVE_CHECK_MS 500 /* a disconnected process's liveness */
 #define INGEST_MAX_THREADS 64
 #define INGEST_ENGINE_BYTES ((size_t)1 << 30)
+/* Of that cap, what a process's strings and stacks may take (its symtab,
+ * ringdec_set_max_bytes()); the engine has the rest. */
+#define INGEST_SYMTAB_BYTES (INGEST_ENGINE_BYTES / 8)
 
 struct ingest_proc {
 	struct ingest_proc *next;
@@ -68,20 +76,33 @@ struct ingest_proc {
 	struct finding *pending; /* the latest repeat of each, count = delta */
 	size_t npending, cap_pending;
 	uint64_t events, lost, gaps;
+	uint64_t bad; /* records and counts found corrupt, as of the last drain */
+	bool warned;  /* the log said so once */
+	bool skipping; /* engine_feed_or_skip()'s */
 	/* enum store_state, running or dormant: the loop thread's (attach and
 	 * detach), read by the drain thread. */
 	_Atomic int state;
 	int64_t last_ms, updated_ms, checked_ms;
 	int64_t empty_mono_ms; /* when its ring was last found empty */
-	bool disconnected; /* under the thread's lock */
+	/* Connections holding the handle (a process that registers again
+	 * before its old connection is seen closed has two); disconnected at
+	 * 0. Under the thread's lock. */
+	unsigned conns;
+	/* Found gone: its ring is drained up to where it left it, a batch
+	 * a round, then it is finished (DESIGN 4). Set by its thread under
+	 * the lock (ingest_find() reads it), read by its thread. */
+	bool gone;
 	struct ingest *in;
 };
 
 struct ingest_thread {
 	pthread_t thread;
 	pthread_mutex_t lock;
-	struct ingest_proc *procs;
-	unsigned nprocs;
+	struct ingest_proc *procs; /* under lock; new ones pushed at the head */
+	/* The length of procs, changed under lock. Atomic because
+	 * ingest_pick() reads it without the lock: relaxed, a balancing hint
+	 * that orders nothing; a stale count costs balance only. */
+	_Atomic unsigned nprocs;
 	struct ingest *in;
 	/* Its latest round's fullest ring (parts per million) and longest
 	 * lag; written by the thread, read by ingest_get_stats(). */
@@ -137,7 +158,7 @@ static size_t ingest_frames(const struct symtab *syms, uint32_t id,
 	return n;
 }
 
-#define INGEST_MAX_FRAMES 256
+#define INGEST_MAX_FRAMES OP_MAX_FRAMES
 
 static void ingest_access(const struct symtab *syms,
 			  const struct finding_access *a,
@@ -239,15 +260,88 @@ static void ingest_flush_repeats(struct ingest_proc *p)
 
 /* ---- draining ----------------------------------------------------------- */
 
+/* a + b, saturating at the largest count a ring speaks of: an agent's
+ * numbers must not wrap a sum into nonsense. */
+static uint64_t ingest_sat_add(uint64_t a, uint64_t b)
+{
+	return a >= RINGREAD_MAX_COUNT || b >= RINGREAD_MAX_COUNT - a ?
+		       RINGREAD_MAX_COUNT :
+		       a + b;
+}
+
+/* Counts `n` operations lost, in the process and in the host's total. */
+static void ingest_count_lost(struct ingest_proc *p, uint64_t n)
+{
+	uint64_t was;
+
+	p->lost = ingest_sat_add(p->lost, n);
+	/* Relaxed, on success and failure alike: a statistic, which orders
+	 * nothing; the loop only keeps the sum saturated. */
+	was = atomic_load_explicit(&p->in->lost, memory_order_relaxed);
+	while (!atomic_compare_exchange_weak_explicit(
+		&p->in->lost, &was, ingest_sat_add(was, n),
+		memory_order_relaxed, memory_order_relaxed))
+		;
+}
+
 /* A gap: one more, and the operations it says were lost (none counted
  * when it does not know). */
 static void ingest_count_gap(struct ingest_proc *p, const struct op *op)
 {
-	uint64_t n = op->has_lost ? op->lost : 0;
-
 	p->gaps++;
-	p->lost += n;
-	atomic_fetch_add_explicit(&p->in->lost, n, memory_order_relaxed);
+	if (op->has_lost)
+		ingest_count_lost(p, op->lost);
+}
+
+/* Feeds the engine a gap of `lost` operations (unknown: UINT64_MAX) that
+ * no record carried, and counts it. */
+static void ingest_gap(struct ingest_proc *p, uint64_t lost)
+{
+	struct op gap = { .kind = OP_GAP, .has_lost = lost != UINT64_MAX,
+			  .lost = lost != UINT64_MAX ? lost : 0 };
+
+	ingest_count_gap(p, &gap);
+	engine_feed(p->engine, &gap);
+}
+
+/*
+ * Says once per process that its ring held what no correct agent writes:
+ * an undecodable record, a corrupt header, an impossible count. Each is
+ * already a gap in its analysis and counted; the log names the process.
+ */
+static void ingest_check_corrupt(struct ingest_proc *p)
+{
+	struct ringdec_counters dc;
+	struct ringread_counters rc;
+	uint64_t bad;
+
+	ringdec_counters(p->dec, &dc);
+	ringread_counters(p->rr, &rc);
+	bad = dc.malformed + dc.lost + rc.corrupt;
+	if (bad == p->bad)
+		return;
+	p->bad = bad;
+	if (!p->warned)
+		log_warn("pid %u: its ring holds what no agent writes (%s); "
+			 "its analysis has a gap there, counted",
+			 p->pid, *ringdec_error(p->dec) ? ringdec_error(p->dec) :
+							 "a corrupt record header "
+							 "or count");
+	p->warned = true;
+}
+
+/* Feeds one operation; one naming a stream beyond the engine's limit is
+ * counted lost, in a gap, as `analyze` counts it. engine_feed_or_skip()'s
+ * result. */
+static int ingest_feed(struct ingest_proc *p, const struct op *op)
+{
+	int rc = engine_feed_or_skip(p->engine, op, &p->skipping);
+
+	if (rc > 0) {
+		p->gaps += rc == ENGINE_SKIPPED_GAP;
+		ingest_count_lost(p, 1);
+	}
+	return rc;
 }
 
 static int ingest_record_cb(void *arg, unsigned type, const void *payload,
@@ -259,13 +353,15 @@ static int ingest_record_cb(void *arg, unsigned type, const void *payload,
 	if (ringdec_record(p->dec, type, payload, len, &op) != 1)
 		return 0; /* a definition, or malformed: ringdec counts it */
 	/* A gap is no operation of the process's: it is counted apart. */
-	if (op.kind == OP_GAP)
+	if (op.kind == OP_GAP) {
 		ingest_count_gap(p, &op);
-	else
-		p->events++;
-	/* An op the engine refuses (a stream beyond its limit) is skipped;
-	 * out of memory it forgets history itself, as a gap would. */
-	engine_feed(p->engine, &op);
+		engine_feed(p->engine, &op);
+		return 0;
+	}
+	/* Out of memory the engine forgets history itself, as a gap would. */
+	if (ingest_feed(p, &op) > 0)
+		return 0;
+	p->events++;
 	return 0;
 }
 
@@ -280,6 +376,7 @@ static int ingest_drain(struct ingest_proc *p, unsigned flags)
 		/* Relaxed: a statistic, summed once per batch. */
 		atomic_fetch_add_explicit(&p->in->events, p->events - before,
 					  memory_order_relaxed);
+		ingest_check_corrupt(p);
 	}
 	return n < 0 ? 0 : n;
 }
@@ -334,17 +431,12 @@ static void ingest_update(struct ingest_proc *p, enum store_state st)
 	p->updated_ms = ingest_now_ms();
 }
 
-/* Whether the process is still the one that registered. */
+/* Whether the process is still the one that registered and can push:
+ * a zombie cannot, and waiting for its parent to reap it would keep its
+ * last operations from every query meanwhile. */
 static bool ingest_alive(const struct ingest_proc *p)
 {
-	uint64_t t = 0;
-
-	if (kill((pid_t)p->pid, 0) < 0 && errno == ESRCH)
-		return false;
-	if (procstat_start_time((pid_t)p->pid, &t) < 0)
-		t = 0;
-	/* Unreadable /proc (hidepid): trust kill(), which said it exists. */
-	return t == 0 || p->start_time == 0 || t == p->start_time;
+	return !procstat_gone((pid_t)p->pid, p->start_time);
 }
 
 static void ingest_proc_free(struct ingest_proc *p)
@@ -360,17 +452,20 @@ static void ingest_proc_free(struct ingest_proc *p)
 	free(p);
 }
 
-/* The last drain of a process that is gone (DESIGN 4). */
+/* Ends a process that is gone once its ring is drained (DESIGN 4). */
 static void ingest_finish(struct ingest_proc *p)
 {
-	struct op gap = { .kind = OP_GAP, .has_lost = true };
+	uint64_t pending;
 
-	while (ingest_drain(p, RINGREAD_DEAD) > 0)
-		;
-	gap.lost = ringread_take_pending(p->rr);
-	if (gap.lost != 0) {
-		ingest_count_gap(p, &gap);
-		engine_feed(p->engine, &gap);
+	/* The producers' count, untrusted: beyond any real one, unknown. */
+	pending = ringread_take_pending(p->rr);
+	if (pending > RINGREAD_MAX_COUNT) {
+		ingest_gap(p, UINT64_MAX);
+		log_warn("pid %u: its ring claims %" PRIu64 " operations "
+			 "dropped; counted a gap of unknown size",
+			 p->pid, pending);
+	} else if (pending != 0) {
+		ingest_gap(p, pending);
 	}
 	ingest_flush_repeats(p);
 	ingest_update(p, STORE_EXITED);
@@ -378,23 +473,43 @@ static void ingest_finish(struct ingest_proc *p)
 }
 
 /*
- * One round over a thread's processes: a batch from each, then the
- * processes found gone are finished and freed. The thread's lock guards
- * the list only; draining runs without it. Returns the records taken.
+ * The link that points at `p` in its thread's list, looked up afresh under
+ * the lock: ingest_register() pushes processes at the head while a round
+ * has the lock released, so a link taken before a drain may no longer
+ * point at p (writing through a stale head dropped every process
+ * registered meanwhile: never drained, never finished).
+ */
+static struct ingest_proc **ingest_link_of(struct ingest_thread *t,
+					   const struct ingest_proc *p)
+{
+	struct ingest_proc **link = &t->procs;
+
+	while (*link != p) {
+		assert(*link != NULL);
+		link = &(*link)->next;
+	}
+	return link;
+}
+
+/*
+ * One round over a thread's processes: a batch from each; a process found
+ * gone is finished and freed once a batch drained the last of what it
+ * left. The thread's lock guards the list only; draining runs without it.
+ * Returns the records taken.
  */
 static unsigned ingest_round(struct ingest_thread *t)
 {
 	struct ingest_proc **link, *p;
-	unsigned total = 0;
+	unsigned n, total = 0;
 	uint32_t fill, max_fill = 0;
 	int64_t now, lag, max_lag = 0;
-	bool gone;
 
 	pthread_mutex_lock(&t->lock);
 	link = &t->procs;
 	while ((p = *link) != NULL) {
 		pthread_mutex_unlock(&t->lock);
-		total += (unsigned)ingest_drain(p, 0);
+		n = (unsigned)ingest_drain(p, p->gone ? RINGREAD_DEAD : 0);
+		total += n;
 		ingest_flush_repeats(p);
 		ingest_backlog(p, ingest_mono_ms(), &fill, &lag);
 		max_fill = fill > max_fill ? fill : max_fill;
@@ -403,14 +518,19 @@ static unsigned ingest_round(struct ingest_thread *t)
 		if (now - p->updated_ms >= INGEST_UPDATE_MS)
 			ingest_update(p, STORE_RUNNING);
 		pthread_mutex_lock(&t->lock);
-		gone = false;
-		if (p->disconnected && now - p->checked_ms >= 0) {
+		if (!p->gone && p->conns == 0 && now - p->checked_ms >= 0) {
 			p->checked_ms = now + INGEST_ALIVE_CHECK_MS;
-			gone = !ingest_alive(p);
-		}
-		if (gone) {
+			if (!ingest_alive(p)) {
+				/* From the next round on, its last batches. */
+				p->gone = true;
+				ringread_stop_at_head(p->rr);
+			}
+		} else if (p->gone && n < INGEST_BATCH) {
+			/* What it left is drained: */
+			link = ingest_link_of(t, p);
 			*link = p->next;
-			t->nprocs--;
+			atomic_fetch_sub_explicit(&t->nprocs, 1,
+						  memory_order_relaxed);
 			pthread_mutex_unlock(&t->lock);
 			ingest_finish(p);
 			ingest_proc_free(p);
@@ -526,11 +646,18 @@ void ingest_free(struct ingest *in)
 		while ((p = t->procs) != NULL) {
 			t->procs = p->next;
 			/* The daemon stops, the process may go on: take what
-			 * is committed, leave it running for the next daemon. */
-			while (ingest_drain(p, 0) > 0)
+			 * is committed up to the head now (a flooding process
+			 * must not hold the stop up), leave it running for
+			 * the next daemon. One found gone is finished. */
+			if (!p->gone)
+				ringread_stop_at_head(p->rr);
+			while (ingest_drain(p, p->gone ? RINGREAD_DEAD : 0) > 0)
 				;
 			ingest_flush_repeats(p);
-			ingest_update(p, STORE_RUNNING);
+			if (p->gone)
+				ingest_finish(p);
+			else
+				ingest_update(p, STORE_RUNNING);
 			ingest_proc_free(p);
 		}
 		pthread_mutex_destroy(&t->lock);
@@ -544,7 +671,8 @@ static int ingest_proc_new(struct ingest *in, int fd, struct ingest_proc **out,
 {
 	struct engine_opts eo = { .dedup = true,
 				  .finding_cb = ingest_finding_cb,
-				  .max_bytes = INGEST_ENGINE_BYTES };
+				  .max_bytes = INGEST_ENGINE_BYTES -
+					       INGEST_SYMTAB_BYTES };
 	struct ingest_proc *p = calloc(1, sizeof(*p));
 	int err;
 
@@ -561,6 +689,8 @@ static int ingest_proc_new(struct ingest *in, int fd, struct ingest_proc **out,
 	if (err == 0)
 		err = ringdec_new(p->syms, &p->dec);
 	if (err == 0)
+		ringdec_set_max_bytes(p->dec, INGEST_SYMTAB_BYTES);
+	if (err == 0)
 		err = engine_new(&eo, &p->engine);
 	if (err < 0) {
 		ingest_proc_free(p);
@@ -571,7 +701,7 @@ static int ingest_proc_new(struct ingest *in, int fd, struct ingest_proc **out,
 }
 
 /* The handle of a process still drained here (DESIGN 4), or NULL; found,
- * it counts as connected again, so that it is not finished meanwhile. */
+ * it holds one connection more, so that it is not finished meanwhile. */
 static struct ingest_proc *ingest_find(struct ingest *in, uint32_t pid,
 				       uint64_t start_time)
 {
@@ -582,8 +712,10 @@ static struct ingest_proc *ingest_find(struct ingest *in, uint32_t pid,
 
 		pthread_mutex_lock(&t->lock);
 		for (struct ingest_proc *p = t->procs; p != NULL; p = p->next) {
-			if (p->pid == pid && p->start_time == start_time) {
-				p->disconnected = false;
+			/* One found gone is not the process registering. */
+			if (p->pid == pid && p->start_time == start_time &&
+			    !p->gone) {
+				p->conns++;
 				found = p;
 				break;
 			}
@@ -597,10 +729,17 @@ static struct ingest_proc *ingest_find(struct ingest *in, uint32_t pid,
 static struct ingest_thread *ingest_pick(struct ingest *in)
 {
 	struct ingest_thread *best = &in->threads[0];
+	/* Relaxed: see struct ingest_thread. */
+	unsigned n, least = atomic_load_explicit(&best->nprocs,
+						 memory_order_relaxed);
 
 	for (unsigned i = 1; i < in->nthreads; i++) {
-		if (in->threads[i].nprocs < best->nprocs)
+		n = atomic_load_explicit(&in->threads[i].nprocs,
+					 memory_order_relaxed);
+		if (n < least) {
 			best = &in->threads[i];
+			least = n;
+		}
 	}
 	return best;
 }
@@ -647,20 +786,20 @@ int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 	p->lost = was.lost;
 	p->gaps = was.gaps;
 	ringread_counters(p->rr, &rc);
-	if (rc.ops_at_map > was.ring_ops) {
-		p->lost += rc.ops_at_map - was.ring_ops;
-		atomic_fetch_add_explicit(&in->lost, rc.ops_at_map - was.ring_ops,
-					  memory_order_relaxed);
-	}
+	if (rc.ops_at_map > was.ring_ops)
+		ingest_count_lost(p, rc.ops_at_map - was.ring_ops);
+	if (rc.corrupt != 0) /* how many a dead daemon took: unknown */
+		ingest_gap(p, UINT64_MAX);
 	p->last_ms = ingest_now_ms();
 	p->empty_mono_ms = ingest_mono_ms();
 	atomic_fetch_add_explicit(&in->running, 1, memory_order_relaxed);
 	t = ingest_pick(in);
+	p->conns = 1;
 	pthread_mutex_lock(&t->lock);
 	p->thread = t;
 	p->next = t->procs;
 	t->procs = p;
-	t->nprocs++;
+	atomic_fetch_add_explicit(&t->nprocs, 1, memory_order_relaxed);
 	pthread_mutex_unlock(&t->lock);
 	*out = p;
 	return 0;
@@ -683,8 +822,9 @@ void ingest_disconnect(struct ingest *in, struct ingest_proc *p)
 
 	(void)in;
 	pthread_mutex_lock(&t->lock);
-	p->disconnected = true;
-	p->checked_ms = 0;
+	assert(p->conns > 0);
+	if (--p->conns == 0)
+		p->checked_ms = 0;
 	pthread_mutex_unlock(&t->lock);
 }
 

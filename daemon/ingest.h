@@ -58,9 +58,10 @@ int64_t ingest_proc_id(const struct ingest_proc *proc);
 void ingest_set_state(struct ingest_proc *proc, enum store_state st);
 
 /*
- * The agent's connection closed. Once the process has exited (at once when
- * it has), ingest drains what it left, records the process as exited and
- * frees the handle; the caller must not use it again.
+ * The agent's connection closed: one call for each ingest_register() that
+ * returned the handle. Once the last is made and the process has exited
+ * (at once when it has), ingest drains what it left, records the process
+ * as exited and frees the handle; the caller must not use it again.
  */
 void ingest_disconnect(struct ingest *in, struct ingest_proc *proc);
 

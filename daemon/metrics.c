@@ -26,10 +26,22 @@
  *    or per-rank series are allowed only for jobs with a running process,
  *    at most METRICS_MAX_JOBS of them, and must disappear when the job
  *    ends; there are none yet. Everything else is aggregated per node.
+ * 4. No client holds HTTP for long: at most METRICS_MAX_CONNS connections,
+ *    METRICS_PER_IP_CONNS from one address, each idle at most
+ *    METRICS_TIMEOUT_S, and each request (from the connection's start or
+ *    its previous answer to the end of its answer) at most
+ *    METRICS_REQUEST_MS, however slowly it trickles in: MHD's idle timeout
+ *    alone keeps a client that sends a byte a second forever. `conns`
+ *    lists the open connections (MHD's thread adds and removes them under
+ *    `conns_lock`); the loop's timer shuts down those past their time,
+ *    under the same lock, and MHD then closes them. MHD tells us a
+ *    connection closed before it closes its descriptor, so the descriptor
+ *    shut down is always that connection's.
  */
 #include "metrics.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -40,6 +52,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
@@ -51,8 +65,9 @@
 #define METRICS_FILE_MS 2000
 #define METRICS_MAX_JOBS 64         /* DESIGN 3, for per-job series */
 #define METRICS_MAX_CONNS 256       /* HTTP connections at once */
-#define METRICS_PER_IP_CONNS 256    /* the same: scrapers share an address */
+#define METRICS_PER_IP_CONNS 64     /* from one address: a quarter */
 #define METRICS_TIMEOUT_S 10        /* an idle HTTP connection's life */
+#define METRICS_REQUEST_MS 5000     /* a request's, however slow (DESIGN 4) */
 #define METRICS_CONN_MEMORY 16384   /* a request's head must fit in this */
 #define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
@@ -68,6 +83,16 @@ struct metrics {
 	pthread_mutex_t lock; /* guards text and len (DESIGN 1) */
 	char *text;
 	size_t len;
+	pthread_mutex_t conns_lock; /* guards conns (DESIGN 4) */
+	struct metrics_conn *conns;
+};
+
+/* An open HTTP connection (DESIGN 4); MHD's socket context. */
+struct metrics_conn {
+	struct metrics_conn *prev, *next;
+	int fd;
+	int64_t since_ms; /* start, or the end of its previous answer */
+	bool cut;	  /* shut down; MHD closes it */
 };
 
 /* ---- the address ------------------------------------------------------- */
@@ -262,11 +287,41 @@ static int metrics_write_file(struct metrics *m)
 	return err;
 }
 
+static int64_t metrics_mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Shuts down the connections past METRICS_REQUEST_MS (DESIGN 4). Loop
+ * thread. */
+static void metrics_cut_slow(struct metrics *m)
+{
+	int64_t now = metrics_mono_ms();
+	unsigned cut = 0;
+
+	pthread_mutex_lock(&m->conns_lock);
+	for (struct metrics_conn *c = m->conns; c != NULL; c = c->next) {
+		if (c->cut || now - c->since_ms < METRICS_REQUEST_MS)
+			continue;
+		shutdown(c->fd, SHUT_RDWR);
+		c->cut = true;
+		cut++;
+	}
+	pthread_mutex_unlock(&m->conns_lock);
+	if (cut > 0)
+		log_debug("metrics: closed %u HTTP connections slower than "
+			  "%d ms", cut, METRICS_REQUEST_MS);
+}
+
 static void metrics_timer_cb(uv_timer_t *t)
 {
 	struct metrics *m = (struct metrics *)t;
 	int err;
 
+	metrics_cut_slow(m);
 	metrics_refresh(m);
 	if (m->textfile == NULL || (int64_t)uv_now(t->loop) < m->file_due_ms)
 		return;
@@ -355,6 +410,69 @@ static void metrics_mhd_log_cb(void *cls, const char *fmt, va_list ap)
 	log_debug("metrics: http: %s", line);
 }
 
+/* MHD opened or closed a connection (DESIGN 4). MHD's thread. */
+static void metrics_conn_cb(void *cls, struct MHD_Connection *connection,
+			    void **socket_context,
+			    enum MHD_ConnectionNotificationCode toe)
+{
+	struct metrics *m = cls;
+	struct metrics_conn *c = *socket_context;
+	const union MHD_ConnectionInfo *info;
+
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		info = MHD_get_connection_info(connection,
+					       MHD_CONNECTION_INFO_CONNECTION_FD);
+		c = calloc(1, sizeof(*c));
+		if (c == NULL || info == NULL) {
+			/* Untimed, but MHD's idle timeout still holds. */
+			free(c);
+			return;
+		}
+		c->fd = info->connect_fd;
+		c->since_ms = metrics_mono_ms();
+		pthread_mutex_lock(&m->conns_lock);
+		c->next = m->conns;
+		if (m->conns != NULL)
+			m->conns->prev = c;
+		m->conns = c;
+		pthread_mutex_unlock(&m->conns_lock);
+		*socket_context = c;
+		return;
+	}
+	if (c == NULL)
+		return;
+	pthread_mutex_lock(&m->conns_lock);
+	if (c->prev != NULL)
+		c->prev->next = c->next;
+	else
+		m->conns = c->next;
+	if (c->next != NULL)
+		c->next->prev = c->prev;
+	pthread_mutex_unlock(&m->conns_lock);
+	free(c);
+	*socket_context = NULL;
+}
+
+/* A request was answered: the connection's next one has its own time.
+ * MHD's thread. */
+static void metrics_completed_cb(void *cls, struct MHD_Connection *connection,
+				 void **con_cls,
+				 enum MHD_RequestTerminationCode toe)
+{
+	struct metrics *m = cls;
+	const union MHD_ConnectionInfo *info = MHD_get_connection_info(
+		connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct metrics_conn *c = info != NULL ? info->socket_context : NULL;
+
+	(void)con_cls;
+	(void)toe;
+	if (c == NULL)
+		return;
+	pthread_mutex_lock(&m->conns_lock);
+	c->since_ms = metrics_mono_ms();
+	pthread_mutex_unlock(&m->conns_lock);
+}
+
 static int metrics_listen(struct metrics *m, const char *addr)
 {
 	struct sockaddr_storage sa;
@@ -380,6 +498,8 @@ static int metrics_listen(struct metrics *m, const char *addr)
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_TIMEOUT_S,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT,
 		(size_t)METRICS_CONN_MEMORY,
+		MHD_OPTION_NOTIFY_CONNECTION, metrics_conn_cb, m,
+		MHD_OPTION_NOTIFY_COMPLETED, metrics_completed_cb, m,
 		MHD_OPTION_END);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (m->mhd == NULL) {
@@ -403,6 +523,8 @@ static int metrics_listen(struct metrics *m, const char *addr)
 
 static void metrics_free(struct metrics *m)
 {
+	assert(m->conns == NULL); /* MHD_stop_daemon() closed them */
+	pthread_mutex_destroy(&m->conns_lock);
 	pthread_mutex_destroy(&m->lock);
 	free(m->text);
 	free(m->textfile);
@@ -426,6 +548,7 @@ int metrics_start(const struct metrics_opts *o, struct metrics **out)
 	m->version = o->version;
 	m->start_ns = o->start_ns;
 	pthread_mutex_init(&m->lock, NULL);
+	pthread_mutex_init(&m->conns_lock, NULL);
 	if (o->textfile != NULL && (m->textfile = strdup(o->textfile)) == NULL) {
 		metrics_free(m);
 		return -ENOMEM;

@@ -63,6 +63,8 @@ struct cfg {
 	char *log_file;
 	char *metrics_listen;
 	char *metrics_textfile;
+	unsigned max_agents_per_user;
+	unsigned max_queries_per_user;
 	unsigned system;
 	unsigned help;
 	unsigned version;
@@ -81,6 +83,10 @@ struct opt {
 	size_t off;           /* in struct cfg */
 	const char *help;
 };
+
+/* A number's digits, for an option's default. */
+#define NPUSAN_STR_(x) #x
+#define NPUSAN_STR(x) NPUSAN_STR_(x)
 
 static const struct opt opts[] = {
 	{ "socket", 0, OPT_PATH, "PATH", 0, 0, NULL, offsetof(struct cfg, socket),
@@ -115,6 +121,16 @@ static const struct opt opts[] = {
 	  "write the same metrics to PATH every few seconds and at exit, "
 	  "atomically, for node_exporter's textfile collector (PATH should "
 	  "end in .prom)" },
+	{ "max-agents-per-user", 0, OPT_UINT, "N", 1, 1000000,
+	  NPUSAN_STR(SERVER_AGENTS_PER_UID),
+	  offsetof(struct cfg, max_agents_per_user),
+	  "agents (processes) one user other than root may have connected at "
+	  "once; more are refused, and logged" },
+	{ "max-queries-per-user", 0, OPT_UINT, "N", 1, 1000000,
+	  NPUSAN_STR(SERVER_QUERIES_PER_UID),
+	  offsetof(struct cfg, max_queries_per_user),
+	  "npusanctl connections one user other than root may have open at "
+	  "once; more are refused, and logged" },
 	{ "system", 0, OPT_FLAG, NULL, 0, 0, NULL, offsetof(struct cfg, system),
 	  "use the system service's default paths even when not root" },
 	{ "version", 0, OPT_FLAG, NULL, 0, 0, NULL,
@@ -424,13 +440,123 @@ static int resolve_paths(const struct cfg *c, bool activated, struct paths *p)
 			     PATHS_DB_NAME) >= (int)sizeof(p->db))
 			return EXIT_START;
 	}
-	err = mkdir_p(dir, p->system ? 0755 : 0700);
+	/* Private whoever runs it, whatever the umask (state_private()). */
+	err = mkdir_p(dir, 0700);
 	if (err < 0) {
 		fprintf(stderr, "npusand: cannot create %s: %s\n", dir,
 			strerror(-err));
 		return EXIT_START;
 	}
 	return 0;
+}
+
+/* ---- the database's privacy -------------------------------------------- */
+
+/* Other users may create, rename or remove names in a directory of mode
+ * `m`: write access without the sticky bit, which (as on /tmp) lets only
+ * a file's owner rename or remove it. */
+#define STATE_DIR_OPEN(m) \
+	(((m) & (S_IWGRP | S_IWOTH)) != 0 && ((m) & S_ISVTX) == 0)
+
+/*
+ * Whether `path`, the database or a file SQLite or we keep beside it, is
+ * private: missing, or a regular file of ours no other user may read or
+ * write. 0, or a message on stderr and EXIT_START.
+ */
+static int state_file_private(const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st) < 0) {
+		if (errno == ENOENT)
+			return 0;
+		fprintf(stderr, "npusand: cannot check %s: %s\n", path,
+			strerror(errno));
+		return EXIT_START;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		fprintf(stderr, "npusand: %s is not a regular file\n", path);
+		return EXIT_START;
+	}
+	if (st.st_uid != geteuid()) {
+		fprintf(stderr, "npusand: %s belongs to uid %u, not to the "
+				"daemon's (%u): another user could read or "
+				"change every finding in it\n",
+			path, (unsigned)st.st_uid, (unsigned)geteuid());
+		return EXIT_START;
+	}
+	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+		fprintf(stderr, "npusand: other users may read or write %s "
+				"(mode %04o), and with it every user's "
+				"findings: chmod 600 it\n",
+			path, (unsigned)(st.st_mode & 07777));
+		return EXIT_START;
+	}
+	return 0;
+}
+
+/*
+ * Refuses a database others could read or change (issue 12): the
+ * database, its -wal, -shm and -journal and our .lock must be private
+ * files of ours, and their directory ours (or root's) with no other user
+ * able to replace them (not writable by others, or sticky as /tmp is). A
+ * directory others may only list (a 0755 home) is fine: the names in it
+ * say nothing, the files are closed. The daemon creates its own state
+ * directory 0700 (resolve_paths()) and its files 0600 (state_open()), so
+ * this refuses only what someone else left. 0, or a message and
+ * EXIT_START.
+ */
+static int state_private(const char *db)
+{
+	static const char *const beside[] = { "", "-wal", "-shm", "-journal",
+					      ".lock" };
+	char dir[PATH_MAX], path[PATH_MAX + 16];
+	struct stat st;
+	int rc;
+
+	dir_of(db, dir, sizeof(dir));
+	if (stat(dir, &st) < 0) {
+		fprintf(stderr, "npusand: cannot check %s: %s\n", dir,
+			strerror(errno));
+		return EXIT_START;
+	}
+	if (st.st_uid != geteuid() && st.st_uid != 0) {
+		fprintf(stderr, "npusand: the database's directory %s belongs "
+				"to uid %u: it could replace the database; "
+				"choose another --db\n",
+			dir, (unsigned)st.st_uid);
+		return EXIT_START;
+	}
+	if (STATE_DIR_OPEN(st.st_mode)) {
+		fprintf(stderr, "npusand: other users may write the "
+				"database's directory %s (mode %04o) and "
+				"replace its files: chmod 700 it, or choose "
+				"another --db\n",
+			dir, (unsigned)(st.st_mode & 07777));
+		return EXIT_START;
+	}
+	for (size_t i = 0; i < sizeof(beside) / sizeof(beside[0]); i++) {
+		snprintf(path, sizeof(path), "%s%s", db, beside[i]);
+		rc = state_file_private(path);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+/*
+ * store_open() with the umask closed to other users, whatever the
+ * daemon's was: SQLite creates the database, its -wal and its -shm with
+ * the process's umask (and later ones with the database's own mode).
+ */
+static int state_open(const struct store_opts *o, struct store **out,
+		      char **errmsg)
+{
+	mode_t old = umask(0077);
+	int err = store_open(o, out, errmsg);
+
+	umask(old);
+	return err;
 }
 
 /*
@@ -813,6 +939,8 @@ int main(int argc, char **argv)
 			goto out_log;
 		bound = true;
 	}
+	if (state_private(p.db) != 0)
+		goto out_listen;
 	lockfd = lock_db(p.db);
 	if (lockfd < 0)
 		goto out_listen;
@@ -827,7 +955,7 @@ int main(int argc, char **argv)
 	so.retain_days = d.cfg.retain_days;
 	so.commit_cb = commit_cb;
 	so.commit_arg = &d.commit;
-	err = store_open(&so, &d.store, &errmsg);
+	err = state_open(&so, &d.store, &errmsg);
 	if (err < 0) {
 		log_error("cannot open the database %s: %s", p.db,
 			  errmsg ? errmsg : strerror(-err));
@@ -857,6 +985,8 @@ int main(int argc, char **argv)
 	sv.store = d.store;
 	sv.ingest = d.ingest;
 	sv.max_conns = max_conns;
+	sv.max_agents_per_uid = d.cfg.max_agents_per_user;
+	sv.max_queries_per_uid = d.cfg.max_queries_per_user;
 	sv.start_ns = uv_hrtime();
 	err = server_start(&sv, &d.server);
 	if (err < 0) {

@@ -23,30 +23,44 @@
  *    gets an Error and the connection stays.
  * 3. What one connection may make the daemon hold is bounded: a request
  *    frame of WIRE_RX_MAX, allocated only while it arrives, and an output
- *    queue that answers stop filling at SERVER_OUT_HIGH (findings are
- *    walked page by page from the store as the queue drains; a follower's
- *    new findings wait in the store, not here). Connections are capped;
+ *    queue that answers stop filling at SERVER_OUT_HIGH (findings, and
+ *    the processes of a list answer, are walked page by page from the
+ *    store as the queue drains: a list answer holds the ids it will send,
+ *    8 bytes each, and nothing more; a follower's new findings wait in
+ *    the store, not here). Connections are capped;
  *    one that dawdles (SERVER_*_TIMEOUT_MS) is closed by the sweep.
  * 4. A connection's memory is freed in its poll handle's close callback,
  *    never before: code that may close one checks `dead` afterwards.
  * 5. The uid that decides what a query sees, and the pid an agent may
- *    register, come from SO_PEERCRED at accept, never from a message.
+ *    register, come from SO_PEERCRED at accept, never from a message; so
+ *    does the start time that names the process with its pid: read from
+ *    /proc while a pidfd of the process that connected shows it alive. A
+ *    registration that cannot be verified so is refused; the store refuses
+ *    one of a process stored under another uid.
  * 6. A findings answer is a cursor: the last id sent. It walks the store
  *    page by page (after_id), and with follow it stays, and each commit of
  *    the store's writer (server_on_commit(), through the caller's
  *    uv_async_t) walks what was stored after it. A follower is sent new
  *    findings only: a finding it has seen whose count grows later keeps
  *    its id and is not sent again (`npusanctl show` has the count).
+ * 7. No user locks others out: a user other than root holds at most
+ *    max_agents agent and max_queries query connections, and at most their
+ *    sum in all; the last SERVER_ROOT_RESERVE connections are root's. A
+ *    refusal says so to the peer and in the log (rate-limited), naming
+ *    the uid.
  */
 #include "server.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,8 +76,10 @@
 #define SERVER_OUT_HIGH (256u * 1024)
 /* An answer frame is sent once its items pass this many bytes. */
 #define SERVER_FRAME_TARGET (128u * 1024)
-/* A list answer larger than this is refused: filter it. */
-#define SERVER_LIST_MAX (64u << 20)
+/* A list answer naming more processes than this is refused: filter it. */
+#define SERVER_LIST_MAX_PROCS (1u << 20)
+/* Processes a list answer walks at a time (DESIGN 3). */
+#define SERVER_LIST_PAGE 256
 /* A new connection must have sent its first frame within this. */
 #define SERVER_FIRST_TIMEOUT_MS 10000
 /* A frame once begun must be whole within this. */
@@ -94,6 +110,12 @@ struct out {
 	size_t len, off;
 };
 
+/* A list answer in progress: the processes it names, and the next one. */
+struct list_cursor {
+	int64_t *ids;
+	size_t n, next;
+};
+
 /* A findings answer in progress, and then, with follow, a follow. */
 struct cursor {
 	struct store_filter f;
@@ -113,6 +135,9 @@ struct conn {
 	int fd;
 	pid_t pid; /* SO_PEERCRED (DESIGN 5) */
 	uid_t uid;
+	int pidfd;	     /* the connecting process's, or -1 (DESIGN 5) */
+	uint64_t start_time; /* the pid's at accept, when start_err is 0 */
+	int start_err;
 	enum conn_kind kind;
 	int events; /* what the poll handle watches now */
 	bool closing;
@@ -126,6 +151,7 @@ struct conn {
 	size_t out_bytes;
 	struct ingest_proc *proc; /* AGENT: ours to disconnect */
 	struct cursor *cur;	  /* QUERY: a findings answer or follow */
+	struct list_cursor *lcur; /* QUERY: a list answer (DESIGN 3) */
 	struct agent_info *agent; /* AGENT: what attach needs to know */
 };
 
@@ -138,13 +164,25 @@ struct agent_info {
 	char job[WIRE_JOB_MAX + 1]; /* "" when none */
 };
 
+/* One user's connections (DESIGN 7). */
+struct server_uid {
+	uid_t uid;
+	unsigned conns; /* all of them, NEW ones included */
+	unsigned agents;
+	unsigned queries;
+};
+
 struct server {
 	uv_loop_t *loop;
 	struct store *store;
 	struct ingest *ingest;
 	uint64_t start_ns;
 	unsigned max_conns;
+	unsigned max_agents; /* per uid */
+	unsigned max_queries;
 	unsigned nconns;
+	struct server_uid *uids; /* the users with a connection open */
+	size_t nuids, uids_cap;
 	int lfd;
 	bool stopping;
 	bool accept_paused;
@@ -160,6 +198,8 @@ struct server {
 
 static void conn_update(struct conn *c);
 static bool conn_walking(const struct conn *c);
+static void conn_list_done(struct conn *c);
+static void conn_pump(struct conn *c);
 
 static int64_t now_mono_ms(void)
 {
@@ -177,12 +217,128 @@ static int64_t now_real_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* ---- limits per user (DESIGN 7) ---------------------------------------- */
+
+static struct server_uid *server_uid_find(struct server *s, uid_t uid)
+{
+	for (size_t i = 0; i < s->nuids; i++)
+		if (s->uids[i].uid == uid)
+			return &s->uids[i];
+	return NULL;
+}
+
+/* Counts a new connection of `uid`. 0; -ENOMEM. */
+static int server_uid_add(struct server *s, uid_t uid)
+{
+	struct server_uid *u = server_uid_find(s, uid);
+
+	if (u == NULL) {
+		if (s->nuids == s->uids_cap) {
+			size_t cap = s->uids_cap ? 2 * s->uids_cap : 8;
+			struct server_uid *v = realloc(s->uids,
+						       cap * sizeof(*v));
+
+			if (v == NULL)
+				return -ENOMEM;
+			s->uids = v;
+			s->uids_cap = cap;
+		}
+		u = &s->uids[s->nuids++];
+		*u = (struct server_uid){ .uid = uid };
+	}
+	u->conns++;
+	return 0;
+}
+
+/* Uncounts connection `c`; a user with none left is forgotten. */
+static void server_uid_remove(struct server *s, const struct conn *c)
+{
+	struct server_uid *u = server_uid_find(s, c->uid);
+
+	assert(u != NULL && u->conns > 0);
+	u->conns--;
+	if (c->kind == CONN_AGENT)
+		u->agents--;
+	else if (c->kind == CONN_QUERY)
+		u->queries--;
+	if (u->conns == 0)
+		*u = s->uids[--s->nuids];
+}
+
+/* Makes NEW connection `c` an agent's or a query connection, counted. */
+static void conn_set_kind(struct conn *c, enum conn_kind kind)
+{
+	struct server_uid *u = server_uid_find(c->srv, c->uid);
+
+	assert(c->kind == CONN_NEW && kind != CONN_NEW && u != NULL);
+	c->kind = kind;
+	/* Identity is settled (DESIGN 5): the descriptor goes back. */
+	if (c->pidfd >= 0)
+		close(c->pidfd);
+	c->pidfd = -1;
+	if (kind == CONN_AGENT)
+		u->agents++;
+	else
+		u->queries++;
+}
+
+/*
+ * Why user `uid` may not have one more connection of `kind` (CONN_NEW: any
+ * connection, at accept), written into `buf`; NULL when it may. Root is
+ * never refused here, only by the cap on all connections.
+ */
+static const char *server_uid_over(struct server *s, uid_t uid,
+				   enum conn_kind kind, char *buf, size_t len)
+{
+	unsigned reserve = s->max_conns / 4 < SERVER_ROOT_RESERVE ?
+				   s->max_conns / 4 : SERVER_ROOT_RESERVE;
+	struct server_uid *u = server_uid_find(s, uid);
+	unsigned agents = u ? u->agents : 0, queries = u ? u->queries : 0;
+
+	if (uid == 0)
+		return NULL;
+	if (kind == CONN_NEW && s->nconns >= s->max_conns - reserve)
+		snprintf(buf, len, "too many connections: %u open, the last "
+			 "%u kept for root", s->nconns, reserve);
+	else if (kind == CONN_NEW && u != NULL &&
+		 u->conns >= s->max_agents + s->max_queries)
+		snprintf(buf, len, "too many connections of uid %u: %u open, "
+			 "its limit", (unsigned)uid, u->conns);
+	else if (kind == CONN_AGENT && agents >= s->max_agents)
+		snprintf(buf, len, "too many agents of uid %u: %u connected, "
+			 "its limit (npusand --max-agents-per-user)",
+			 (unsigned)uid, agents);
+	else if (kind == CONN_QUERY && queries >= s->max_queries)
+		snprintf(buf, len, "too many query connections of uid %u: %u "
+			 "open, its limit (npusand --max-queries-per-user)",
+			 (unsigned)uid, queries);
+	else
+		return NULL;
+	return buf;
+}
+
+/* Counts a refusal and says who, at most every 10 s. */
+static void server_log_refusal(struct server *s, pid_t pid, uid_t uid,
+			       const char *why)
+{
+	int64_t now = now_mono_ms();
+
+	s->refused++;
+	if (now - s->refused_log_ms < 10000)
+		return;
+	log_warn("refusing connections: pid %d uid %u: %s (%" PRIu64
+		 " refused so far)", (int)pid, (unsigned)uid, why, s->refused);
+	s->refused_log_ms = now;
+}
+
 /* ---- closing ----------------------------------------------------------- */
 
 static void server_handle_closed(struct server *s)
 {
-	if (--s->open_handles == 0 && s->free_when_closed)
+	if (--s->open_handles == 0 && s->free_when_closed) {
+		free(s->uids);
 		free(s);
+	}
 }
 
 static void conn_free_out(struct conn *c)
@@ -206,8 +362,11 @@ static void conn_closed_cb(uv_handle_t *h)
 	close(c->fd);
 	if (c->rx_fd >= 0)
 		close(c->rx_fd);
+	if (c->pidfd >= 0)
+		close(c->pidfd);
 	wire_rx_reset(&c->rx);
 	conn_free_out(c);
+	conn_list_done(c);
 	free(c->cur);
 	free(c->agent);
 	free(c);
@@ -229,6 +388,7 @@ static void conn_close(struct conn *c)
 	if (c->next != NULL)
 		c->next->prev = c->prev;
 	s->nconns--;
+	server_uid_remove(s, c);
 	if (c->kind == CONN_AGENT && c->proc != NULL && !s->stopping)
 		ingest_disconnect(s->ingest, c->proc);
 	c->proc = NULL;
@@ -338,6 +498,115 @@ static void conn_error(struct conn *c, int code, const char *msg, bool fatal)
 		conn_update(c);
 }
 
+/* ---- identity ---------------------------------------------------------- */
+
+/* Linux 6.5's SO_PEERPIDFD, where the C library's headers lack it (its
+ * value in asm-generic/socket.h, which these architectures use). */
+#if !defined(SO_PEERPIDFD) &&                                          \
+	(defined(__x86_64__) || defined(__i386__) || defined(__aarch64__) || \
+	 defined(__riscv) || defined(__arm__) || defined(__s390x__) ||     \
+	 defined(__loongarch__))
+#define SO_PEERPIDFD 77
+#endif
+
+/*
+ * A pidfd of the process at the other end of `fd`, whose SO_PEERCRED pid is
+ * `pid`: SO_PEERPIDFD's names the very process that connected; on an older
+ * kernel pidfd_open(2) names whoever has the pid at accept. The descriptor;
+ * -ESRCH when that process is gone; another negative errno when the kernel
+ * offers no pidfd.
+ */
+static int server_peer_pidfd(int fd, pid_t pid)
+{
+	int pfd = -1;
+
+#ifdef SO_PEERPIDFD
+	socklen_t len = sizeof(pfd);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pfd, &len) == 0)
+		return pfd;
+	if (errno != ENOPROTOOPT && errno != EINVAL)
+		return -errno;
+#else
+	(void)fd;
+#endif
+	pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	return pfd < 0 ? -errno : pfd;
+}
+
+/* Whether the process `pidfd` names has not exited (it is readable once
+ * it has). */
+static bool server_pidfd_alive(int pidfd)
+{
+	struct pollfd p = { .fd = pidfd, .events = POLLIN };
+
+	return poll(&p, 1, 0) == 0;
+}
+
+/*
+ * The start time of c's peer as the kernel vouched for it (DESIGN 5): read
+ * from /proc/PID/stat at accept while the pidfd taken then showed that
+ * process alive, so the pid had not passed to another process; that stays
+ * true when the process exits later, so a process that registers and exits
+ * at once (a worker that does its work and _exit()s) is still drained.
+ * Without a pidfd (a kernel before 5.3) the start time read at accept and
+ * the one read now must agree. 0; -ESRCH when the process that connected
+ * was gone at accept (or, without a pidfd, is now); a negative errno when
+ * /proc cannot be read.
+ */
+static int conn_peer_start_time(const struct conn *c, uint64_t *out)
+{
+	uint64_t st;
+	int err;
+
+	if (c->start_err < 0)
+		return c->start_err;
+	if (c->pidfd >= 0) {
+		*out = c->start_time;
+		return 0;
+	}
+	err = procstat_start_time(c->pid, &st);
+	if (err == -ENOENT)
+		return -ESRCH;
+	if (err < 0)
+		return err;
+	if (st != c->start_time)
+		return -ESRCH; /* the pid passed to a later process */
+	*out = st;
+	return 0;
+}
+
+/* Takes what the kernel says of c's peer at accept (DESIGN 5). */
+static void conn_identify(struct conn *c)
+{
+	int pfd = server_peer_pidfd(c->fd, c->pid);
+
+	c->pidfd = pfd >= 0 ? pfd : -1;
+	c->start_err = pfd == -ESRCH ? -ESRCH : 0;
+	if (c->start_err == 0) {
+		c->start_err = procstat_start_time(c->pid, &c->start_time);
+		if (c->start_err == -ENOENT)
+			c->start_err = -ESRCH;
+	}
+	if (c->start_err == 0 && c->pidfd >= 0 &&
+	    !server_pidfd_alive(c->pidfd))
+		c->start_err = -ESRCH;
+}
+
+/* Why a registration from c's peer cannot be verified, into `buf`. */
+static const char *conn_unverified_why(const struct conn *c, int err,
+				       char *buf, size_t len)
+{
+	if (err == -ESRCH)
+		snprintf(buf, len, "the process that connected (pid %d) has "
+			 "exited: only a live process registers, itself",
+			 (int)c->pid);
+	else
+		snprintf(buf, len, "cannot verify the sender: /proc/%d/stat: "
+			 "%s", (int)c->pid, strerror(-err));
+	return buf;
+}
+
 /* ---- registration ------------------------------------------------------ */
 
 static void conn_register_reply(struct conn *c, const char *error)
@@ -365,6 +634,33 @@ static void conn_refuse(struct conn *c, const char *why)
 	conn_register_reply(c, why);
 	if (!c->dead)
 		conn_update(c);
+}
+
+/*
+ * Refuses NEW connection `c`'s first request, of `kind`, when its user has
+ * as many of those as it may (DESIGN 7), closing `fd` (ours, or -1) then.
+ * The log line is server_log_refusal()'s, rate-limited. Whether refused.
+ */
+static bool conn_limit_refused(struct conn *c, enum conn_kind kind, int fd)
+{
+	char buf[160];
+	const char *why = server_uid_over(c->srv, c->uid, kind, buf,
+					  sizeof(buf));
+
+	if (why == NULL)
+		return false;
+	if (fd >= 0)
+		close(fd);
+	server_log_refusal(c->srv, c->pid, c->uid, why);
+	c->closing = true;
+	c->closing_ms = now_mono_ms();
+	if (kind == CONN_AGENT)
+		conn_register_reply(c, why);
+	else
+		conn_error(c, EMFILE, why, false);
+	if (!c->dead)
+		conn_update(c);
+	return true;
 }
 
 /* The Register `r` arrived with descriptor `fd` (ours, or -1). */
@@ -401,29 +697,31 @@ static void conn_on_register(struct conn *c, const Npusan__Register *r,
 		why = "no ring descriptor came with the registration";
 		goto refuse;
 	}
-	/* The kernel's start time, not the message's: with the pid it names
-	 * the process in the store, so it must not be chosen by the peer. */
-	err = procstat_start_time(c->pid, &st);
-	if (err == 0) {
-		if (r->has_start_time && r->start_time != st) {
-			why = "start time does not match /proc";
-			goto refuse;
-		}
-		p.start_time = st;
-	} else {
-		log_debug("cannot read /proc/%d/stat (%s): using the start "
-			  "time registered", (int)c->pid, strerror(-err));
+	/* The kernel's start time, never the message's: with the pid it
+	 * names the process in the store, so the peer must not choose it. */
+	err = conn_peer_start_time(c, &st);
+	if (err < 0) {
+		why = conn_unverified_why(c, err, msg, sizeof(msg));
+		goto refuse;
 	}
+	if (r->has_start_time && r->start_time != st) {
+		why = "start time does not match /proc";
+		goto refuse;
+	}
+	p.start_time = st;
 	p.uid = (uint32_t)c->uid;
 	p.first_ms = p.last_ms = now_real_ms();
 	err = ingest_register(c->srv->ingest, &p, fd, &proc, &why);
 	if (err < 0) {
 		/* The fd is still ours: ingest takes it only on success. */
+		if (why == NULL && err == -EPERM)
+			why = "this process is stored as another user's: a "
+			      "stored process never changes owner";
 		if (why == NULL)
 			why = err == -EIO ? "database error" : strerror(-err);
 		goto refuse;
 	}
-	c->kind = CONN_AGENT;
+	conn_set_kind(c, CONN_AGENT);
 	c->proc = proc;
 	ai->id = ingest_proc_id(proc);
 	ai->has_rank = p.has_rank;
@@ -471,6 +769,7 @@ static void process_msg(const struct store_process *p, Npusan__Process *m)
 	m->hostname = (char *)p->host;
 	m->executable = (char *)p->exe;
 	m->job = (char *)p->job;
+	m->run = (char *)p->run;
 	m->has_rank = p->has_rank;
 	m->rank = p->rank;
 	m->has_local_rank = p->has_local_rank;
@@ -562,8 +861,6 @@ static bool conn_send_batch(struct conn *c, struct wire_batch *b,
 struct list_walk {
 	struct conn *c;
 	struct wire_batch b;
-	size_t sent;
-	int err;
 };
 
 static int list_cb(void *arg, const struct store_process *p)
@@ -575,7 +872,6 @@ static int list_cb(void *arg, const struct store_process *p)
 	process_msg(p, &m);
 	err = wire_batch_add(&w->b, 1, &m.base);
 	if (err == -E2BIG && w->b.n > 0) {
-		w->sent += w->b.len;
 		if (!conn_send_batch(w->c, &w->b, 3, 2, false))
 			return -EPIPE;
 		err = wire_batch_add(&w->b, 1, &m.base);
@@ -587,41 +883,91 @@ static int list_cb(void *arg, const struct store_process *p)
 	}
 	if (err < 0)
 		return err;
-	if (w->b.len >= SERVER_FRAME_TARGET) {
-		w->sent += w->b.len;
-		if (w->sent > SERVER_LIST_MAX)
-			return -E2BIG;
-		if (!conn_send_batch(w->c, &w->b, 3, 2, false))
-			return -EPIPE;
-	}
+	if (w->b.len >= SERVER_FRAME_TARGET &&
+	    !conn_send_batch(w->c, &w->b, 3, 2, false))
+		return -EPIPE;
 	return 0;
+}
+
+/* Ends c's list answer, if any. */
+static void conn_list_done(struct conn *c)
+{
+	if (c->lcur == NULL)
+		return;
+	free(c->lcur->ids);
+	free(c->lcur);
+	c->lcur = NULL;
+}
+
+/*
+ * One page of c's list answer (DESIGN 3), the last with done. False when
+ * the walk cannot go on: complete, the connection closed, or an error sent
+ * and the answer dropped.
+ */
+static bool conn_list_walk(struct conn *c)
+{
+	struct list_cursor *lc = c->lcur;
+	struct list_walk w = { .c = c };
+	size_t k = lc->n - lc->next < SERVER_LIST_PAGE ? lc->n - lc->next :
+							  SERVER_LIST_PAGE;
+	bool done;
+	int err;
+
+	err = store_list_get(c->srv->store, lc->ids + lc->next, k, list_cb,
+			     &w);
+	lc->next += k;
+	done = lc->next == lc->n;
+	if (err == 0 && (w.b.n > 0 || done) &&
+	    !conn_send_batch(c, &w.b, 3, 2, done))
+		err = -EPIPE;
+	wire_batch_free(&w.b);
+	if (err == -EPIPE || c->dead)
+		return false;
+	if (err < 0 || done) {
+		conn_list_done(c);
+		c->since_ms = now_mono_ms();
+		if (err < 0)
+			conn_error(c, err == -ENOMEM ? ENOMEM : EIO,
+				   err == -ENOMEM ? "out of memory" :
+						    "database error",
+				   false);
+		return false;
+	}
+	return true;
 }
 
 static void conn_list(struct conn *c, const Npusan__ListRequest *r)
 {
-	struct list_walk w = { .c = c };
 	struct wire_strings *strs = malloc(sizeof(*strs));
+	struct list_cursor *lc = calloc(1, sizeof(*lc));
 	struct store_filter f;
 	int err;
 
-	if (strs == NULL) {
+	if (strs == NULL || lc == NULL) {
+		free(strs);
+		free(lc);
 		conn_error(c, ENOMEM, "out of memory", true);
 		return;
 	}
 	wire_list_filter(r, strs, &f);
 	conn_restrict(c, &f);
-	err = store_list(c->srv->store, &f, list_cb, &w);
+	err = store_list_ids(c->srv->store, &f, SERVER_LIST_MAX_PROCS,
+			     &lc->ids, &lc->n);
 	free(strs);
-	if (err == 0)
-		conn_send_batch(c, &w.b, 3, 2, true);
-	else if (err == -E2BIG)
-		conn_error(c, E2BIG, "too many processes: filter by job or pid",
-			   false);
-	else if (err != -EPIPE && !c->dead)
-		conn_error(c, err == -ENOMEM ? ENOMEM : EIO,
-			   err == -ENOMEM ? "out of memory" : "database error",
-			   false);
-	wire_batch_free(&w.b);
+	if (err < 0) {
+		free(lc);
+		if (err == -E2BIG)
+			conn_error(c, E2BIG, "too many processes: filter by "
+					     "job or pid", false);
+		else
+			conn_error(c, err == -ENOMEM ? ENOMEM : EIO,
+				   err == -ENOMEM ? "out of memory" :
+						    "database error",
+				   false);
+		return;
+	}
+	c->lcur = lc;
+	conn_pump(c);
 }
 
 struct findings_walk {
@@ -717,10 +1063,12 @@ static bool conn_walk(struct conn *c)
 	return true;
 }
 
-/* Whether the cursor has findings to walk now. */
+/* Whether the cursor has findings, or a list answer processes, to walk
+ * now. */
 static bool conn_walking(const struct conn *c)
 {
-	return c->cur != NULL && (!c->cur->following || c->cur->pending);
+	return c->lcur != NULL ||
+	       (c->cur != NULL && (!c->cur->following || c->cur->pending));
 }
 
 /*
@@ -733,7 +1081,9 @@ static void conn_pump(struct conn *c)
 	for (int i = 0; i < SERVER_WALKS_PER_CB && !c->dead && !c->closing &&
 			c->out_bytes < SERVER_OUT_HIGH && conn_walking(c);
 	     i++) {
-		if (!conn_walk(c) && !conn_walking(c))
+		bool more = c->lcur != NULL ? conn_list_walk(c) : conn_walk(c);
+
+		if (!more && !conn_walking(c))
 			break;
 	}
 	if (!c->dead)
@@ -963,7 +1313,10 @@ static void conn_on_query(struct conn *c, const Npusan__Query *q)
 		conn_error(c, EPROTO, why, true);
 		return;
 	}
-	c->kind = CONN_QUERY;
+	if (c->kind == CONN_NEW && conn_limit_refused(c, CONN_QUERY, -1))
+		return;
+	if (c->kind == CONN_NEW)
+		conn_set_kind(c, CONN_QUERY);
 	switch (q->q_case) {
 	case NPUSAN__QUERY__Q_LIST:
 		conn_list(c, q->list);
@@ -1018,7 +1371,7 @@ static void conn_on_frame(struct conn *c, const uint8_t *p, size_t len,
 				   "already registered" :
 				   "a registration on a query connection",
 				   true);
-		} else {
+		} else if (!conn_limit_refused(c, CONN_AGENT, fd)) {
 			conn_on_register(c, m->register_, fd);
 		}
 	} else {
@@ -1155,7 +1508,7 @@ static void conn_update(struct conn *c)
 
 	if (c->dead)
 		return;
-	if (!c->closing && c->out_bytes < SERVER_OUT_HIGH &&
+	if (!c->closing && c->out_bytes < SERVER_OUT_HIGH && c->lcur == NULL &&
 	    (c->cur == NULL || c->cur->following))
 		want |= UV_READABLE;
 	if (c->out_head != NULL ||
@@ -1182,21 +1535,27 @@ static void accept_pause_cb(uv_timer_t *t)
 	server_listen_resume(s);
 }
 
-/* Refuses `fd` with a best-effort Error, logging now and then. */
-static void server_refuse(struct server *s, int fd)
+/*
+ * Refuses `fd` with a best-effort Error saying `why`; NULL: the cap on all
+ * connections, logged now and then here (the caller logs any other).
+ */
+static void server_refuse(struct server *s, int fd, const char *why)
 {
 	int64_t now = now_mono_ms();
 	uint8_t *f;
 	size_t len;
 
-	s->refused++;
-	if (wire_error(EMFILE, "too many connections", &f, &len) == 0) {
+	if (wire_error(EMFILE, why ? why : "too many connections", &f,
+		       &len) == 0) {
 		ssize_t n = send(fd, f, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 
 		(void)n;
 		free(f);
 	}
 	close(fd);
+	if (why != NULL)
+		return;
+	s->refused++;
 	if (now - s->refused_log_ms >= 10000) {
 		log_warn("refusing connections: %u open, the limit (%" PRIu64
 			 " refused so far)", s->nconns, s->refused);
@@ -1208,16 +1567,32 @@ static void server_add_conn(struct server *s, int fd)
 {
 	struct ucred cred;
 	socklen_t clen = sizeof(cred);
+	const char *why;
 	struct conn *c;
+	char buf[160];
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0) {
 		log_warn("SO_PEERCRED: %s", strerror(errno));
 		close(fd);
 		return;
 	}
+	why = server_uid_over(s, cred.uid, CONN_NEW, buf, sizeof(buf));
+	if (why != NULL) {
+		server_refuse(s, fd, why);
+		server_log_refusal(s, cred.pid, cred.uid, why);
+		return;
+	}
 	c = calloc(1, sizeof(*c));
-	if (c == NULL || uv_poll_init(s->loop, &c->poll, fd) < 0) {
+	if (c == NULL || server_uid_add(s, cred.uid) < 0) {
 		log_warn("cannot take a connection: out of memory");
+		free(c);
+		close(fd);
+		return;
+	}
+	c->uid = cred.uid;
+	if (uv_poll_init(s->loop, &c->poll, fd) < 0) {
+		log_warn("cannot take a connection: out of memory");
+		server_uid_remove(s, c);
 		free(c);
 		close(fd);
 		return;
@@ -1227,7 +1602,7 @@ static void server_add_conn(struct server *s, int fd)
 	c->fd = fd;
 	c->rx_fd = -1;
 	c->pid = cred.pid;
-	c->uid = cred.uid;
+	conn_identify(c);
 	c->since_ms = now_mono_ms();
 	c->next = s->conns;
 	if (s->conns != NULL)
@@ -1269,7 +1644,7 @@ static void listener_cb(uv_poll_t *h, int status, int events)
 			break;
 		}
 		if (s->nconns >= s->max_conns)
-			server_refuse(s, fd);
+			server_refuse(s, fd, NULL);
 		else
 			server_add_conn(s, fd);
 	}
@@ -1337,6 +1712,10 @@ int server_start(const struct server_opts *o, struct server **out)
 	s->ingest = o->ingest;
 	s->start_ns = o->start_ns;
 	s->max_conns = o->max_conns ? o->max_conns : SERVER_MAX_CONNS;
+	s->max_agents = o->max_agents_per_uid ? o->max_agents_per_uid :
+						SERVER_AGENTS_PER_UID;
+	s->max_queries = o->max_queries_per_uid ? o->max_queries_per_uid :
+						  SERVER_QUERIES_PER_UID;
 	s->lfd = o->listen_fd;
 	err = uv_poll_init(s->loop, &s->listener, s->lfd);
 	if (err < 0) {
@@ -1409,5 +1788,6 @@ void server_free(struct server *s)
 	/* The loop ran until the handles closed (server.h). */
 	if (s->open_handles != 0)
 		log_error("server freed with %u handles open", s->open_handles);
+	free(s->uids);
 	free(s);
 }

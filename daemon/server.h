@@ -18,6 +18,13 @@
 
 /* Connections open at once, at most; more are refused (and logged). */
 #define SERVER_MAX_CONNS 4096
+/* Of those, this many (at most a quarter) only root may take, so that an
+ * administrator can always ask what is going on. */
+#define SERVER_ROOT_RESERVE 16
+/* One user's (not root's) connections, agents and queries apart; a user's
+ * connections that have not said which yet count against the sum. */
+#define SERVER_AGENTS_PER_UID 1024
+#define SERVER_QUERIES_PER_UID 64
 
 struct server;
 
@@ -28,6 +35,8 @@ struct server_opts {
 	struct store *store;   /* must outlive the server */
 	struct ingest *ingest; /* must outlive the server */
 	unsigned max_conns;    /* 0: SERVER_MAX_CONNS */
+	unsigned max_agents_per_uid;  /* 0: SERVER_AGENTS_PER_UID */
+	unsigned max_queries_per_uid; /* 0: SERVER_QUERIES_PER_UID */
 	uint64_t start_ns;     /* uv_hrtime() at start, for the uptime */
 };
 

@@ -26,11 +26,11 @@
  *     `committed_seq` is in the database (or was dropped as in 2). That is
  *     what store_flush() waits for.
  *  4. Findings of one process with equal deduplication keys are one row.
- *     The key is a computed text column (kind, then each access's stream,
- *     type, operator id and stack id, "-" for no previous access), because
- *     SQLite's UNIQUE treats NULLs as distinct and every 64-bit stream is a
- *     valid stream, so no sentinel value is free. Operator ids and stack ids
- *     are this database's, so equal texts give equal keys.
+ *     The key is the engine's (finding_key()), as text in a computed
+ *     column (finding_key_text()), because SQLite's UNIQUE treats NULLs as
+ *     distinct and every 64-bit stream is a valid stream, so no sentinel
+ *     value is free. Operator ids and stack ids in it are this database's,
+ *     so equal texts give equal keys, also across daemon restarts.
  *  5. Operator names and frame texts are rows of `strings`, stacks rows of
  *     `stacks` (a JSON array of string ids, innermost first), each stored
  *     once. An empty stack is no row: its id is NULL (0 in keys).
@@ -178,6 +178,9 @@ static const char *const store_migrations[] = {
 	"ALTER TABLE processes ADD COLUMN gaps INTEGER NOT NULL DEFAULT 0;"
 	"ALTER TABLE processes ADD COLUMN ring_ops INTEGER NOT NULL"
 	" DEFAULT 0;",
+	/* 3: the run of the job (NPUSAN_RUN), telling apart runs that
+	 * reuse a job's name. */
+	"ALTER TABLE processes ADD COLUMN run TEXT;",
 };
 
 #define STORE_SCHEMA_VERSION \
@@ -504,13 +507,15 @@ static int prepare_all(struct store *s, char **errmsg)
 		  "INSERT INTO stacks (frames) VALUES (?)" },
 		{ &s->wdb, &s->w_register,
 		  "INSERT INTO processes (host, pid, start_time, uid, exe, job,"
-		  " rank, local_rank, world_size, state, first_ms, last_ms)"
-		  " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+		  " rank, local_rank, world_size, state, first_ms, last_ms, run)"
+		  " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 		  " ON CONFLICT (host, pid, start_time) DO UPDATE SET"
-		  " uid = excluded.uid, exe = excluded.exe, job = excluded.job,"
+		  " exe = excluded.exe, job = excluded.job,"
+		  " run = excluded.run,"
 		  " rank = excluded.rank, local_rank = excluded.local_rank,"
 		  " world_size = excluded.world_size, state = excluded.state,"
 		  " last_ms = max(last_ms, excluded.last_ms)"
+		  " WHERE uid = excluded.uid" /* never changes owner */
 		  " RETURNING id, events, lost, gaps, ring_ops" },
 		{ &s->wdb, &s->w_update,
 		  "UPDATE processes SET events = ?2, lost = ?3, gaps = ?4,"
@@ -846,6 +851,9 @@ int store_process_register(struct store *s, const struct store_process *p,
 	if (p->state != STORE_RUNNING && p->state != STORE_DORMANT)
 		return -EINVAL;
 	rc = enqueue_sync(s, &it);
+	/* No row back: the process is stored under another uid. */
+	if (rc == 0 && it.result == 0)
+		return -EPERM;
 	if (rc == 0) {
 		*id = it.result;
 		if (was != NULL)
@@ -1141,14 +1149,41 @@ static void w_finding_line(struct store *s, const struct store_finding *f,
 	*out = line;
 }
 
+/* The engine's deduplication key of `f` as text, its strings and stacks
+ * named by this database's ids (DESIGN 4). */
+static void store__finding_key(const struct store_finding *f, int64_t aop,
+			       int64_t ast, int64_t pop, int64_t pst,
+			       int64_t alst, char key[FINDING_KEY_TEXT_MAX])
+{
+	const struct finding shape = {
+		.kind = f->kind,
+		.has_alloc = f->has_alloc,
+		.has_previous = f->has_previous,
+		.alloc = { .has_stream = f->alloc_has_stream,
+			   .stream = f->alloc_stream },
+		.access = { .stream = f->access.stream,
+			    .write = f->access.write },
+		.previous = { .stream = f->previous.stream,
+			      .write = f->previous.write },
+	};
+	const struct finding_text text = {
+		(uint64_t)aop, (uint64_t)ast, (uint64_t)pop, (uint64_t)pst,
+		(uint64_t)alst,
+	};
+	struct finding_key k;
+
+	finding_key(&shape, &text, &k);
+	finding_key_text(&k, key);
+}
+
 /* Stores finding `f`; a new row's log line into *line (DESIGN 9). */
 static int w_finding(struct store *s, const struct store_finding *f,
 		     char **line)
 {
 	sqlite3_stmt *st = s->w_finding;
 	int64_t aop, ast, pop = 0, pst = 0, alst = 0;
-	char key[192];
-	int rc, n;
+	char key[FINDING_KEY_TEXT_MAX];
+	int rc;
 
 	if ((rc = w_string(s, f->access.op, &aop)) != SQLITE_OK ||
 	    (rc = w_stack(s, f->access.stack, f->access.nstack, &ast)) !=
@@ -1164,17 +1199,7 @@ static int w_finding(struct store *s, const struct store_finding *f,
 		    SQLITE_OK)
 		return rc;
 
-	/* DESIGN 4. */
-	n = snprintf(key, sizeof(key), "%s %" PRIu64 " %c %" PRId64 " %" PRId64,
-		     finding_kind_name(f->kind), f->access.stream,
-		     f->access.write ? 'w' : 'r', aop, ast);
-	if (f->has_previous)
-		snprintf(key + n, sizeof(key) - (size_t)n,
-			 " %" PRIu64 " %c %" PRId64 " %" PRId64,
-			 f->previous.stream, f->previous.write ? 'w' : 'r',
-			 pop, pst);
-	else
-		snprintf(key + n, sizeof(key) - (size_t)n, " -");
+	store__finding_key(f, aop, ast, pop, pst, alst, key);
 
 	/*
 	 * A repeat first: the upsert below merges it as well, but a failed
@@ -1265,6 +1290,7 @@ static int w_register(struct store *s, const struct store_process *p,
 			  SQLITE_STATIC);
 	sqlite3_bind_int64(st, 11, p->first_ms);
 	sqlite3_bind_int64(st, 12, p->last_ms);
+	bind_text(st, 13, p->run);
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_ROW) {
 		*id = sqlite3_column_int64(st, 0);
@@ -1673,7 +1699,7 @@ static uint64_t col_u64(sqlite3_stmt *st, int c)
 #define PROCESS_COLS                                                      \
 	"p.id, p.host, p.pid, p.start_time, p.uid, p.exe, p.job, p.rank," \
 	" p.local_rank, p.world_size, p.state, p.events, p.lost,"         \
-	" p.findings, p.first_ms, p.last_ms, p.gaps"
+	" p.findings, p.first_ms, p.last_ms, p.gaps, p.run"
 
 /* The process of the row's columns from `c`: 0; -1 for a state this
  * daemon does not know. */
@@ -1711,6 +1737,7 @@ static int row_process(sqlite3_stmt *st, int c, struct store_process *p)
 	p->first_ms = sqlite3_column_int64(st, c + 14);
 	p->last_ms = sqlite3_column_int64(st, c + 15);
 	p->gaps = col_u64(st, c + 16);
+	p->run = col_text(st, c + 17);
 	return 0;
 }
 
@@ -1977,6 +2004,28 @@ int store_finding_get(struct store *s, int64_t id,
 	return rc == 0 && rows == 0 ? -ENOENT : rc;
 }
 
+/* store_list()'s filters and order after "WHERE 1"; false when nothing
+ * can match. */
+static bool q_list(struct query *q, const struct store_filter *f)
+{
+	q_process_filter(q, f);
+	/* A kind: the processes with a finding of that kind. */
+	if (f->has_kind) {
+		if (finding_kind_name(f->kind) == NULL)
+			return false;
+		q_text(q,
+		       " AND EXISTS (SELECT 1 FROM findings f"
+		       " WHERE f.process_id = p.id AND f.kind = ?)",
+		       finding_kind_name(f->kind));
+	}
+	if (f->since_ms != 0)
+		q_int(q, " AND p.last_ms >= ?", f->since_ms);
+	q_add(q, " ORDER BY p.last_ms DESC, p.id DESC");
+	if (f->limit != 0)
+		q_int(q, " LIMIT ?", f->limit);
+	return true;
+}
+
 int store_list(struct store *s, const struct store_filter *f,
 	       store_process_cb cb, void *arg)
 {
@@ -1988,21 +2037,8 @@ int store_list(struct store *s, const struct store_filter *f,
 	if (f == NULL)
 		f = &none;
 	q_add(&q, "SELECT " PROCESS_COLS " FROM processes p WHERE 1");
-	q_process_filter(&q, f);
-	/* A kind: the processes with a finding of that kind. */
-	if (f->has_kind) {
-		if (finding_kind_name(f->kind) == NULL)
-			return 0;
-		q_text(&q,
-		       " AND EXISTS (SELECT 1 FROM findings f"
-		       " WHERE f.process_id = p.id AND f.kind = ?)",
-		       finding_kind_name(f->kind));
-	}
-	if (f->since_ms != 0)
-		q_int(&q, " AND p.last_ms >= ?", f->since_ms);
-	q_add(&q, " ORDER BY p.last_ms DESC, p.id DESC");
-	if (f->limit != 0)
-		q_int(&q, " LIMIT ?", f->limit);
+	if (!q_list(&q, f))
+		return 0;
 
 	pthread_mutex_lock(&s->rlock);
 	rc = q_prepare(s, &q, &st);
@@ -2018,6 +2054,92 @@ int store_list(struct store *s, const struct store_filter *f,
 	if (rc == 0 && src != SQLITE_DONE) {
 		store_log(s, LOG_ERROR, "query: %s", sqlite3_errmsg(s->rdb));
 		rc = -EIO;
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&s->rlock);
+	return rc;
+}
+
+int store_list_ids(struct store *s, const struct store_filter *f,
+		   size_t max, int64_t **ids, size_t *n)
+{
+	static const struct store_filter none;
+	struct query q = { .len = 0 };
+	sqlite3_stmt *st = NULL;
+	int64_t *v = NULL;
+	size_t k = 0, cap = 0;
+	int rc, src = SQLITE_DONE;
+
+	q_add(&q, "SELECT p.id FROM processes p WHERE 1");
+	if (!q_list(&q, f != NULL ? f : &none)) {
+		*ids = NULL;
+		*n = 0;
+		return 0;
+	}
+	pthread_mutex_lock(&s->rlock);
+	rc = q_prepare(s, &q, &st);
+	while (rc == 0 && (src = sqlite3_step(st)) == SQLITE_ROW) {
+		if (k == max) {
+			rc = -E2BIG;
+			break;
+		}
+		if (k == cap) {
+			size_t c = cap ? 2 * cap : 256;
+			int64_t *w = realloc(v, c * sizeof(*w));
+
+			if (w == NULL) {
+				rc = -ENOMEM;
+				break;
+			}
+			v = w;
+			cap = c;
+		}
+		v[k++] = sqlite3_column_int64(st, 0);
+	}
+	if (rc == 0 && src != SQLITE_DONE) {
+		store_log(s, LOG_ERROR, "query: %s", sqlite3_errmsg(s->rdb));
+		rc = -EIO;
+	}
+	sqlite3_finalize(st);
+	pthread_mutex_unlock(&s->rlock);
+	if (rc < 0) {
+		free(v);
+		return rc;
+	}
+	*ids = v;
+	*n = k;
+	return 0;
+}
+
+int store_list_get(struct store *s, const int64_t *ids, size_t n,
+		   store_process_cb cb, void *arg)
+{
+	sqlite3_stmt *st = NULL;
+	int rc = 0, src;
+
+	pthread_mutex_lock(&s->rlock);
+	if (sqlite3_prepare_v2(s->rdb,
+			       "SELECT " PROCESS_COLS
+			       " FROM processes p WHERE p.id = ?",
+			       -1, &st, NULL) != SQLITE_OK) {
+		store_log(s, LOG_ERROR, "query: %s", sqlite3_errmsg(s->rdb));
+		rc = -EIO;
+	}
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		struct store_process p;
+
+		sqlite3_bind_int64(st, 1, ids[i]);
+		src = sqlite3_step(st);
+		if (src == SQLITE_ROW && row_process(st, 0, &p) == 0) {
+			rc = cb(arg, &p);
+			if (rc > 0)
+				rc = 0;
+		} else if (src != SQLITE_ROW && src != SQLITE_DONE) {
+			store_log(s, LOG_ERROR, "query: %s",
+				  sqlite3_errmsg(s->rdb));
+			rc = -EIO;
+		}
+		sqlite3_reset(st);
 	}
 	sqlite3_finalize(st);
 	pthread_mutex_unlock(&s->rlock);

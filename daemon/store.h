@@ -46,6 +46,7 @@ struct store_process {
 	const char *host;
 	const char *exe;
 	const char *job;
+	const char *run; /* one run of the job (NPUSAN_RUN); NULL if none */
 	bool has_rank, has_local_rank, has_world_size;
 	uint32_t rank, local_rank, world_size;
 	enum store_state state;
@@ -131,8 +132,10 @@ struct store_counters {
  * in state p->state (running or dormant). A process already stored with
  * the same host, pid and start time (it registered with an earlier daemon)
  * gets its row back in that state, and its counters as last stored in
- * *was (zero for a new process; `was` may be NULL).
- * 0 with the id in *id; -EIO; -EINVAL for a state other than those two.
+ * *was (zero for a new process; `was` may be NULL). A stored process never
+ * changes owner: one stored under another uid is refused.
+ * 0 with the id in *id; -EPERM when stored under another uid; -EIO;
+ * -EINVAL for a state other than those two.
  */
 int store_process_register(struct store *s, const struct store_process *p,
 			   int64_t *id, struct store_counters *was);
@@ -183,6 +186,19 @@ int store_list(struct store *s, const struct store_filter *f,
 	       store_process_cb cb, void *arg);
 int store_findings(struct store *s, const struct store_filter *f,
 		   store_finding_cb cb, void *arg);
+
+/*
+ * A list answer that is walked a page at a time: the ids of the processes
+ * store_list() would call back with, in its order, into *ids (*n of them;
+ * caller frees, NULL for none); then store_list_get() calls `cb` for those
+ * of `n` ids still stored, in that order, as they are now.
+ * 0; -E2BIG when more than `max` match; -ENOMEM; -EIO; a callback's
+ * negative return.
+ */
+int store_list_ids(struct store *s, const struct store_filter *f,
+		   size_t max, int64_t **ids, size_t *n);
+int store_list_get(struct store *s, const int64_t *ids, size_t n,
+		   store_process_cb cb, void *arg);
 
 /* Calls `cb` with finding `id` when it matches `f` (uid). 0; -ENOENT. */
 int store_finding_get(struct store *s, int64_t id,

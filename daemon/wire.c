@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "utf8.h"
+#include "text.h"
 
 /* ---- receiving --------------------------------------------------------- */
 
@@ -82,39 +82,9 @@ int wire_decode(const uint8_t *p, size_t len, Npusan__ToDaemon **out,
 
 char *wire_clean(const char *s, char *out, size_t cap)
 {
-	const unsigned char *p = (const unsigned char *)s;
-	size_t avail, o = 0;
-
 	if (s == NULL || cap == 0)
 		return NULL;
-	avail = strlen(s);
-	while (avail > 0) {
-		unsigned char c = *p;
-		size_t in = 1, put;
-		bool ok;
-
-		if (c < 0x80) {
-			ok = c >= 0x20 && c != 0x7f;
-		} else {
-			in = utf8_seq(p, avail);
-			/* C1 controls are U+0080..U+009F: 0xc2 0x80..0x9f. */
-			ok = in != 0 && !(c == 0xc2 && p[1] < 0xa0);
-			if (in == 0)
-				in = 1;
-		}
-		put = ok ? in : 1;
-		if (o + put > cap - 1)
-			break;
-		if (ok)
-			memcpy(out + o, p, in);
-		else
-			out[o] = '?';
-		o += put;
-		p += in;
-		avail -= in;
-	}
-	out[o] = '\0';
-	return o > 0 ? out : NULL;
+	return text_keep(s, strlen(s), out, cap) > 0 ? out : NULL;
 }
 
 int wire_register_process(const Npusan__Register *r, struct wire_strings *strs,
@@ -135,6 +105,7 @@ int wire_register_process(const Npusan__Register *r, struct wire_strings *strs,
 	p->host = wire_clean(r->hostname, strs->host, sizeof(strs->host));
 	p->exe = wire_clean(r->executable, strs->exe, sizeof(strs->exe));
 	p->job = wire_clean(r->job, strs->job, sizeof(strs->job));
+	p->run = wire_clean(r->run, strs->run, sizeof(strs->run));
 	p->has_rank = r->has_rank;
 	p->rank = r->has_rank ? r->rank : 0;
 	p->has_local_rank = r->has_local_rank;
@@ -181,8 +152,8 @@ int wire_query_check(const Npusan__Query *q, const char **why)
 }
 
 /*
- * A filter's string, cleaned. One that cleaning emptied stays a filter
- * ("" matches nothing, as the store keeps only cleaned names).
+ * A filter's string, kept as names are. One that this emptied stays a
+ * filter ("" matches nothing, as the store keeps no empty name).
  */
 static const char *wire_filter_str(const char *s, char *out, size_t cap)
 {

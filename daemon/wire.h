@@ -94,9 +94,10 @@ int wire_decode(const uint8_t *p, size_t len, Npusan__ToDaemon **out,
 		const char **why);
 
 /*
- * A copy of `s` into `out` (`cap` bytes, NUL included) that is valid UTF-8
- * without control characters: protobuf-c checks neither. Each invalid byte
- * and each C0/C1 control or DEL becomes '?'; the copy is cut at `cap` - 1
+ * A copy of `s` into `out` (`cap` bytes, NUL included) as text_keep()
+ * keeps text to store and pass on (common/text.h): valid UTF-8, which
+ * protobuf-c does not check, holding what the trace format can carry; the
+ * rest becomes '?', and displays clean it. The copy is cut at `cap` - 1
  * bytes, on a character boundary. Returns `out`, or NULL when `s` is NULL
  * or the copy is empty.
  */
@@ -107,11 +108,12 @@ struct wire_strings {
 	char host[WIRE_HOST_MAX + 1];
 	char exe[WIRE_EXE_MAX + 1];
 	char job[WIRE_JOB_MAX + 1];
+	char run[WIRE_JOB_MAX + 1];
 };
 
 /*
  * Checks a Register and fills *p from it: pid, start_time, host, exe, job,
- * ranks, world size and state (dormant or running), strings cleaned into
+ * run, ranks, world size and state (dormant or running), strings cleaned into
  * *strs. The caller sets what
  * the message must not decide: uid (from SO_PEERCRED), state and times.
  * 0; -EPROTO for a protocol version other than WIRE_PROTOCOL_VERSION or a

@@ -38,6 +38,7 @@ enum fq_act {
 	FQ_SLEEP, /* ms */
 	FQ_GO,    /* wait until the test calls fq_go() */
 	FQ_CLOSE, /* close at once instead of waiting for the client */
+	FQ_ACCEPT, /* close, and take the client's next connection's query */
 };
 
 struct fq_step {
@@ -71,22 +72,36 @@ static bool fq_wait(struct fq *q, int fd, int ms)
 	return poll(p, 2, ms) > 0 && (p[0].revents & (POLLIN | POLLHUP));
 }
 
+/* Takes the next connection and its query (into q->got). The connection,
+ * or -1 when none came. */
+static int fq_accept(struct fq *q, uint8_t *buf)
+{
+	size_t len;
+	int c;
+
+	if (!fq_wait(q, q->lfd, 30000))
+		return -1;
+	c = accept4(q->lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (c < 0)
+		return -1;
+	q->nconn++;
+	if (q->got != NULL)
+		npusan__to_daemon__free_unpacked(q->got, NULL);
+	q->got = NULL;
+	if (frame_recv(c, buf, FRAME_MAX, &len, NULL, 10000) == 0)
+		q->got = npusan__to_daemon__unpack(NULL, len, buf);
+	return c;
+}
+
 static void *fq_main(void *arg)
 {
 	struct fq *q = arg;
 	uint8_t *buf = malloc(FRAME_MAX);
-	size_t len;
 	bool close_now = false;
 	int c;
 
-	if (buf == NULL || !fq_wait(q, q->lfd, 30000))
+	if (buf == NULL || (c = fq_accept(q, buf)) < 0)
 		goto out;
-	c = accept4(q->lfd, NULL, NULL, SOCK_CLOEXEC);
-	if (c < 0)
-		goto out;
-	q->nconn++;
-	if (frame_recv(c, buf, FRAME_MAX, &len, NULL, 10000) == 0)
-		q->got = npusan__to_daemon__unpack(NULL, len, buf);
 	for (size_t i = 0; i < q->nsteps && !close_now; i++) {
 		const struct fq_step *s = &q->steps[i];
 		struct timespec ts = { s->ms / 1000, s->ms % 1000 * 1000000L };
@@ -98,8 +113,10 @@ static void *fq_main(void *arg)
 		else if (s->act == FQ_GO)
 			close_now = !fq_wait(q, q->go[0], 30000) ||
 				    read(q->go[0], &ts, 1) != 1;
-		else
+		else if (s->act == FQ_CLOSE)
 			close_now = true;
+		else if (close(c), (c = fq_accept(q, buf)) < 0)
+			goto out; /* FQ_ACCEPT */
 	}
 	/* Hold the connection until the client hangs up. */
 	while (!close_now && fq_wait(q, c, 30000)) {
@@ -184,6 +201,12 @@ static void fq_go(struct fq *q)
 static void fq_close(struct fq *q)
 {
 	fq_step(q, (struct fq_step){ FQ_CLOSE, NULL, 0, 0 });
+}
+
+/* The script goes on with the client's next connection. */
+static void fq_next(struct fq *q)
+{
+	fq_step(q, (struct fq_step){ FQ_ACCEPT, NULL, 0, 0 });
 }
 
 static void fq_start(struct fq *q)
@@ -520,6 +543,38 @@ START_TEST(ctl_socket_without_listener_is_no_daemon)
 }
 END_TEST
 
+/* The global options may come before the command too, in both forms. */
+START_TEST(ctl_global_options_before_the_command)
+{
+	struct fq *q = fq_new();
+	char *opt, *out, *err;
+
+	unsetenv("NPUSAN_SOCKET");
+	fq_findings(q, NULL, 0, true);
+	ck_assert_int_eq(ctl_fq(q, &out, NULL, "--socket", q->path, "--timeout",
+				"5", "findings", NULL),
+			 0);
+	ck_assert_str_eq(out, "No findings.\n");
+	free(out);
+	fq_free(q);
+
+	q = fq_new();
+	unsetenv("NPUSAN_SOCKET");
+	ck_assert_int_gt(asprintf(&opt, "--socket=%s", q->path), 0);
+	fq_findings(q, NULL, 0, true);
+	ck_assert_int_eq(ctl_fq(q, &out, NULL, opt, "findings", "--json", NULL),
+			 0);
+	ck_assert_str_eq(out, "");
+	free(out);
+	free(opt);
+	fq_free(q);
+
+	ck_assert_int_eq(ctl(NULL, &err, "--socket", "/nonexistent", NULL), 2);
+	ck_assert_ptr_nonnull(strstr(err, "a command must follow"));
+	free(err);
+}
+END_TEST
+
 START_TEST(ctl_live_daemon_is_not_reported_missing)
 {
 	/* The negative control of the two tests above. */
@@ -821,11 +876,17 @@ START_TEST(ctl_findings_none_exits_0)
 }
 END_TEST
 
+static void fq_list(struct fq *q, Npusan__Process **v, size_t n, bool done);
+
 START_TEST(ctl_findings_sends_every_filter)
 {
 	struct fq *q = fq_new();
 	const Npusan__FindingsRequest *r;
 
+	/* A job's or a process's: first its processes, for those that
+	 * exited but are not stored yet (none here). */
+	fq_list(q, NULL, 0, true);
+	fq_next(q);
 	fq_findings(q, NULL, 0, true);
 	ck_assert_int_eq(ctl_fq(q, NULL, NULL, "findings", "--job", "demo",
 				"--pid", "4242", "--rank", "3", "--kind",
@@ -892,45 +953,52 @@ START_TEST(ctl_findings_since_takes_durations_and_timestamps)
 }
 END_TEST
 
-START_TEST(ctl_findings_follow_prints_pushed_findings_until_sigint)
+/*
+ * --follow asks again every second for what was seen lately, printing a
+ * finding that is new or whose count grew, and nothing twice; SIGINT ends
+ * it with 0.
+ */
+START_TEST(ctl_findings_follow_prints_new_and_updated_until_sigint)
 {
 	struct fq *q = fq_new();
-	struct cf a, b;
-	struct cf *v1[] = { &a }, *v2[] = { &b };
+	struct cf a, b, b3;
+	struct cf *v1[] = { &a }, *v2[] = { &a, &b }, *v3[] = { &a, &b3 };
 	const char *argv[] = { tu_bin("npusanctl"), "findings", "--json",
 			       "--follow", "--timeout", "0.5", NULL };
 	char *out = NULL;
 	size_t len = 0;
+	int64_t before = (int64_t)time(NULL) * 1000;
 	int p[2];
 	pid_t pid;
 
 	cf_spec(&a, true);
 	cf_spec(&b, false);
-	b.f.count = 3;
+	cf_spec(&b3, false);
+	b3.f.count = 3;
 	fq_findings(q, v1, 1, true);
-	/* longer than --timeout: a follow waits without a time limit */
-	fq_sleep(q, 1000);
-	fq_wait_go(q);
-	fq_findings(q, v2, 1, false);
+	fq_next(q);
+	fq_findings(q, v2, 2, true); /* a again, and b: new */
+	fq_next(q);
+	fq_findings(q, v3, 2, true); /* b's count grew */
+	fq_next(q);
 	fq_start(q);
 	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
 	pid = ctl_spawn(argv, p[1]);
 	close(p[1]);
-	/* the answer, printed before the push is even sent */
-	read_until(p[0], &out, &len, SEEN_JSON);
-	ck_assert_str_eq(out, SPEC_RACE_JSON SEEN_JSON);
-	fq_go(q);
 	read_until(p[0], &out, &len, "\"count\":3");
 	ck_assert_int_eq(kill(pid, SIGINT), 0);
 	read_until(p[0], &out, &len, NULL);
 	close(p[0]);
 	ck_assert_int_eq(wait_status(pid), 0);
 	ck_assert_str_eq(out, SPEC_RACE_JSON SEEN_JSON SPEC_MRS_HEAD
+			 ",\"count\":1" SEEN_JSON SPEC_MRS_HEAD
 			 ",\"count\":3" SEEN_JSON);
 	fq_stop(q);
-	ck_assert(fq_query(q)->findings->has_follow);
-	ck_assert(fq_query(q)->findings->follow);
-	ck_assert(q->peer_closed);
+	/* A later ask: no push wanted, only what was seen lately. */
+	ck_assert(!fq_query(q)->findings->follow);
+	ck_assert(fq_query(q)->findings->has_since_ms);
+	ck_assert_int_ge(fq_query(q)->findings->since_ms, before - 11000);
+	ck_assert_uint_ge(q->nconn, 3);
 	free(out);
 	fq_free(q);
 }
@@ -952,7 +1020,9 @@ START_TEST(ctl_findings_follow_table_prints_rows_as_they_come)
 	a.f.has_last_ms = false;
 	fq_findings(q, NULL, 0, true);
 	fq_wait_go(q);
-	fq_findings(q, v, 1, false);
+	fq_next(q);
+	fq_findings(q, v, 1, true);
+	fq_next(q);
 	fq_start(q);
 	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
 	pid = ctl_spawn(argv, p[1]);
@@ -984,11 +1054,11 @@ START_TEST(ctl_error_reply_is_reported_and_exits_3)
 	struct fq *q = fq_new();
 	char *out, *err;
 
-	fq_error(q, "no finding 42\033[31m", ENOENT);
+	fq_error(q, "database error\033[31m", EIO);
 	ck_assert_int_eq(ctl_fq(q, &out, &err, "show", "42", NULL), 3);
 	ck_assert_str_eq(out, "");
 	ck_assert_str_eq(err, "npusanctl show: the daemon refused the "
-			      "request: no finding 42?[31m\n");
+			      "request: database error?[31m\n");
 	ck_assert_int_eq(fq_query(q)->q_case, NPUSAN__QUERY__Q_SHOW);
 	ck_assert_int_eq(fq_query(q)->show->id, 42);
 	free(out);
@@ -1000,6 +1070,22 @@ START_TEST(ctl_error_reply_is_reported_and_exits_3)
 	fq_error(q, NULL, EPROTO);
 	ck_assert_int_eq(ctl_fq(q, NULL, &err, "stats", NULL), 3);
 	ck_assert_ptr_nonnull(strstr(err, strerror(EPROTO)));
+	free(err);
+	fq_free(q);
+}
+END_TEST
+
+/* No such finding is the asker's mistake, not a missing daemon: 2. */
+START_TEST(ctl_show_of_no_such_finding_exits_2)
+{
+	struct fq *q = fq_new();
+	char *out, *err;
+
+	fq_error(q, "no finding 42\033[31m", ENOENT);
+	ck_assert_int_eq(ctl_fq(q, &out, &err, "show", "42", NULL), 2);
+	ck_assert_str_eq(out, "");
+	ck_assert_str_eq(err, "npusanctl show: no finding 42?[31m\n");
+	free(out);
 	free(err);
 	fq_free(q);
 }
@@ -1320,7 +1406,8 @@ START_TEST(ctl_list_json_and_filters)
 			      "\"state\":\"running\",\"events\":1500000,"
 			      "\"lost\":0,\"gaps\":0,\"findings\":2,\"uid\":1000,"
 			      "\"host\":\"node\\\"1\",\"executable\":"
-			      "\"/usr/bin/python3\",\"start_time\":123456,"
+			      "\"/usr/bin/python3\",\"run\":null,"
+			      "\"start_time\":123456,"
 			      "\"first_seen\":\"" T0 "\",\"last_seen\":null}\n");
 	ck_assert_str_eq(fq_query(q)->list->job, "demo");
 	ck_assert(fq_query(q)->list->has_pid);
@@ -1395,6 +1482,7 @@ static Suite *ctl_suite(void)
 
 	tcase_add_test(tc, ctl_no_daemon_says_how_to_start_one_and_exits_3);
 	tcase_add_test(tc, ctl_socket_without_listener_is_no_daemon);
+	tcase_add_test(tc, ctl_global_options_before_the_command);
 	tcase_add_test(tc, ctl_live_daemon_is_not_reported_missing);
 	tcase_add_test(tc, ctl_every_command_has_help_and_refuses_unknown_options);
 	tcase_add_test(tc, ctl_bad_values_are_usage_errors);
@@ -1407,9 +1495,10 @@ static Suite *ctl_suite(void)
 	tcase_add_test(tc, ctl_findings_none_exits_0);
 	tcase_add_test(tc, ctl_findings_sends_every_filter);
 	tcase_add_test(tc, ctl_findings_since_takes_durations_and_timestamps);
-	tcase_add_test(tc, ctl_findings_follow_prints_pushed_findings_until_sigint);
+	tcase_add_test(tc, ctl_findings_follow_prints_new_and_updated_until_sigint);
 	tcase_add_test(tc, ctl_findings_follow_table_prints_rows_as_they_come);
 	tcase_add_test(tc, ctl_error_reply_is_reported_and_exits_3);
+	tcase_add_test(tc, ctl_show_of_no_such_finding_exits_2);
 	tcase_add_test(tc, ctl_malformed_replies_exit_3);
 	tcase_add_test(tc, ctl_silent_daemon_times_out);
 	tcase_add_test(tc, ctl_show_prints_analyze_report_with_seen);

@@ -1038,6 +1038,68 @@ START_TEST(engine_dedup_key_ignores_pointer_not_stack)
 }
 END_TEST
 
+/* Two allocations on different streams, each used on stream 2 and freed
+ * without record_stream: the allocation stream is part of the key. */
+START_TEST(engine_dedup_key_has_allocation_stream)
+{
+	run_mode("alloc ptr=0x1000 size=16 stream=0\n"
+		 "alloc ptr=0x2000 size=16 stream=1\n"
+		 "launch stream=2 op=use read=0x1000\n"
+		 "launch stream=2 op=use read=0x2000\n"
+		 "free ptr=0x1000\n"
+		 "free ptr=0x2000\n",
+		 true);
+	ck_assert_uint_eq(F.n, 2);
+	ck_assert_uint_ne(F.v[0].id, F.v[1].id);
+	ck_assert_uint_eq(F.v[1].count, 1);
+	ck_assert_uint_eq(F.v[1].alloc.stream, 1);
+}
+END_TEST
+
+/* ---- the record_stream check's access type ------------------------------ */
+
+/* A write element that starts in another allocation and runs into this
+ * one wrote this one: the use on stream 1 is a write (the record_stream
+ * rule, "whether that launch wrote any memory of the allocation"). */
+START_TEST(engine_record_stream_write_from_other_allocation)
+{
+	run("alloc ptr=0x1000 size=16 stream=0\n"
+	    "alloc ptr=0x1010 size=16 stream=0\n"
+	    "launch stream=1 op=k read=0x1018 write=0x1000+20\n"
+	    "free ptr=0x1010\n");
+	assert_findings(0, 1);
+	assert_mrs(0, 0x1010, 0, 1, 1);
+	ck_assert(F.v[0].access.write);
+}
+END_TEST
+
+/* The same through a write element that belongs to no allocation. */
+START_TEST(engine_record_stream_write_from_no_allocation)
+{
+	run("alloc ptr=0x1000 size=16 stream=0\n"
+	    "launch stream=1 op=k read=0x1008 write=0xff0+24\n"
+	    "free ptr=0x1000\n");
+	assert_findings(0, 1);
+	assert_mrs(0, 0x1000, 0, 1, 1);
+	ck_assert(F.v[0].access.write);
+}
+END_TEST
+
+/* A write into the allocation from a later launch that has no access of
+ * its own belonging to it records no usage; the earlier read stays a read. */
+START_TEST(engine_record_stream_write_without_own_access_is_no_use)
+{
+	run("alloc ptr=0x1000 size=16 stream=0\n"
+	    "launch stream=1 op=r read=0x1000\n"
+	    "launch stream=1 op=w write=0xff0+32\n"
+	    "free ptr=0x1000\n");
+	assert_findings(0, 1);
+	assert_mrs(0, 0x1000, 0, 1, 1);
+	ck_assert(!F.v[0].access.write);
+	ck_assert_str_eq(tu_op(&F, 0, false), "r");
+}
+END_TEST
+
 /* ---- the engine API ----------------------------------------------------- */
 
 static void count_cb(const struct finding *f, bool first, void *arg)
@@ -1092,6 +1154,47 @@ START_TEST(engine_stream_limit_is_an_error_not_a_crash)
 	ck_assert_int_eq(engine_feed(e, &op), 0);
 	engine_get_stats(e, &st);
 	ck_assert_uint_eq(st.streams, ENGINE_MAX_STREAMS);
+	engine_free(e);
+}
+END_TEST
+
+/* Skipped past the limit: one gap for a run of skipped ops, a new one
+ * after an op analysed in between, and no race across the gap. */
+START_TEST(engine_feed_or_skip_puts_a_gap_where_it_skips)
+{
+	struct engine_opts o = { .finding_cb = count_cb };
+	struct engine_stats st;
+	struct engine *e;
+	size_t n = 0;
+	bool skipping = false;
+	struct op op = { .kind = OP_STREAM_CREATE };
+	struct op_range w = { 0x1000, 8 }, r = { 0x1000, 8 };
+
+	o.arg = &n;
+	ck_assert_int_eq(engine_new(&o, &e), 0);
+	for (uint64_t s = 1; s < ENGINE_MAX_STREAMS; s++) {
+		op.stream = s;
+		ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping), 0);
+	}
+	op = (struct op){ .kind = OP_LAUNCH, .stream = 0, .writes = &w,
+			  .nwrites = 1 };
+	ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping), 0);
+	op = (struct op){ .kind = OP_STREAM_CREATE, .stream = 5000 };
+	ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping),
+			 ENGINE_SKIPPED_GAP);
+	op.stream = 5001;
+	ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping),
+			 ENGINE_SKIPPED);
+	/* The write before the gap and this read make no race. */
+	op = (struct op){ .kind = OP_LAUNCH, .stream = 1, .reads = &r,
+			  .nreads = 1 };
+	ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping), 0);
+	ck_assert_uint_eq(n, 0);
+	op = (struct op){ .kind = OP_STREAM_CREATE, .stream = 5002 };
+	ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping),
+			 ENGINE_SKIPPED_GAP);
+	engine_get_stats(e, &st);
+	ck_assert_uint_eq(st.gaps, 2);
 	engine_free(e);
 }
 END_TEST
@@ -1254,6 +1357,10 @@ static Suite *engine_suite(void)
 	tcase_add_test(mem, engine_gap_exempts_live_allocations_keeps_sync_state);
 	tcase_add_test(mem, engine_dedup_merges_repeats_and_counts);
 	tcase_add_test(mem, engine_dedup_key_ignores_pointer_not_stack);
+	tcase_add_test(mem, engine_dedup_key_has_allocation_stream);
+	tcase_add_test(mem, engine_record_stream_write_from_other_allocation);
+	tcase_add_test(mem, engine_record_stream_write_from_no_allocation);
+	tcase_add_test(mem, engine_record_stream_write_without_own_access_is_no_use);
 	suite_add_tcase(s, mem);
 
 	tcase_add_checked_fixture(ranges, NULL, teardown);
@@ -1272,6 +1379,7 @@ static Suite *engine_suite(void)
 
 	tcase_add_test(api, engine_rejects_malformed_ops);
 	tcase_add_test(api, engine_stream_limit_is_an_error_not_a_crash);
+	tcase_add_test(api, engine_feed_or_skip_puts_a_gap_where_it_skips);
 	tcase_add_test(api, engine_out_of_memory_forgets_and_goes_on);
 	tcase_add_test(api, engine_memory_bounded_in_long_run);
 	tcase_set_timeout(api, 120);

@@ -5,6 +5,9 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +18,7 @@
 
 #include "ingest.h"
 #include "ring.h"
+#include "ringread.h"
 #include "store.h"
 #include "testutil.h"
 
@@ -25,10 +29,10 @@ struct fixture {
 	struct ring *ring;
 };
 
-static void fx_open(struct fixture *fx)
+static void fx_open_threads(struct fixture *fx, unsigned threads)
 {
 	struct store_opts so = { 0 };
-	struct ingest_opts io = { .threads = 2, .period_ms = 2 };
+	struct ingest_opts io = { .threads = threads, .period_ms = 2 };
 	char path[512];
 	char *err = NULL;
 
@@ -39,6 +43,11 @@ static void fx_open(struct fixture *fx)
 	io.store = fx->store;
 	ck_assert_int_eq(ingest_new(&io, &fx->ingest), 0);
 	ck_assert_int_eq(ring_create(RING_MIN_CAPACITY, 0, 1000, &fx->ring), 0);
+}
+
+static void fx_open(struct fixture *fx)
+{
+	fx_open_threads(fx, 2);
 }
 
 static void fx_close(struct fixture *fx)
@@ -213,7 +222,7 @@ END_TEST
 struct listed {
 	unsigned n;
 	char state[16];
-	uint64_t events, lost;
+	uint64_t events, lost, gaps;
 };
 
 static int list_cb(void *arg, const struct store_process *p)
@@ -225,13 +234,17 @@ static int list_cb(void *arg, const struct store_process *p)
 		 store_state_name(p->state));
 	l->events = p->events;
 	l->lost = p->lost;
+	l->gaps = p->gaps;
 	return 0;
 }
 
 /* A process that is gone is drained to the end, its drops counted as
- * lost, and recorded exited. */
+ * lost, and recorded exited; drops beyond any real count (_i 1) are a gap
+ * of unknown size, never a wrapped total. */
 START_TEST(ingest_exited_process_is_finished)
 {
+	static const uint64_t pending[] = { 5, UINT64_MAX - 1 };
+	static const uint64_t lost[] = { 5, 0 };
 	struct store_filter f = { 0 };
 	struct timespec nap = { 0, 10000000 };
 	struct ingest_proc *p;
@@ -250,7 +263,7 @@ START_TEST(ingest_exited_process_is_finished)
 	push_op(fx.ring, OP_STREAM_CREATE, 1, 0);
 	push_op(fx.ring, OP_DEVICE_SYNC, 0, 0);
 	/* Drops the ring never reported in a gap record. */
-	atomic_fetch_add(&fx.ring->hdr->pending, 5);
+	atomic_fetch_add(&fx.ring->hdr->pending, pending[_i]);
 	kill(child, SIGKILL);
 	waitpid(child, &status, 0);
 	ingest_disconnect(fx.ingest, p);
@@ -264,8 +277,50 @@ START_TEST(ingest_exited_process_is_finished)
 	}
 	ck_assert_uint_eq(l.n, 1);
 	ck_assert_str_eq(l.state, "exited");
-	ck_assert_uint_eq(l.lost, 5);
+	ck_assert_uint_eq(l.lost, lost[_i]);
+	ck_assert_uint_eq(l.gaps, 1);
 	ck_assert_uint_eq(l.events, 2);
+	fx_close(&fx);
+}
+END_TEST
+
+/* A process that exited but is not reaped yet (a zombie) can push no
+ * more: it is finished at once, not when its parent gets round to it, so
+ * that a query about its job sees its last operations. */
+START_TEST(ingest_zombie_process_is_finished)
+{
+	struct store_filter f = { 0 };
+	struct timespec nap = { 0, 10000000 };
+	struct ingest_proc *p;
+	struct fixture fx;
+	struct listed l;
+	siginfo_t si;
+	pid_t child;
+
+	fx_open(&fx);
+	child = fork();
+	if (child == 0) {
+		pause();
+		_exit(0);
+	}
+	p = fx_register(&fx, (uint32_t)child, NULL);
+	push_op(fx.ring, OP_DEVICE_SYNC, 0, 0);
+	kill(child, SIGKILL);
+	/* Waits for the exit but leaves the zombie. */
+	ck_assert_int_eq(waitid(P_PID, (id_t)child, &si, WEXITED | WNOWAIT),
+			 0);
+	ingest_disconnect(fx.ingest, p);
+	for (int i = 0; i < 500; i++) {
+		memset(&l, 0, sizeof(l));
+		store_flush(fx.store);
+		ck_assert_int_eq(store_list(fx.store, &f, list_cb, &l), 0);
+		if (strcmp(l.state, "exited") == 0)
+			break;
+		nanosleep(&nap, NULL);
+	}
+	ck_assert_str_eq(l.state, "exited");
+	ck_assert_uint_eq(l.events, 1);
+	waitpid(child, NULL, 0);
 	fx_close(&fx);
 }
 END_TEST
@@ -303,6 +358,317 @@ START_TEST(ingest_free_drains_and_keeps_running)
 }
 END_TEST
 
+/*
+ * Drain threads are interchangeable: a burst of registrations spreads over
+ * every thread (two here), and whichever takes a process drains it. Five
+ * processes, each with a race in its own ring, make five findings.
+ */
+START_TEST(ingest_every_process_of_a_burst_is_drained)
+{
+	struct store_process sp = { .uid = (uint32_t)getuid(), .host = "test",
+				    .job = "burst" };
+	struct ring *rings[5];
+	struct fixture fx;
+	struct collected c;
+	struct ingest_proc *p;
+	const char *why;
+
+	fx_open(&fx);
+	for (unsigned i = 0; i < 5; i++) {
+		ck_assert_int_eq(ring_create(RING_MIN_CAPACITY, 0, 1000,
+					     &rings[i]), 0);
+		push_string(rings[i], 1, "fill");
+		push_string(rings[i], 2, "use");
+		push_race(rings[i], 0x1000);
+	}
+	for (unsigned i = 0; i < 5; i++) {
+		sp.pid = 0x400000u + i; /* distinct, and no live process */
+		sp.has_rank = true;
+		sp.rank = i;
+		why = NULL;
+		ck_assert_msg(ingest_register(fx.ingest, &sp,
+					      dup(ring_fd(rings[i])), &p,
+					      &why) == 0, "%s", why ? why : "");
+	}
+	wait_findings(&fx, 5, 1, &c);
+	ck_assert_uint_eq(c.n, 5);
+	fx_close(&fx);
+	for (unsigned i = 0; i < 5; i++)
+		ring_destroy(rings[i]);
+}
+END_TEST
+
+/* A record of `type` with `len` payload bytes holding a stream_wait of
+ * `stream` on `on` whose kind is `kind`. */
+static void push_raw_wait(struct ring *r, unsigned type, size_t len,
+			  uint8_t kind, uint64_t stream, uint64_t on)
+{
+	struct ring_slot slot;
+	struct ring_op op = { .kind = kind, .a = stream, .b = on };
+
+	ck_assert_int_eq(ring_reserve(r, type, len, &slot), 0);
+	memset(slot.payload, 0, len);
+	memcpy(slot.payload, &op, len < sizeof(op) ? len : sizeof(op));
+	ring_commit(&slot);
+}
+
+/* Polls the store until its one process has `events` events. */
+static void wait_events(struct fixture *fx, uint64_t events, struct listed *l)
+{
+	struct store_filter f = { 0 };
+
+	for (int i = 0; i < 1000; i++) {
+		memset(l, 0, sizeof(*l));
+		ck_assert_int_eq(store_flush(fx->store), 0);
+		ck_assert_int_eq(store_list(fx->store, &f, list_cb, l), 0);
+		if (l->events >= events)
+			return;
+		tu_nap_ms(10);
+	}
+}
+
+/*
+ * A sync between a write and a read that the daemon cannot decode (a bad
+ * length, kind or record type, by _i) is an operation lost, not one that
+ * never happened: it is counted and becomes a gap, so the two accesses,
+ * which it may have ordered, are never reported as a race.
+ */
+START_TEST(ingest_undecodable_sync_is_a_gap_not_a_race)
+{
+	static const struct {
+		unsigned type;
+		size_t len;
+		uint8_t kind;
+	} bad[] = {
+		{ RING_REC_OP, sizeof(struct ring_op) + 8, OP_STREAM_WAIT },
+		{ RING_REC_OP, sizeof(struct ring_op), OP_KIND_COUNT },
+		{ 9, sizeof(struct ring_op), OP_STREAM_WAIT },
+	};
+	struct fixture fx;
+	struct collected c;
+	struct listed l;
+
+	fx_open(&fx);
+	fx_register(&fx, (uint32_t)getpid(), NULL);
+	push_string(fx.ring, 1, "fill");
+	push_string(fx.ring, 2, "use");
+	push_op(fx.ring, OP_STREAM_CREATE, 7, 0);
+	push_launch(fx.ring, 0, 1, 0, 0x1000);
+	push_raw_wait(fx.ring, bad[_i].type, bad[_i].len, bad[_i].kind, 7, 0);
+	push_launch(fx.ring, 7, 2, 0x1000, 0);
+	wait_events(&fx, 3, &l);
+	memset(&c, 0, sizeof(c));
+	ck_assert_int_eq(store_flush(fx.store), 0);
+	ck_assert_int_eq(store_findings(fx.store, &(struct store_filter){ 0 },
+					collect_cb, &c), 0);
+	ck_assert_msg(c.n == 0, "a %s across an undecodable sync", c.kind);
+	ck_assert_uint_eq(l.events, 3);
+	ck_assert_uint_eq(l.lost, 1);
+	ck_assert_uint_eq(l.gaps, 1);
+	fx_close(&fx);
+}
+END_TEST
+
+static void push_gap(struct ring *r, uint64_t lost)
+{
+	struct ring_slot slot;
+	struct ring_op *op;
+
+	ck_assert_int_eq(ring_reserve(r, RING_REC_OP, sizeof(*op), &slot), 0);
+	op = slot.payload;
+	memset(op, 0, sizeof(*op));
+	op->kind = OP_GAP;
+	op->flags = RING_OP_HAS_LOST;
+	op->a = lost;
+	ring_commit(&slot);
+}
+
+/*
+ * Counts an agent controls never wrap: a ring whose header says 2^64 - 6
+ * operations were consumed before, and gap records claiming 2^64 - 1 and
+ * twice 2^53 - 1 lost. The impossible ones are gaps of unknown size; the
+ * sums saturate at 2^53, for the process and for the host.
+ */
+START_TEST(ingest_agent_counts_saturate_never_wrap)
+{
+	struct ingest_stats st;
+	struct fixture fx;
+	struct listed l;
+
+	fx_open(&fx);
+	atomic_store(&fx.ring->hdr->consumed, UINT64_MAX - 5);
+	fx_register(&fx, (uint32_t)getpid(), NULL);
+	push_gap(fx.ring, UINT64_MAX);
+	push_gap(fx.ring, RINGREAD_MAX_COUNT - 1);
+	push_gap(fx.ring, RINGREAD_MAX_COUNT - 1);
+	push_op(fx.ring, OP_DEVICE_SYNC, 0, 0);
+	wait_events(&fx, 1, &l);
+	ck_assert_uint_eq(l.events, 1);
+	ck_assert_uint_eq(l.lost, RINGREAD_MAX_COUNT);
+	ck_assert_uint_eq(l.gaps, 4); /* the ring taken over, and three */
+	ingest_get_stats(fx.ingest, &st);
+	ck_assert_uint_eq(st.lost, RINGREAD_MAX_COUNT);
+	fx_close(&fx);
+}
+END_TEST
+
+/* Writes launches into a ring until told to stop, as a child that kept
+ * its parent's mapping does, faster than a drain thread analyses them;
+ * drops (a full ring) are fine. */
+#define FLOOD_RANGES 16
+#define FLOOD_WRITERS 2
+
+struct flood {
+	struct ring *ring;
+	atomic_bool stop;
+};
+
+static void *flood_main(void *arg)
+{
+	const size_t len = sizeof(struct ring_launch) +
+			   FLOOD_RANGES * sizeof(struct ring_range);
+	struct flood *fl = arg;
+	struct ring_slot slot;
+	struct ring_launch *l;
+
+	while (!atomic_load(&fl->stop)) {
+		if (ring_reserve(fl->ring, RING_REC_LAUNCH, len, &slot) < 0)
+			continue;
+		l = slot.payload;
+		memset(l, 0, len);
+		l->kind = OP_LAUNCH;
+		l->stream = 1;
+		l->nwrites = FLOOD_RANGES;
+		for (unsigned i = 0; i < FLOOD_RANGES; i++)
+			l->ranges[i] = (struct ring_range){ 0x10000 * (i + 1),
+							    64 };
+		ring_commit(&slot);
+	}
+	return NULL;
+}
+
+/*
+ * A process that exits while something keeps writing its ring is drained
+ * up to where it left it and finished, a batch at a time: the other
+ * process on the same (only) drain thread has its finding meanwhile.
+ */
+START_TEST(ingest_exited_process_flooded_holds_no_thread)
+{
+	struct store_process sp = { .pid = 0x400000u, .uid = (uint32_t)getuid(),
+				    .host = "test", .job = "other" };
+	struct store_filter f = { 0 };
+	struct flood fl = { 0 };
+	struct ingest_proc *p;
+	struct ring *other;
+	struct fixture fx;
+	struct collected c;
+	struct listed l;
+	const char *why = NULL;
+	pthread_t writers[FLOOD_WRITERS];
+	pid_t child;
+	bool exited = false;
+
+	fx_open_threads(&fx, 1);
+	/* A ring large enough that the thread takes many batches to empty
+	 * it, and the writer keeps it full. */
+	ring_destroy(fx.ring);
+	ck_assert_int_eq(ring_create(UINT64_C(8) << 20, 0, 1000, &fx.ring), 0);
+	child = fork();
+	if (child == 0) {
+		pause();
+		_exit(0);
+	}
+	p = fx_register(&fx, (uint32_t)child, NULL);
+	fl.ring = fx.ring;
+	for (int i = 0; i < FLOOD_WRITERS; i++)
+		ck_assert_int_eq(pthread_create(&writers[i], NULL, flood_main,
+						&fl), 0);
+	while (atomic_load(&fx.ring->hdr->dropped) == 0)
+		tu_nap_ms(1); /* full */
+	ingest_disconnect(fx.ingest, p);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	tu_nap_ms(100); /* found gone and drained before the other comes */
+	ck_assert_int_eq(ring_create(RING_MIN_CAPACITY, 0, 1000, &other), 0);
+	push_string(other, 1, "fill");
+	push_string(other, 2, "use");
+	push_race(other, 0x1000);
+	ck_assert_int_eq(ingest_register(fx.ingest, &sp, dup(ring_fd(other)),
+					 &p, &why), 0);
+	for (int i = 0; i < 2000 && !(exited && c.n == 1); i++) {
+		tu_nap_ms(10);
+		memset(&c, 0, sizeof(c));
+		memset(&l, 0, sizeof(l));
+		ck_assert_int_eq(store_flush(fx.store), 0);
+		ck_assert_int_eq(store_findings(fx.store, &f, collect_cb, &c),
+				 0);
+		f.has_pid = true;
+		f.pid = (uint32_t)child;
+		ck_assert_int_eq(store_list(fx.store, &f, list_cb, &l), 0);
+		f.has_pid = false;
+		exited = strcmp(l.state, "exited") == 0;
+	}
+	atomic_store(&fl.stop, true);
+	for (int i = 0; i < FLOOD_WRITERS; i++)
+		pthread_join(writers[i], NULL);
+	ck_assert_msg(c.n == 1, "the other process waits for its finding");
+	ck_assert_msg(exited, "the flooded process is never finished");
+	fx_close(&fx);
+	ring_destroy(other);
+}
+END_TEST
+
+/* The state the store lists for `pid`, polled for up to `ms`
+ * until it is `want`. */
+static void wait_state(struct fixture *fx, pid_t pid, const char *want,
+		       int ms, struct listed *l)
+{
+	struct store_filter f = { .has_pid = true, .pid = (uint32_t)pid };
+
+	for (int i = 0; i <= ms / 10; i++) {
+		memset(l, 0, sizeof(*l));
+		ck_assert_int_eq(store_flush(fx->store), 0);
+		ck_assert_int_eq(store_list(fx->store, &f, list_cb, l), 0);
+		if (strcmp(l->state, want) == 0)
+			return;
+		tu_nap_ms(10);
+	}
+}
+
+/*
+ * A process that registers again before its old connection is seen
+ * closed holds its handle through two connections: the first to close
+ * does not let it be finished (and freed) under the second, whose close
+ * comes later.
+ */
+START_TEST(ingest_handle_outlives_each_connection_but_the_last)
+{
+	struct ingest_proc *p, *again;
+	struct fixture fx;
+	struct listed l;
+	pid_t child;
+
+	fx_open(&fx);
+	child = fork();
+	if (child == 0) {
+		pause();
+		_exit(0);
+	}
+	p = fx_register(&fx, (uint32_t)child, NULL);
+	again = fx_register(&fx, (uint32_t)child, NULL);
+	ck_assert_ptr_eq(again, p);
+	ingest_disconnect(fx.ingest, p);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	wait_state(&fx, child, "exited", 1500, &l);
+	ck_assert_str_eq(l.state, "running");
+	ingest_disconnect(fx.ingest, again);
+	wait_state(&fx, child, "exited", 10000, &l);
+	ck_assert_str_eq(l.state, "exited");
+	fx_close(&fx);
+}
+END_TEST
+
 static Suite *ingest_suite(void)
 {
 	Suite *s = suite_create("ingest");
@@ -311,8 +677,15 @@ static Suite *ingest_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, ingest_race_in_ring_reaches_store);
 	tcase_add_test(tc, ingest_repeats_sum_into_one_row);
-	tcase_add_test(tc, ingest_exited_process_is_finished);
+	tcase_add_loop_test(tc, ingest_exited_process_is_finished, 0, 2);
+	tcase_add_test(tc, ingest_zombie_process_is_finished);
 	tcase_add_test(tc, ingest_free_drains_and_keeps_running);
+	tcase_add_test(tc, ingest_every_process_of_a_burst_is_drained);
+	tcase_add_loop_test(tc, ingest_undecodable_sync_is_a_gap_not_a_race, 0,
+			    3);
+	tcase_add_test(tc, ingest_agent_counts_saturate_never_wrap);
+	tcase_add_test(tc, ingest_exited_process_flooded_holds_no_thread);
+	tcase_add_test(tc, ingest_handle_outlives_each_connection_but_the_last);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -45,6 +45,10 @@ static unsigned free_port(void)
 	return ntohs(sa.sin_port);
 }
 
+/* The loopback address the next connections come from; NULL: 127.0.0.1.
+ * Another one is another scraper to npusand's limit per address. */
+static const char *http_from;
+
 /* A connected socket to the metrics port, or -1. */
 static int http_connect(unsigned port)
 {
@@ -52,6 +56,14 @@ static int http_connect(unsigned port)
 	struct timeval tv = { 10, 0 };
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
+	if (http_from != NULL) {
+		struct sockaddr_in from = { .sin_family = AF_INET };
+
+		ck_assert_int_eq(inet_pton(AF_INET, http_from,
+					   &from.sin_addr), 1);
+		ck_assert_int_eq(bind(fd, (struct sockaddr *)&from,
+				      sizeof(from)), 0);
+	}
 	sa.sin_port = htons((uint16_t)port);
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -465,17 +477,97 @@ START_TEST(metrics_bad_requests_leave_daemon_serving)
 		if (i % 2)
 			send(idle[i], "GET /met", 8, MSG_NOSIGNAL);
 	}
+	/* Another scraper: one address holds at most a quarter. */
+	http_from = "127.0.0.2";
 	ck_assert_int_eq(http_get(d.port, "/metrics", &body), 200);
+	http_from = NULL;
 	ck_assert(sample(body, "npusan_uptime_seconds") >= 0);
 	free(body);
 	ck_assert_int_eq(ctl_stats(), 0);
 	for (int i = 0; i < IDLE_CONNS; i++)
 		close(idle[i]);
-	ck_assert_int_eq(http_get(d.port, "/metrics", &body), 200);
+	/* Served again from that address once MHD has seen them close. */
+	for (int i = 0; i < 50 && (st = http_get(d.port, "/metrics", &body)) !=
+					  200;
+	     i++) {
+		free(body);
+		tu_nap_ms(100);
+	}
+	ck_assert_int_eq(st, 200);
 	free(body);
 	ck_assert_int_eq(ctl_stats(), 0);
 	ck_assert_int_eq(WEXITSTATUS(daemon_stop(&d)), 0);
 	free(big);
+}
+END_TEST
+
+/* Whether the server closed `fd` (EOF, or a reset) without waiting. */
+static bool http_closed(int fd)
+{
+	char buf[256];
+	ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+#define SLOW_CONNS 70  /* past npusand's 64 from one address */
+#define SLOW_LIMIT_S 5 /* its time for a request, however slow */
+
+/*
+ * Issue 12: /metrics was down under 260 connections that each sent a byte
+ * every 2 s: MHD's idle timeout never fired. One address now holds at most
+ * 64 connections, and a request's time is bounded however it trickles.
+ */
+START_TEST(metrics_slow_clients_are_cut)
+{
+	static const char slow_head[] = "GET /metrics HTTP/1.1\r\nX-Slow: ";
+	int fds[SLOW_CONNS], open_now = 0, refused = 0;
+	struct daemon d;
+	char *body;
+
+	daemon_start(&d);
+	for (int i = 0; i < SLOW_CONNS; i++) {
+		fds[i] = http_connect(d.port);
+		ck_assert_int_ge(fds[i], 0);
+		send(fds[i], slow_head, strlen(slow_head), MSG_NOSIGNAL);
+	}
+	tu_nap_ms(500);
+	for (int i = 0; i < SLOW_CONNS; i++) {
+		if (!http_closed(fds[i]))
+			continue;
+		close(fds[i]);
+		fds[i] = -1;
+		refused++;
+	}
+	ck_assert_int_eq(refused, SLOW_CONNS - 64);
+	/* Another address is served meanwhile. */
+	http_from = "127.0.0.2";
+	ck_assert_int_eq(http_get(d.port, "/metrics", &body), 200);
+	http_from = NULL;
+	free(body);
+	/* A byte a second, for at most twice the bound: all are cut. */
+	for (int s = 0; s < 2 * SLOW_LIMIT_S; s++) {
+		open_now = 0;
+		for (int i = 0; i < SLOW_CONNS; i++) {
+			if (fds[i] < 0)
+				continue;
+			if (http_closed(fds[i]) ||
+			    send(fds[i], "a", 1, MSG_NOSIGNAL) < 0) {
+				close(fds[i]);
+				fds[i] = -1;
+				continue;
+			}
+			open_now++;
+		}
+		if (open_now == 0)
+			break;
+		tu_nap_ms(1000);
+	}
+	ck_assert_msg(open_now == 0, "%d slow connections still open after "
+		      "%d s", open_now, 2 * SLOW_LIMIT_S);
+	ck_assert_int_eq(http_get(d.port, "/metrics", &body), 200);
+	free(body);
+	ck_assert_int_eq(WEXITSTATUS(daemon_stop(&d)), 0);
 }
 END_TEST
 
@@ -489,6 +581,7 @@ static Suite *metrics_suite(void)
 	tcase_add_test(tc, metrics_other_paths_and_methods_refused);
 	tcase_add_test(tc, metrics_textfile_never_half_written);
 	tcase_add_test(tc, metrics_bad_requests_leave_daemon_serving);
+	tcase_add_test(tc, metrics_slow_clients_are_cut);
 	suite_add_tcase(s, tc);
 	return s;
 }

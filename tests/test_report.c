@@ -213,10 +213,11 @@ START_TEST(report_job_with_findings)
 			      NULL),
 			 1);
 	ck_assert_uint_eq(tu_count_lines(out, "{"), 1);
-	ck_assert_ptr_nonnull(strstr(out, "{\"job\":\"demo\",\"verdict\":"
+	ck_assert_ptr_nonnull(strstr(out, "{\"job\":\"demo\",\"run\":null,"
+					  "\"runs\":1,\"verdict\":"
 					  "\"npusan: job demo: 2 findings"));
-	ck_assert_ptr_nonnull(strstr(out, "\"clean\":false,\"complete\":true,"
-					  "\"ranks\":2,\"processes\":2,"
+	ck_assert_ptr_nonnull(strstr(out, "\"clean\":false,\"analysed\":true,"
+					  "\"complete\":true,\"ranks\":2,\"processes\":2,"
 					  "\"operations\":36,\"lost\":0,"
 					  "\"findings\":2,\"occurrences\":2,"
 					  "\"by_kind\":{\"data_race\":1,"
@@ -405,6 +406,125 @@ START_TEST(report_clean_and_unknown_job)
 }
 END_TEST
 
+/*
+ * A job npusan saw nothing of (a rank registered, no operation came) and
+ * one it saw only part of (operations lost, nothing found): neither is
+ * clean, in the verdict, the exit status, the JSON or the JUnit file.
+ */
+START_TEST(report_blind_or_incomplete_job_is_not_clean)
+{
+	static const char blind_trace[] = "npusan-trace 1\n"
+					  "process pid=1 job=blind rank=0\n";
+	static const char lossy_trace[] = "npusan-trace 1\n"
+					  "process pid=1 job=lossy rank=0\n"
+					  "launch stream=0 op=a write=0x10+8\n"
+					  "gap lost=12\n"
+					  "launch stream=0 op=b write=0x10+8\n";
+	char junit[PATH_MAX + 16], *blind, *lossy, *out, *xml;
+	struct tu_daemon d;
+
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, DAEMON_ARGS);
+	blind = tu_write_file("blind.trace", blind_trace);
+	lossy = tu_write_file("lossy.trace", lossy_trace);
+	replay(blind, NULL);
+	replay(lossy, NULL);
+	wait_exited("blind", 1);
+	wait_exited("lossy", 1);
+	snprintf(junit, sizeof(junit), "%s/blind.xml", d.dir);
+	ck_assert_int_eq(ctlv(&out, NULL, "report", "--job", "blind",
+			      "--junit", junit, NULL),
+			 4);
+	ck_assert_msg(strstr(out, "npusan: job blind: nothing analysed: 1 "
+				  "process registered, but npusan received no "
+				  "operation") != NULL,
+		      "%s", out);
+	ck_assert_ptr_null(strstr(out, "clean"));
+	free(out);
+	xml = slurp(junit);
+	ck_assert_ptr_nonnull(strstr(xml, "errors=\"1\""));
+	ck_assert_ptr_nonnull(strstr(xml, "<error type=\"nothing_analysed"));
+	free(xml);
+	if (xml_count(junit, "error") != -2)
+		ck_assert_int_eq(xml_count(junit, "error"), 1);
+	ck_assert_int_eq(ctlv(&out, NULL, "report", "--job", "blind", "--json",
+			      NULL),
+			 4);
+	ck_assert_ptr_nonnull(strstr(out, "\"clean\":false,"
+					  "\"analysed\":false,"));
+	free(out);
+
+	snprintf(junit, sizeof(junit), "%s/lossy.xml", d.dir);
+	ck_assert_int_eq(ctlv(&out, NULL, "report", "--job", "lossy",
+			      "--junit", junit, NULL),
+			 5);
+	ck_assert_msg(strstr(out, "npusan: job lossy: no findings in what was "
+				  "analysed; 1 rank, 2 operations, 12 lost") !=
+			      NULL,
+		      "%s", out);
+	free(out);
+	xml = slurp(junit);
+	ck_assert_ptr_nonnull(strstr(xml, "<error type=\"incomplete\""));
+	free(xml);
+	/* The user's opt-in: 0, and a JUnit file without the error. */
+	ck_assert_int_eq(ctlv(&out, NULL, "report", "--job", "lossy",
+			      "--allow-incomplete", "--junit", junit, NULL),
+			 0);
+	free(out);
+	xml = slurp(junit);
+	ck_assert_ptr_null(strstr(xml, "<error"));
+	ck_assert_ptr_nonnull(strstr(xml, "errors=\"0\""));
+	free(xml);
+	ck_assert_int_eq(ctlv(&out, NULL, "report", "--job", "lossy", "--json",
+			      "--allow-incomplete", NULL),
+			 0);
+	ck_assert_ptr_nonnull(strstr(out, "\"clean\":false,\"analysed\":true,"
+					  "\"complete\":false,"));
+	free(out);
+	tu_daemon_stop(&d, SIGTERM);
+	free(blind);
+	free(lossy);
+	free(d.dir);
+}
+END_TEST
+
+/*
+ * Asked the moment a job's processes exited, report and findings tell
+ * what the processes left in their rings, not "clean" a drain too early.
+ */
+START_TEST(report_right_after_exit_sees_the_last_operations)
+{
+	char trace[512], job[32], *path, *out, *err;
+	struct tu_daemon d;
+
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, DAEMON_ARGS);
+	for (int i = 0; i < 3; i++) {
+		snprintf(job, sizeof(job), "quick%d", i);
+		snprintf(trace, sizeof(trace),
+			 "npusan-trace 1\n"
+			 "process pid=1 job=%s rank=0\n"
+			 "stream_create stream=1\n"
+			 "launch stream=0 op=w write=0x1000+64\n"
+			 "launch stream=1 op=r read=0x1000+64\n",
+			 job);
+		path = tu_write_file("quick.trace", trace);
+		replay(path, NULL);
+		ck_assert_int_eq(ctlv(&out, &err, i == 1 ? "findings" : "report",
+				      "--job", job, NULL),
+				 1);
+		ck_assert_msg(strstr(out, i == 1 ? "data_race" :
+						   "1 finding (1 data race)"),
+			      "%s%s", out, err);
+		free(out);
+		free(err);
+		free(path);
+	}
+	tu_daemon_stop(&d, SIGTERM);
+	free(d.dir);
+}
+END_TEST
+
 START_TEST(report_without_daemon_exits_3)
 {
 	char *dir = tu_tmpdir(), sock[PATH_MAX], junit[PATH_MAX], *err;
@@ -431,6 +551,8 @@ static Suite *report_suite(void)
 	tcase_add_test(tc, report_job_with_findings);
 	tcase_add_test(tc, report_repeat_logs_once_and_escapes);
 	tcase_add_test(tc, report_clean_and_unknown_job);
+	tcase_add_test(tc, report_blind_or_incomplete_job_is_not_clean);
+	tcase_add_test(tc, report_right_after_exit_sees_the_last_operations);
 	tcase_add_test(tc, report_without_daemon_exits_3);
 	suite_add_tcase(s, tc);
 	return s;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -775,6 +776,72 @@ START_TEST(ringread_absurd_head_reads_nothing)
 }
 END_TEST
 
+/* Once the producer is gone, what others reserve after is not read: the
+ * last drains of a process end at the head it left. */
+START_TEST(ringread_stop_at_head_reads_no_later_record)
+{
+	struct got g = { 0 };
+	struct rt t;
+
+	rt_open(&t, 0, 0, 0 - 48);
+	rt_push(&t, RING_REC_OP, 8, 1);
+	rt_push(&t, RING_REC_OP, 8, 2);
+	ck_assert_uint_eq(rt_drain(&t, 0, &g), 2); /* and found the head */
+	got_free(&g);
+	rt_push(&t, RING_REC_OP, 8, 3);
+	ringread_stop_at_head(t.c);
+	rt_push(&t, RING_REC_OP, 8, 4);
+	ck_assert_int_eq(ringread_drain(t.c, 64, RINGREAD_DEAD, got_cb, &g), 1);
+	ck_rec(&g, 0, RING_REC_OP, 8, 3);
+	ck_assert_int_eq(ringread_drain(t.c, 64, RINGREAD_DEAD, got_cb, &g), 0);
+	got_free(&g);
+	rt_close(&t);
+}
+END_TEST
+
+/* Bytes of memory the memfd `fd` holds (a sparse one holds few). */
+static uint64_t memfd_bytes(int fd)
+{
+	struct stat st;
+
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	return (uint64_t)st.st_blocks * 512;
+}
+
+/*
+ * Regression: a corrupt header with the head claimed a whole ring ahead
+ * made the skip zero the whole ring, bringing in every page of a sparse
+ * one (two 256 MiB rings cost the daemon 512 MiB). The skip is punched:
+ * the ring holds no more memory after it than before.
+ */
+START_TEST(ringread_skip_touches_no_more_than_it_reads)
+{
+	const uint64_t cap = UINT64_C(64) << 20;
+	struct ringread_counters n;
+	const char *why = NULL;
+	struct got g = { 0 };
+	uint64_t before;
+	struct rt t;
+
+	ck_assert_int_eq(ring_create(cap, 0, 0, &t.p), 0);
+	ck_assert_int_eq(ringread_map(ring_fd(t.p), &t.c, &why), 0);
+	ck_assert_int_eq(ring_reserve(t.p, RING_REC_OP, 8, &(struct ring_slot){ 0 }),
+			 0);
+	rt_rec(&t, 0)->tag = 1; /* corrupt, never committed */
+	ring_store_relaxed(&t.p->hdr->head, cap);
+	before = memfd_bytes(ring_fd(t.p));
+	ck_assert_uint_lt(before, UINT64_C(1) << 20);
+	ck_assert_int_eq(ringread_drain(t.c, 64, 0, got_cb, &g), 1);
+	ck_lost(&g, 0, cap);
+	ringread_counters(t.c, &n);
+	ck_assert_uint_eq(n.tail, cap);
+	ck_assert_uint_le(memfd_bytes(ring_fd(t.p)), before);
+	ck_assert_uint_eq(rt_rec(&t, 0)->word, 0); /* reads as zero */
+	got_free(&g);
+	rt_close(&t);
+}
+END_TEST
+
 /*
  * Regression: a head that a (hostile) producer moved back during a drain
  * was taken as the bound although the consumer had read past it: head -
@@ -1099,6 +1166,17 @@ static int dec(struct dec *x, unsigned type, const void *p, size_t len)
 	return ringdec_record(x->d, type, p, len, &x->op);
 }
 
+/* A record that carries an operation but cannot be decoded is that
+ * operation lost: a gap of one. */
+static void dec_lost(struct dec *x, unsigned type, const void *p, size_t len)
+{
+	ck_assert_int_eq(ringdec_record(x->d, type, p, len, &x->op), 1);
+	ck_assert_int_eq(x->op.kind, OP_GAP);
+	ck_assert(x->op.has_lost);
+	ck_assert_uint_eq(x->op.lost, 1);
+	ck_assert_str_ne(ringdec_error(x->d), "");
+}
+
 static const char *dec_str(const struct dec *x, uint32_t id)
 {
 	const char *s = symtab_str(x->syms, id, NULL);
@@ -1154,19 +1232,20 @@ START_TEST(ringdec_launch_ranges_must_match_length)
 	ck_assert_uint_eq(x.op.nreads, 2);
 	ck_assert_uint_eq(x.op.nwrites, 1);
 	ck_assert_str_eq(ringdec_error(x.d), "");
-	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len - 16), -EBADMSG);
-	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len + 16), -EBADMSG);
+	dec_lost(&x, RING_REC_LAUNCH, &u, len - 16);
+	dec_lost(&x, RING_REC_LAUNCH, &u, len + 16);
 	ck_assert_ptr_nonnull(strstr(ringdec_error(x.d), "ranges"));
 	u.l.nreads = UINT32_MAX; /* n * 16 must not wrap into a match */
 	u.l.nwrites = 1;
-	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), -EBADMSG);
-	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, 24), -EBADMSG);
+	dec_lost(&x, RING_REC_LAUNCH, &u, len);
+	dec_lost(&x, RING_REC_LAUNCH, &u, 24);
 	put_launch(&u, 0, 0, 0);
 	u.l.kind = OP_ALLOC;
-	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, 32), -EBADMSG);
+	dec_lost(&x, RING_REC_LAUNCH, &u, 32);
 	ringdec_counters(x.d, &n);
 	ck_assert_uint_eq(n.malformed, 5);
-	ck_assert_uint_eq(n.ops, 1);
+	ck_assert_uint_eq(n.lost, 5);
+	ck_assert_uint_eq(n.ops, 6);
 	dec_close(&x);
 }
 END_TEST
@@ -1183,16 +1262,16 @@ START_TEST(ringdec_unknown_kind_rejected)
 	ck_assert_int_eq(x.op.kind, OP_FREE);
 	ck_assert_uint_eq(x.op.ptr, 0x42);
 	u.op.kind = OP_KIND_COUNT;
-	ck_assert_int_eq(dec(&x, RING_REC_OP, &u, sizeof(u.op)), -EBADMSG);
+	dec_lost(&x, RING_REC_OP, &u, sizeof(u.op));
 	u.op.kind = 0xff;
-	ck_assert_int_eq(dec(&x, RING_REC_OP, &u, sizeof(u.op)), -EBADMSG);
+	dec_lost(&x, RING_REC_OP, &u, sizeof(u.op));
 	u.op.kind = OP_LAUNCH; /* launches have their own record */
-	ck_assert_int_eq(dec(&x, RING_REC_OP, &u, sizeof(u.op)), -EBADMSG);
+	dec_lost(&x, RING_REC_OP, &u, sizeof(u.op));
 	u.op.kind = OP_FREE;
-	ck_assert_int_eq(dec(&x, RING_REC_OP, &u, sizeof(u.op) + 8), -EBADMSG);
-	ck_assert_int_eq(dec(&x, RING_REC_OP, &u, sizeof(u.op) - 8), -EBADMSG);
-	ck_assert_int_eq(dec(&x, RING_REC_PAD, &u, 0), -EBADMSG);
-	ck_assert_int_eq(dec(&x, 63, &u, sizeof(u.op)), -EBADMSG);
+	dec_lost(&x, RING_REC_OP, &u, sizeof(u.op) + 8);
+	dec_lost(&x, RING_REC_OP, &u, sizeof(u.op) - 8);
+	dec_lost(&x, RING_REC_PAD, &u, 0);
+	dec_lost(&x, 63, &u, sizeof(u.op));
 	ck_assert_ptr_nonnull(strstr(ringdec_error(x.d), "type 63"));
 	dec_close(&x);
 }
@@ -1235,11 +1314,126 @@ START_TEST(ringdec_string_past_payload_rejected)
 }
 END_TEST
 
+/* A string definition of `n` bytes of `fill` in a fresh aligned buffer;
+ * its payload length in *len (caller frees). */
+static struct ring_string *big_string(uint32_t id, size_t n, char fill,
+				      size_t *len)
+{
+	size_t size = ring_rec_size(sizeof(struct ring_string) + n);
+	struct ring_string *s = calloc(1, size);
+
+	ck_assert_ptr_nonnull(s);
+	s->id = id;
+	s->len = (uint32_t)n;
+	memset(s->bytes, fill, n);
+	*len = size - 8;
+	return s;
+}
+
+/* Issue 12: 100 distinct 4 MiB operator names took 409 MiB. A string is
+ * cut at OP_MAX_STRING bytes, as the agent and the trace reader cut it. */
+START_TEST(ringdec_long_string_cut_as_the_agent_cuts)
+{
+	size_t len, n;
+	struct ring_string *big = big_string(5, (size_t)4 << 20, 'a', &len);
+	struct ringdec_counters c;
+	const char *name;
+	union buf u;
+	struct dec x;
+
+	dec_open(&x);
+	ck_assert_int_eq(dec(&x, RING_REC_STRING, big, len), 0);
+	len = put_launch(&u, 5, 0, 0);
+	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
+	name = symtab_str(x.syms, x.op.name, &n);
+	ck_assert_uint_eq(n, OP_MAX_STRING);
+	ck_assert_uint_eq(strspn(name, "a"), OP_MAX_STRING);
+	ck_assert_uint_lt(symtab_bytes(x.syms), 1 << 20); /* not 4 MiB */
+	ringdec_counters(x.d, &c);
+	ck_assert_uint_eq(c.truncated, 1);
+	/* One exactly at the bound is whole. */
+	free(big);
+	big = big_string(6, OP_MAX_STRING, 'b', &len);
+	ck_assert_int_eq(dec(&x, RING_REC_STRING, big, len), 0);
+	len = put_launch(&u, 6, 0, 0);
+	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
+	symtab_str(x.syms, x.op.name, &n);
+	ck_assert_uint_eq(n, OP_MAX_STRING);
+	ringdec_counters(x.d, &c);
+	ck_assert_uint_eq(c.truncated, 1);
+	free(big);
+	dec_close(&x);
+}
+END_TEST
+
+/* A process's strings count against its cap: past it they are one
+ * placeholder, and nothing more is held. */
+START_TEST(ringdec_strings_bounded_by_max_bytes)
+{
+	const size_t cap = 256 << 10;
+	struct ringdec_counters c;
+	size_t len;
+	union buf u;
+	struct dec x;
+
+	dec_open(&x);
+	ringdec_set_max_bytes(x.d, cap);
+	for (uint32_t id = 1; id <= 2000; id++) {
+		struct ring_string *s = big_string(id, 1000, 'a', &len);
+
+		memcpy(s->bytes, &id, sizeof(id)); /* distinct */
+		s->bytes[0] |= 0x40;
+		s->bytes[1] |= 0x40;
+		s->bytes[2] |= 0x40;
+		s->bytes[3] |= 0x40;
+		ck_assert_int_eq(dec(&x, RING_REC_STRING, s, len), 0);
+		free(s);
+	}
+	/* Room for its tables to grow once more, no more. */
+	ck_assert_uint_le(symtab_bytes(x.syms), 2 * cap);
+	ringdec_counters(x.d, &c);
+	ck_assert_uint_gt(c.over_cap, 0);
+	ck_assert_uint_lt(c.strings, 2000);
+	len = put_launch(&u, 2000, 0, 0);
+	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
+	ck_assert_str_eq(dec_str(&x, x.op.name), RINGDEC_OVER_CAP);
+	len = put_launch(&u, 1, 0, 0);
+	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
+	ck_assert_uint_eq(strlen(dec_str(&x, x.op.name)), 1000);
+	dec_close(&x);
+}
+END_TEST
+
 /*
  * Through a real ring: a string and a stack defined by records, then a
  * launch naming them decodes to their text; ids never defined decode to a
  * placeholder, id 0 to "none"; a lost stretch and a gap become gaps.
  */
+/* Names are kept as a trace carries them (text.h): tab, newline, DEL and
+ * C1 stay; an empty frame is a frame; an empty operator is none, as a
+ * trace's `op` is never empty. */
+START_TEST(ringdec_keeps_text_as_traces_carry_it)
+{
+	static const char name[] = "a\tb\nc\x7f\xc2\x85\x1b";
+	union buf u;
+	struct dec x;
+	size_t len;
+
+	dec_open(&x);
+	ck_assert_int_eq(dec(&x, RING_REC_STRING, &u, put_string(&u, 1, name)),
+			 0);
+	ck_assert_int_eq(dec(&x, RING_REC_STRING, &u, put_string(&u, 2, "")),
+			 0);
+	len = put_launch(&u, 1, 0, 0);
+	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
+	ck_assert_str_eq(dec_str(&x, x.op.name), "a\tb\nc\x7f\xc2\x85?");
+	len = put_launch(&u, 2, 0, 0);
+	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
+	ck_assert_str_eq(dec_str(&x, x.op.name), "<no operator>");
+	dec_close(&x);
+}
+END_TEST
+
 START_TEST(ringdec_names_ids_through_the_ring)
 {
 	static const char name[] = "aten::add\x01\xff";
@@ -1311,8 +1505,7 @@ START_TEST(ringdec_names_ids_through_the_ring)
 	ck_assert_int_eq(x.op.kind, OP_GAP);
 	ck_assert(x.op.has_lost);
 	ck_assert_uint_eq(x.op.lost, 1);
-	ck_assert_int_eq(dec(&x, g.v[6].type, g.v[6].data, g.v[6].len),
-			 -EBADMSG);
+	dec_lost(&x, g.v[6].type, g.v[6].data, g.v[6].len);
 	ck_assert_uint_eq(g.v[7].type, RINGREAD_LOST);
 	ck_assert_int_eq(dec(&x, g.v[7].type, g.v[7].data, g.v[7].len), 1);
 	ck_assert_int_eq(x.op.kind, OP_GAP);
@@ -1320,8 +1513,9 @@ START_TEST(ringdec_names_ids_through_the_ring)
 	ringdec_counters(x.d, &n);
 	ck_assert_uint_eq(n.strings, 1);
 	ck_assert_uint_eq(n.stacks, 1);
-	ck_assert_uint_eq(n.ops, 5);
+	ck_assert_uint_eq(n.ops, 6);
 	ck_assert_uint_eq(n.malformed, 1);
+	ck_assert_uint_eq(n.lost, 1);
 	ck_assert_uint_eq(n.undefined, 3); /* frame 8, operator 9, stack 5 */
 	got_free(&g);
 	rt_close(&t);
@@ -1354,6 +1548,8 @@ static Suite *ring_suite(void)
 	suite_add_tcase(s, tc);
 
 	tcase_set_timeout(rd, 60);
+	tcase_add_test(rd, ringread_skip_touches_no_more_than_it_reads);
+	tcase_add_test(rd, ringread_stop_at_head_reads_no_later_record);
 	tcase_add_loop_test(rd, ringread_corrupt_header_skipped_as_lost, 0,
 			    NCORRUPTIONS);
 	tcase_add_test(rd, ringread_absurd_head_reads_nothing);
@@ -1371,7 +1567,10 @@ static Suite *ring_suite(void)
 	tcase_add_test(dc, ringdec_launch_ranges_must_match_length);
 	tcase_add_test(dc, ringdec_unknown_kind_rejected);
 	tcase_add_test(dc, ringdec_string_past_payload_rejected);
+	tcase_add_test(dc, ringdec_keeps_text_as_traces_carry_it);
 	tcase_add_test(dc, ringdec_names_ids_through_the_ring);
+	tcase_add_test(dc, ringdec_long_string_cut_as_the_agent_cuts);
+	tcase_add_test(dc, ringdec_strings_bounded_by_max_bytes);
 	suite_add_tcase(s, dc);
 	return s;
 }

@@ -293,6 +293,8 @@ static void td_stop(struct td *t)
 	td_assert_clean_log(t);
 	close(t->notify_fd);
 	t->notify_fd = -1;
+	if (t->notify[0] != '@') /* so that a next start can bind it again */
+		unlink(t->notify);
 }
 
 static int td_connect(const struct td *t)
@@ -804,6 +806,233 @@ START_TEST(server_register_of_another_pid_refused)
 }
 END_TEST
 
+/* A database of `n` exited processes of root's, each with a long path. */
+static void populate_many(const char *path, unsigned n)
+{
+	struct store_opts o = { .path = path };
+	struct store *st;
+	char *err = NULL, sql[640];
+	struct timespec now;
+	sqlite3 *db;
+
+	/* Recent: the daemon prunes what is older than --retain-days. */
+	clock_gettime(CLOCK_REALTIME, &now);
+	ck_assert_int_eq(store_open(&o, &st, &err), 0);
+	store_close(st);
+	ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE,
+					 NULL), SQLITE_OK);
+	snprintf(sql, sizeof(sql),
+		 "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 "
+		 "FROM c WHERE x < %u) INSERT INTO processes (host, pid, "
+		 "start_time, uid, exe, job, state, first_ms, last_ms) "
+		 "SELECT 'node', x, 7, 0, '/opt/a/rather/long/path/to/an/"
+		 "interpreter/in/a/virtual/environment/of/some/project/with/"
+		 "many/directories/bin/python3.11-' || x, 'job-' || (x %% 50),"
+		 " 'exited', %lld + x, %lld + x FROM c", n,
+		 (long long)now.tv_sec * 1000, (long long)now.tv_sec * 1000);
+	ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	ck_assert_int_eq(chmod(path, 0600), 0);
+}
+
+/* The daemon's resident memory, in KiB. */
+static long daemon_rss_kib(pid_t pid)
+{
+	char path[64], line[256];
+	long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+#define UNREAD_PROCS 40000 /* about 10 MiB of list answer */
+#define UNREAD_CONNS 20
+
+/*
+ * Issue 12: clients that sent `list` and read nothing took the daemon from
+ * 335 to 643 MiB. An answer stops at a small bound until its client reads;
+ * one that reads gets every process.
+ */
+START_TEST(server_unread_list_answers_stay_small)
+{
+	Npusan__Query q = NPUSAN__QUERY__INIT;
+	Npusan__ListRequest lr = NPUSAN__LIST_REQUEST__INIT;
+	int fds[UNREAD_CONNS], fd;
+	long before, after;
+	size_t n = 0;
+	bool done = false;
+	struct td t;
+
+	td_init(&t);
+	populate_many(t.db, UNREAD_PROCS);
+	td_start(&t, NULL);
+	expect_serving(&t);
+	before = daemon_rss_kib(t.pid);
+	q.q_case = NPUSAN__QUERY__Q_LIST;
+	q.list = &lr;
+	for (int i = 0; i < UNREAD_CONNS; i++) {
+		fds[i] = td_connect(&t);
+		send_query(fds[i], 1, &q);
+	}
+	expect_serving(&t); /* they were all taken up */
+	tu_nap_ms(1000);
+	after = daemon_rss_kib(t.pid);
+	ck_assert_msg(after - before < 64 * 1024, "%d unread list answers "
+		      "took %ld KiB", UNREAD_CONNS, after - before);
+	/* A client that reads gets them all, in frames. */
+	fd = td_connect(&t);
+	send_query(fd, 1, &q);
+	while (!done) {
+		Npusan__FromDaemon *m = recv_msg(fd);
+
+		ck_assert_ptr_nonnull(m);
+		ck_assert_int_eq(m->msg_case, NPUSAN__FROM_DAEMON__MSG_LIST);
+		for (size_t i = 0; i < m->list->n_processes; i++)
+			ck_assert_uint_eq(m->list->processes[i]->pid,
+					  UNREAD_PROCS - n++);
+		done = m->list->done;
+		npusan__from_daemon__free_unpacked(m, NULL);
+	}
+	ck_assert_uint_eq(n, UNREAD_PROCS);
+	close(fd);
+	for (int i = 0; i < UNREAD_CONNS; i++)
+		close(fds[i]);
+	td_stop(&t);
+}
+END_TEST
+
+/*
+ * Issue 12: a process connects, hands its connection to another and exits;
+ * a registration of that pid, with a start time of its choosing, must not
+ * be believed: /proc cannot vouch for it any more.
+ */
+START_TEST(server_register_from_a_dead_connector_refused)
+{
+	int sv[2], fd = -1;
+	struct ring *ring;
+	uint8_t byte;
+	size_t len;
+	pid_t child;
+	struct td t;
+	int status;
+
+	ck_assert_int_eq(ring_create(RING_MIN_CAPACITY, 0, 0, &ring), 0);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+				    sv), 0);
+	td_init(&t);
+	td_start(&t, NULL);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		int c = td_connect(&t);
+
+		_exit(frame_send(sv[1], "c", 1, c, 5000) == 0 ? 0 : 3);
+	}
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	ck_assert_int_eq(frame_recv(sv[0], &byte, 1, &len, &fd, 5000), 0);
+	ck_assert_int_ge(fd, 0);
+	/* The connector is gone: its pid, any start time. */
+	send_register(fd, (uint32_t)child, ring_fd(ring), 4242);
+	expect_refused(fd, "has exited");
+	expect_serving(&t);
+	close(sv[0]);
+	close(sv[1]);
+	td_stop(&t);
+	ring_destroy(ring);
+}
+END_TEST
+
+/* The modes of the files and directory the daemon made. */
+static void expect_private(const char *path, unsigned mode)
+{
+	struct stat st;
+
+	ck_assert_msg(lstat(path, &st) == 0, "%s: %s", path, strerror(errno));
+	ck_assert_msg((st.st_mode & 0777) == mode, "%s has mode %04o, not %04o",
+		      path, (unsigned)(st.st_mode & 0777), mode);
+}
+
+/*
+ * Issue 12: `npusand --system` outside systemd, under umask 022, made its
+ * database world-readable. Whatever the umask, what it creates is its own.
+ */
+START_TEST(server_state_private_under_umask_022)
+{
+	static const char *const args[] = { "--system", NULL };
+	struct td_how h = { .args = args };
+	char dir[96], path[PATH_MAX + 8];
+	mode_t old = umask(022);
+	struct td t;
+
+	td_init(&t);
+	snprintf(dir, sizeof(dir), "%s/state", t.dir);
+	snprintf(t.db, sizeof(t.db), "%s/npusan.db", dir);
+	td_start(&t, &h);
+	umask(old);
+	expect_serving(&t); /* the WAL is open */
+	expect_private(dir, 0700);
+	expect_private(t.db, 0600);
+	snprintf(path, sizeof(path), "%s-wal", t.db);
+	expect_private(path, 0600);
+	snprintf(path, sizeof(path), "%s-shm", t.db);
+	expect_private(path, 0600);
+	snprintf(path, sizeof(path), "%s.lock", t.db);
+	expect_private(path, 0600);
+	td_stop(&t);
+}
+END_TEST
+
+/* A database others could read or write, or a directory in which they
+ * could replace it: the daemon does not start, and says which and why. */
+START_TEST(server_refuses_a_database_others_can_read)
+{
+	char dir[PATH_MAX], *log;
+	struct td t;
+	int fd;
+
+	td_init(&t);
+	fd = open(t.db, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	ck_assert_int_eq(chmod(t.db, 0644), 0);
+	td_spawn(&t, &(struct td_how){ 0 });
+	ck_assert_int_eq(td_wait_exit(&t, 20000), 1);
+	log = td_log(&t);
+	ck_assert_msg(strstr(log, "other users may read or write") &&
+			      strstr(log, t.db) && strstr(log, "0644"),
+		      "%s", log);
+	free(log);
+	/* A private database in a directory others may list and write. */
+	ck_assert_int_eq(chmod(t.db, 0600), 0);
+	snprintf(dir, sizeof(dir), "%s", t.dir);
+	ck_assert_int_eq(chmod(dir, 0777), 0);
+	ck_assert_int_eq(truncate(t.log, 0), 0);
+	td_spawn(&t, &(struct td_how){ 0 });
+	ck_assert_int_eq(td_wait_exit(&t, 20000), 1);
+	log = td_log(&t);
+	ck_assert_msg(strstr(log, "database's directory") &&
+			      strstr(log, "0777"), "%s", log);
+	free(log);
+	/* One others may only list, or a sticky one as /tmp is, holds a
+	 * private database safely. */
+	ck_assert_int_eq(chmod(dir, 0755), 0);
+	td_start(&t, NULL);
+	td_stop(&t);
+	ck_assert_int_eq(chmod(dir, 01777), 0);
+	td_start(&t, NULL);
+	td_stop(&t);
+	ck_assert_int_eq(chmod(dir, 0700), 0);
+}
+END_TEST
+
 START_TEST(server_register_without_ring_refused)
 {
 	struct td t;
@@ -1021,6 +1250,8 @@ static void populate(const char *path, int64_t ids[2])
 	}
 	ck_assert_int_eq(store_flush(st), 0);
 	store_close(st);
+	/* As the daemon makes its own: others may not read it. */
+	ck_assert_int_eq(chmod(path, 0600), 0);
 }
 
 /*
@@ -1130,15 +1361,11 @@ START_TEST(server_user_sees_only_its_own)
 	pid_t child;
 	int status;
 
-	if (geteuid() != 0) {
-		fprintf(stderr, "server_user_sees_only_its_own: skipped, "
-				"needs root\n");
-		return;
-	}
 	td_init(&t);
-	ck_assert_int_eq(chmod(t.dir, 0755), 0);
 	populate(t.db, ids);
 	td_start(&t, NULL);
+	/* Once it runs: the daemon refuses a database others could list. */
+	ck_assert_int_eq(chmod(t.dir, 0755), 0);
 	child = fork();
 	ck_assert_int_ge(child, 0);
 	if (child == 0) {
@@ -1524,18 +1751,21 @@ END_TEST
 
 /* ---- wire ---------------------------------------------------------------- */
 
-START_TEST(wire_clean_replaces_control_and_invalid_bytes)
+/* Names are kept as the trace format carries them (text.h): tab, newline,
+ * DEL and C1 stay, for displays to clean; what no trace can hold does not. */
+START_TEST(wire_clean_keeps_what_traces_carry)
 {
 	char out[16];
 
 	ck_assert_ptr_null(wire_clean(NULL, out, sizeof(out)));
 	ck_assert_ptr_null(wire_clean("", out, sizeof(out)));
-	ck_assert_str_eq(wire_clean("a\tb\x7f" "c", out, sizeof(out)),
-			 "a?b?c");
+	ck_assert_str_eq(wire_clean("a\tb\x7f" "c\n", out, sizeof(out)),
+			 "a\tb\x7f" "c\n");
+	ck_assert_str_eq(wire_clean("a\rb\x1b", out, sizeof(out)), "a?b?");
 	/* Invalid UTF-8, an overlong '/', a C1 control, a surrogate. */
 	ck_assert_str_eq(wire_clean("\xff" "x\xc0\xaf" "\xc2\x85"
 				    "\xed\xa0\x80", out, sizeof(out)),
-			 "?x??????");
+			 "?x??\xc2\x85???");
 	/* Valid UTF-8 stays; a cut never splits a character. */
 	ck_assert_str_eq(wire_clean("\xc3\xa9t\xc3\xa9", out, sizeof(out)),
 			 "\xc3\xa9t\xc3\xa9");
@@ -1639,6 +1869,271 @@ START_TEST(wire_rx_reassembles_byte_by_byte)
 }
 END_TEST
 
+/* ---- isolation: root and nobody (test_server isolation) ------------------ */
+
+/*
+ * In a child: registers this process over a fresh connection and ring.
+ * 0 when accepted; 1 when refused with `why` in the error; 2 otherwise.
+ */
+static int iso_register(const struct td *t, const char *why)
+{
+	struct ring *ring;
+	Npusan__FromDaemon *m;
+	int fd, rc = 2;
+
+	if (ring_create(RING_MIN_CAPACITY, 0, 0, &ring) < 0)
+		return 2;
+	fd = td_connect(t);
+	send_register(fd, (uint32_t)getpid(), ring_fd(ring), 0);
+	m = recv_msg(fd);
+	if (m != NULL && m->msg_case == NPUSAN__FROM_DAEMON__MSG_REGISTER_REPLY) {
+		if (m->register_reply->accepted)
+			rc = 0;
+		else if (why != NULL && m->register_reply->error != NULL &&
+			 strstr(m->register_reply->error, why) != NULL)
+			rc = 1;
+	}
+	if (m != NULL)
+		npusan__from_daemon__free_unpacked(m, NULL);
+	close(fd);
+	ring_destroy(ring);
+	return rc;
+}
+
+/* The uid the daemon's list gives process `pid`; -1 when not listed. */
+static int64_t iso_listed_uid(const struct td *t, pid_t pid)
+{
+	Npusan__Query q = NPUSAN__QUERY__INIT;
+	Npusan__ListRequest lr = NPUSAN__LIST_REQUEST__INIT;
+	Npusan__FromDaemon *m;
+	int64_t uid = -1;
+	int fd = td_connect(t);
+
+	q.q_case = NPUSAN__QUERY__Q_LIST;
+	q.list = &lr;
+	send_query(fd, 1, &q);
+	m = recv_msg(fd);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_int_eq(m->msg_case, NPUSAN__FROM_DAEMON__MSG_LIST);
+	for (size_t i = 0; i < m->list->n_processes; i++)
+		if (m->list->processes[i]->pid == (uint32_t)pid)
+			uid = m->list->processes[i]->uid;
+	npusan__from_daemon__free_unpacked(m, NULL);
+	close(fd);
+	return uid;
+}
+
+/*
+ * Issue 12: a stored process never changes owner. Root's process registers,
+ * becomes nobody (same pid, same start time) and registers again: refused,
+ * and root still owns the process.
+ */
+START_TEST(isolation_stored_process_never_changes_owner)
+{
+	struct td t;
+	pid_t child;
+	int status;
+
+	td_init(&t);
+	td_start(&t, NULL);
+	ck_assert_int_eq(chmod(t.dir, 0755), 0); /* nobody reaches the socket */
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		if (iso_register(&t, NULL) != 0)
+			_exit(3);
+		if (setgroups(0, NULL) < 0 ||
+		    setresgid(NOBODY, NOBODY, NOBODY) < 0 ||
+		    setresuid(NOBODY, NOBODY, NOBODY) < 0)
+			_exit(4);
+		_exit(iso_register(&t, "another user") == 1 ? 0 : 5);
+	}
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "nobody's registration of root's process: status %d "
+		      "(5: not refused)", status);
+	ck_assert_int_eq(iso_listed_uid(&t, child), 0);
+	td_stop(&t);
+}
+END_TEST
+
+/*
+ * How many of the `n` connections in `fds` the daemon refuses within
+ * `wait_ms`: an Error (EMFILE) holding `why`, then the close. Closes and
+ * marks (-1) those. In a child: -1 for any other answer.
+ */
+static int iso_refused(int *fds, int n, const char *why, int wait_ms)
+{
+	int refused = 0;
+
+	for (int64_t until = now_ms() + wait_ms; now_ms() < until;) {
+		struct pollfd p[128];
+
+		for (int i = 0; i < n; i++)
+			p[i] = (struct pollfd){ .fd = fds[i], .events = POLLIN };
+		if (poll(p, (nfds_t)n, 50) < 0)
+			return -1;
+		for (int i = 0; i < n; i++) {
+			Npusan__FromDaemon *m;
+			bool ok;
+
+			if (fds[i] < 0 || p[i].revents == 0)
+				continue;
+			m = recv_msg(fds[i]);
+			ok = m != NULL &&
+			     m->msg_case == NPUSAN__FROM_DAEMON__MSG_ERROR &&
+			     m->error->code == EMFILE &&
+			     strstr(m->error->message, why) != NULL;
+			if (m != NULL)
+				npusan__from_daemon__free_unpacked(m, NULL);
+			if (!ok)
+				return -1;
+			close(fds[i]);
+			fds[i] = -1;
+			refused++;
+		}
+	}
+	return refused;
+}
+
+/* A StatsReply to a stats query on `fd`, in a child: whether it came. */
+static bool iso_stats(int fd)
+{
+	Npusan__FromDaemon *m;
+	bool ok;
+
+	send_stats_query(fd);
+	m = recv_msg(fd);
+	ok = m != NULL && m->msg_case == NPUSAN__FROM_DAEMON__MSG_STATS;
+	if (m != NULL)
+		npusan__from_daemon__free_unpacked(m, NULL);
+	return ok;
+}
+
+/* Becomes nobody, in a child. */
+static void iso_become_nobody(void)
+{
+	if (setgroups(0, NULL) < 0 || setresgid(NOBODY, NOBODY, NOBODY) < 0 ||
+	    setresuid(NOBODY, NOBODY, NOBODY) < 0)
+		_exit(2);
+}
+
+/*
+ * Runs `fn` as nobody in a child that holds what it opened until the
+ * parent, root, has run `check`; fn's exit status must be 0.
+ */
+static void iso_as_nobody(const struct td *t, int (*fn)(const struct td *),
+			  void (*check)(const struct td *))
+{
+	int ready[2], done[2], status;
+	char byte = 0;
+	pid_t child;
+
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(done), 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		int rc;
+
+		iso_become_nobody();
+		rc = fn(t);
+		if (write(ready[1], "r", 1) != 1 || read(done[0], &byte, 1) != 1)
+			_exit(9);
+		_exit(rc);
+	}
+	ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+	check(t);
+	ck_assert_int_eq(write(done[1], "d", 1), 1);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "nobody's side: status %d", status);
+	close(ready[0]);
+	close(ready[1]);
+	close(done[0]);
+	close(done[1]);
+}
+
+/* Root is served, and the log names whom the daemon refused. */
+static void iso_root_served(const struct td *t)
+{
+	char *log;
+
+	expect_serving(t);
+	log = td_log(t);
+	ck_assert_msg(strstr(log, "refusing connections: pid") != NULL &&
+			      strstr(log, "uid 65534") != NULL,
+		      "%s", log);
+	free(log);
+}
+
+/* Nobody, limited to 3 agents and 2 queries: 12 connections. */
+static int iso_flood_per_user(const struct td *t)
+{
+	int fds[12], q;
+
+	for (int i = 0; i < 12; i++)
+		fds[i] = td_connect(t);
+	/* 5 (3 + 2) held, the rest refused at once. */
+	if (iso_refused(fds, 12, "connections of uid 65534", 1000) != 7)
+		return 3;
+	/* The first two that ask are query connections; a third is not. */
+	for (q = 0; q < 12 && fds[q] < 0; q++)
+		;
+	if (!iso_stats(fds[q]) || !iso_stats(fds[q + 1]))
+		return 4;
+	send_stats_query(fds[q + 2]);
+	if (iso_refused(&fds[q + 2], 1, "query connections of uid 65534",
+			2000) != 1)
+		return 5;
+	return 0;
+}
+
+/*
+ * Issue 12: one user's 4,200 connections locked everyone out. A user
+ * other than root holds at most its own limits; root is still served.
+ */
+START_TEST(isolation_one_user_cannot_lock_out_others)
+{
+	static const char *const args[] = { "--max-agents-per-user", "3",
+					     "--max-queries-per-user", "2",
+					     NULL };
+	struct td_how h = { .args = args };
+	struct td t;
+
+	td_init(&t);
+	td_start(&t, &h);
+	ck_assert_int_eq(chmod(t.dir, 0755), 0);
+	iso_as_nobody(&t, iso_flood_per_user, iso_root_served);
+	td_stop(&t);
+}
+END_TEST
+
+/* Nobody takes every connection it may: 68 at most, 16 of them root's. */
+static int iso_flood_all(const struct td *t)
+{
+	int fds[60];
+
+	for (int i = 0; i < 60; i++)
+		fds[i] = td_connect(t);
+	return iso_refused(fds, 60, "kept for root", 1000) == 60 - 52 ? 0 : 3;
+}
+
+/* Root's reserve: a user may not take the last connections. */
+START_TEST(isolation_root_keeps_a_reserve)
+{
+	/* 200 descriptors: (200 - 64) / 2 = 68 connections. */
+	struct td_how h = { .nofile = 200 };
+	struct td t;
+
+	td_init(&t);
+	td_start(&t, &h);
+	ck_assert_int_eq(chmod(t.dir, 0755), 0);
+	iso_as_nobody(&t, iso_flood_all, iso_root_served);
+	td_stop(&t);
+}
+END_TEST
+
 /*
  * The tests of a user without $XDG_RUNTIME_DIR need /tmp/npusan-65534
  * (65534: nobody, whom root runs them as) and skip when it exists. Check
@@ -1669,6 +2164,7 @@ static Suite *server_suite(void)
 	TCase *tc = tcase_create("daemon");
 	TCase *tt = tcase_create("tmpdir");
 	TCase *tw = tcase_create("wire");
+	TCase *th = tcase_create("hostile");
 
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, server_ready_after_listen);
@@ -1691,7 +2187,6 @@ static Suite *server_suite(void)
 	tcase_add_test(tc, server_queries_on_an_empty_database);
 	tcase_add_test(tc, server_follow_answers_then_waits);
 	tcase_add_test(tc, server_findings_answer_spans_frames);
-	tcase_add_test(tc, server_user_sees_only_its_own);
 	tcase_add_test(tc, server_follow_pushes_new_findings);
 	tcase_add_test(tc, server_connections_capped);
 	tcase_add_test(tc, server_sigterm_exits_zero_db_consistent);
@@ -1705,14 +2200,45 @@ static Suite *server_suite(void)
 	tcase_add_test(tt, server_user_socket_in_tmp_without_runtime_dir);
 	tcase_add_test(tt, server_user_refuses_someone_elses_tmp_dir);
 	suite_add_tcase(s, tt);
-	tcase_add_test(tw, wire_clean_replaces_control_and_invalid_bytes);
+	tcase_add_test(tw, wire_clean_keeps_what_traces_carry);
 	tcase_add_test(tw, wire_batch_splits_under_frame_max);
 	tcase_add_test(tw, wire_rx_reassembles_byte_by_byte);
 	suite_add_tcase(s, tw);
+	/* Issue 12's hostile peers that need no second uid. */
+	tcase_set_timeout(th, 120);
+	tcase_add_test(th, server_register_from_a_dead_connector_refused);
+	tcase_add_test(th, server_state_private_under_umask_022);
+	tcase_add_test(th, server_refuses_a_database_others_can_read);
+	tcase_add_test(th, server_unread_list_answers_stay_small);
+	suite_add_tcase(s, th);
 	return s;
 }
 
-int main(void)
+/* The tests that need root, to be root and nobody: a suite of their own,
+ * with a CTest entry of its own that is a skip (77) when not root. */
+static Suite *isolation_suite(void)
 {
+	Suite *s = suite_create("isolation");
+	TCase *tc = tcase_create("isolation");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, server_user_sees_only_its_own);
+	tcase_add_test(tc, isolation_stored_process_never_changes_owner);
+	tcase_add_test(tc, isolation_one_user_cannot_lock_out_others);
+	tcase_add_test(tc, isolation_root_keeps_a_reserve);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && strcmp(argv[1], "isolation") == 0) {
+		if (geteuid() != 0) {
+			fprintf(stderr, "isolation: needs root (to become "
+					"nobody); skipped\n");
+			return 77;
+		}
+		return tu_main(isolation_suite());
+	}
 	return tu_main(server_suite());
 }

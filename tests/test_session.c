@@ -853,6 +853,153 @@ START_TEST(session_gaps_in_a_trace_live_and_offline)
 }
 END_TEST
 
+/* A process naming more streams than the engine follows: the daemon and
+ * analyze skip the same operations, count them lost in one gap, and find
+ * the same (the race after the gap, not the pair across it). */
+START_TEST(session_streams_past_the_limit_live_and_offline)
+{
+	static const char *const varying[] = { "id", "pid", "first_seen",
+					       "last_seen", NULL };
+	struct text t = { 0 };
+	struct tu_daemon d;
+	char *trace, *live, *offline, *err, *a, *b, *list;
+	pid_t rp;
+
+	add(&t, "npusan-trace 1");
+	add(&t, "process pid=1 job=streams rank=0");
+	add(&t, "launch stream=0 op=w_across write=0x9000+64");
+	for (int i = 1; i <= 1100; i++)
+		add(&t, "stream_create stream=%d", i);
+	add(&t, "launch stream=1 op=r_across read=0x9000+64");
+	race(&t, 0x1000, "after");
+	trace = text_file(&t, "streams.trace");
+	ck_assert_int_eq(ctl(&offline, &err, "analyze", "--json", trace, NULL),
+			 1);
+	ck_assert_ptr_nonnull(strstr(err, "77 operations on streams beyond"));
+	ck_assert_uint_eq(tu_count_lines(offline, "\"kind\""), 1);
+	ck_assert_ptr_null(strstr(offline, "r_across"));
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, NULL);
+	rp = replay_start(trace, NULL);
+	ck_assert_int_eq(WEXITSTATUS(reap(rp)), 0);
+	list = job_exited("streams", 1);
+	ck_assert_uint_eq(list_field(list, 0, "lost"), 77);
+	ck_assert_uint_eq(list_field(list, 0, "gaps"), 1);
+	ck_assert_uint_eq(list_field(list, 0, "events"), t.ops - 77);
+	live = job_findings("streams", 1);
+	a = tu_json_lines(live, "\"kind\"", varying);
+	b = tu_json_lines(offline, "\"kind\"", varying);
+	ck_assert_str_eq(a, b);
+	tu_daemon_stop(&d, SIGTERM);
+	free(a);
+	free(b);
+	free(list);
+	free(live);
+	free(offline);
+	free(err);
+	free(trace);
+	free(d.dir);
+}
+END_TEST
+
+/* ---- findings --follow --------------------------------------------------- */
+
+/* Reads `fd` into *buf until it holds `want`; fails after 20 s. */
+static void read_until(int fd, char **buf, size_t *len, const char *want)
+{
+	for (int i = 0; i < 2000; i++) {
+		char chunk[4096];
+		ssize_t n;
+
+		if (*buf != NULL && strstr(*buf, want) != NULL)
+			return;
+		n = read(fd, chunk, sizeof(chunk));
+		if (n > 0) {
+			*buf = realloc(*buf, *len + (size_t)n + 1);
+			memcpy(*buf + *len, chunk, (size_t)n);
+			*len += (size_t)n;
+			(*buf)[*len] = '\0';
+			continue;
+		}
+		tu_nap_ms(10);
+	}
+	ck_abort_msg("no '%s' in: %s", want, *buf ? *buf : "");
+}
+
+/*
+ * A follower sees a finding when it is stored, again when its count
+ * grows, and goes on across a daemon restart, saying so; Ctrl-C ends it
+ * with 0.
+ */
+START_TEST(session_findings_follow_shows_updates_across_restarts)
+{
+	struct text t = { 0 }, t2 = { 0 };
+	struct tu_daemon d;
+	char *trace, *trace2, *k1, *out = NULL, *err = NULL, *bin;
+	size_t len = 0, elen = 0;
+	int po[2], pe[2], status;
+	pid_t fol, rp, pid;
+
+	add(&t, "npusan-trace 1");
+	add(&t, "process pid=1 job=fol rank=0");
+	add(&t, "stream_create stream=1");
+	race(&t, 0x1000, "x");
+	k1 = pause_arg(t.ops);
+	race(&t, 0x2000, "x"); /* the same finding: its count grows */
+	trace = text_file(&t, "fol.trace");
+	add(&t2, "npusan-trace 1");
+	add(&t2, "process pid=1 job=fol rank=1");
+	add(&t2, "stream_create stream=1");
+	race(&t2, 0x1000, "y");
+	trace2 = text_file(&t2, "fol2.trace");
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, NULL);
+	ck_assert_int_eq(pipe2(po, O_CLOEXEC | O_NONBLOCK), 0);
+	ck_assert_int_eq(pipe2(pe, O_CLOEXEC | O_NONBLOCK), 0);
+	bin = strdup(tu_bin("npusanctl"));
+	fol = fork();
+	ck_assert_int_ge(fol, 0);
+	if (fol == 0) {
+		dup2(po[1], STDOUT_FILENO);
+		dup2(pe[1], STDERR_FILENO);
+		execl(bin, bin, "findings", "--follow", "--json", "--job",
+		      "fol", (char *)NULL);
+		_exit(127);
+	}
+	close(po[1]);
+	close(pe[1]);
+	rp = replay_start("--pause-at", k1, trace, NULL);
+	job_stopped("fol", &pid, 1);
+	read_until(po[0], &out, &len, "\"count\":1,");
+	job_continue(&pid, 1);
+	ck_assert_int_eq(WEXITSTATUS(reap(rp)), 0);
+	read_until(po[0], &out, &len, "\"count\":2,");
+	tu_daemon_stop(&d, SIGTERM);
+	read_until(pe[0], &err, &elen, "waiting for the daemon");
+	tu_daemon_start(&d, NULL);
+	read_until(pe[0], &err, &elen, "answers again");
+	rp = replay_start(trace2, NULL);
+	ck_assert_int_eq(WEXITSTATUS(reap(rp)), 0);
+	read_until(po[0], &out, &len, "\"op\":\"r_y\"");
+	ck_assert_int_eq(kill(fol, SIGINT), 0);
+	status = reap(fol);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "status %d", status);
+	/* Each state once: first seen, grown, and the second rank's. */
+	ck_assert_uint_eq(tu_count_lines(out, "\"kind\""), 3);
+	tu_daemon_stop(&d, SIGTERM);
+	close(po[0]);
+	close(pe[0]);
+	free(out);
+	free(err);
+	free(bin);
+	free(k1);
+	free(trace);
+	free(trace2);
+	free(d.dir);
+}
+END_TEST
+
 /* ---- npusanctl run ------------------------------------------------------- */
 
 /* Traces without a job: under run, the job is run's. */
@@ -925,6 +1072,115 @@ START_TEST(session_run_exit_statuses)
 	ck_assert_int_eq(ctl(NULL, &err, "run", NULL), 2);
 	free(err);
 	no_daemon_left(&d);
+	free(rep);
+	free(race);
+	free(clean);
+	free(d.dir);
+}
+END_TEST
+
+/*
+ * A job npusan saw nothing of is no clean job (4), whether no process
+ * registered or one did and sent nothing; a job with operations lost and
+ * nothing found is not either (5), unless the user allows it.
+ */
+START_TEST(session_run_blind_or_incomplete_is_not_clean)
+{
+	static const char silent_trace[] = "npusan-trace 1\n"
+					   "process pid=1 rank=0\n";
+	static const char lossy_trace[] = "npusan-trace 1\n"
+					  "process pid=1 rank=0\n"
+					  "launch stream=0 op=a write=0x10+8\n"
+					  "gap lost=12\n"
+					  "launch stream=0 op=b write=0x10+8\n";
+	char *silent = tu_write_file("silent.trace", silent_trace);
+	char *lossy = tu_write_file("lossy.trace", lossy_trace);
+	char *rep = strdup(tu_bin("agent/npusan-replay")), *out, *err;
+	struct tu_daemon d;
+
+	tu_daemon_init(&d);
+	/* Nothing under the agent at all: a variable's typo, an adapter
+	 * that turned off before its process did anything. */
+	ck_assert_int_eq(ctl(&out, NULL, "run", "--job", "b1", "--", "/bin/true",
+			     NULL), 4);
+	ck_assert_msg(strstr(out, "npusan: job b1: nothing analysed: ") !=
+			      NULL, "%s", out);
+	ck_assert_ptr_null(strstr(out, "clean"));
+	free(out);
+	ck_assert_int_eq(ctl(&out, NULL, "run", "--job", "b2", "--", rep,
+			     silent, NULL), 4);
+	/* The replay and its child, the rank. */
+	ck_assert_msg(strstr(out, "npusan: job b2: nothing analysed: 2 "
+				  "processes registered") != NULL, "%s", out);
+	free(out);
+	/* The command's failure still wins. */
+	ck_assert_int_eq(ctl(&out, NULL, "run", "--", "/bin/sh", "-c", "exit 7",
+			     NULL), 7);
+	free(out);
+	ck_assert_int_eq(ctl(&out, &err, "run", "--job", "l1", "--", rep,
+			     lossy, NULL), 5);
+	ck_assert_msg(strstr(out, "npusan: job l1: no findings in what was "
+				  "analysed; 1 rank, 2 operations, 12 lost") !=
+			      NULL, "%s%s", out, err);
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(&out, NULL, "run", "--allow-incomplete", "--job",
+			     "l2", "--", rep, lossy, NULL), 0);
+	free(out);
+	no_daemon_left(&d);
+	free(rep);
+	free(silent);
+	free(lossy);
+	free(d.dir);
+}
+END_TEST
+
+/*
+ * Two runs under one job name: each run's verdict is its own, and report
+ * speaks of the latest unless asked for another run (--run) or all.
+ */
+START_TEST(session_run_reusing_a_job_name_is_a_run_of_its_own)
+{
+	char *race = tu_write_file("race.trace", race_trace);
+	char *clean = tu_write_file("clean.trace", clean_trace);
+	char *rep = strdup(tu_bin("agent/npusan-replay")), *out, *err;
+	char junit[PATH_MAX];
+	struct tu_daemon d;
+
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, NULL);
+	setenv("NPUSAN_RUN", "ci-1", 1);
+	ck_assert_int_eq(ctl(&out, NULL, "run", "--job", "nightly", "--", rep,
+			     race, NULL), 1);
+	unsetenv("NPUSAN_RUN");
+	free(out);
+	ck_assert_int_eq(ctl(&out, NULL, "run", "--job", "nightly", "--", rep,
+			     clean, NULL), 0);
+	ck_assert_ptr_nonnull(strstr(out, "npusan: job nightly: clean;"));
+	free(out);
+	/* Yesterday's finding is not today's. */
+	snprintf(junit, sizeof(junit), "%s/nightly.xml", d.dir);
+	ck_assert_int_eq(ctl(&out, &err, "report", "--job", "nightly",
+			     "--junit", junit, NULL), 0);
+	ck_assert_msg(strstr(out, "(of 2 runs under this name") != NULL &&
+			      strstr(out, "npusan: job nightly: clean;") != NULL,
+		      "%s%s", out, err);
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(&out, NULL, "report", "--job", "nightly", "--run",
+			     "ci-1", "--json", NULL), 1);
+	ck_assert_ptr_nonnull(strstr(out, "{\"job\":\"nightly\",\"run\":"
+					  "\"ci-1\",\"runs\":2,"));
+	ck_assert_ptr_nonnull(strstr(out, "\"findings\":1,"));
+	free(out);
+	ck_assert_int_eq(ctl(&out, NULL, "report", "--job", "nightly", "--all",
+			     NULL), 1);
+	free(out);
+	ck_assert_int_eq(ctl(NULL, &err, "report", "--job", "nightly", "--run",
+			     "ci-0", NULL), 2);
+	ck_assert_ptr_nonnull(strstr(err, "ran as run 'ci-0'"));
+	free(err);
+	tu_daemon_stop(&d, SIGTERM);
 	free(rep);
 	free(race);
 	free(clean);
@@ -1162,9 +1418,14 @@ static Suite *session_suite(void)
 	tcase_add_test(ov, session_ring_overflow_drop_counts_every_lost_operation);
 	tcase_add_test(ov, session_ring_overflow_block_loses_nothing);
 	tcase_add_test(ov, session_gaps_in_a_trace_live_and_offline);
+	tcase_add_test(ov, session_streams_past_the_limit_live_and_offline);
+	tcase_add_test(ov,
+		       session_findings_follow_shows_updates_across_restarts);
 	suite_add_tcase(s, ov);
 	tcase_set_timeout(run, 120);
 	tcase_add_test(run, session_run_exit_statuses);
+	tcase_add_test(run, session_run_blind_or_incomplete_is_not_clean);
+	tcase_add_test(run, session_run_reusing_a_job_name_is_a_run_of_its_own);
 	tcase_add_test(run, session_run_waits_for_what_the_command_leaves);
 	tcase_add_test(run, session_run_uses_a_running_daemon);
 	tcase_add_test(run, session_run_forwards_sigterm);

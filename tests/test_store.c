@@ -208,6 +208,7 @@ static void findings(struct store *s, const struct store_filter *f,
 struct procs {
 	struct store_process p[64];
 	char jobs[64][32];
+	char runs[64][32];
 	size_t n;
 };
 
@@ -220,6 +221,8 @@ static int procs_cb(void *arg, const struct store_process *p)
 	v->p[v->n].host = v->p[v->n].exe = NULL;
 	snprintf(v->jobs[v->n], sizeof(v->jobs[0]), "%s", p->job ? p->job : "-");
 	v->p[v->n].job = v->jobs[v->n];
+	snprintf(v->runs[v->n], sizeof(v->runs[0]), "%s", p->run ? p->run : "");
+	v->p[v->n].run = p->run ? v->runs[v->n] : NULL;
 	v->n++;
 	return 0;
 }
@@ -288,6 +291,31 @@ START_TEST(store_register_returns_same_row_again)
 	ck_assert_int_eq(v.p[0].last_ms, NOW_MS + 9);
 	ck_assert_int_eq(v.p[1].id, c);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM processes"), 2);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* Issue 12: a registration of another uid never takes a stored process
+ * (and its findings) over. */
+START_TEST(store_register_never_changes_owner)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(100, "job1", 0, 1000);
+	struct store_process q = proc(100, "job1", 0, 2000);
+	struct procs v;
+	int64_t a, b = 0;
+
+	a = reg(s, &p);
+	ck_assert_int_eq(store_process_register(s, &q, &b, NULL), -EPERM);
+	ck_assert_int_eq(b, 0);
+	list(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 1);
+	ck_assert_int_eq(v.p[0].id, a);
+	ck_assert_uint_eq(v.p[0].uid, 1000);
+	/* Its owner registers it again as before. */
+	ck_assert_int_eq(reg(s, &p), a);
 	store_close(s);
 	free(path);
 }
@@ -444,6 +472,43 @@ START_TEST(store_dedup_distinct_keys_stay_distinct)
 	ck_assert_ptr_nonnull(strstr(v.text, "acc=1/7/w/-[train.py"));
 	ck_assert_ptr_nonnull(strstr(v.text, "acc=1/7/w/aten::add_[] prev"));
 	ck_assert_ptr_nonnull(strstr(v.text, "main]\n"));
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* A missing record_stream's allocation side, its stream (known or not)
+ * and its stack, is part of the engine's key, and so of the store's: two
+ * allocations on streams 0 and 1 used on stream 2 are two rows. */
+START_TEST(store_dedup_key_is_the_engines)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(1, "j", 0, 0);
+	struct store_finding f[4];
+	struct seen v;
+	int64_t a = reg(s, &p);
+	size_t n = 0;
+
+	for (size_t i = 0; i < 4; i++) {
+		f[i] = race(a);
+		f[i].kind = FINDING_MISSING_RECORD_STREAM;
+		f[i].detected_at = DETECTED_AT_FREE;
+		f[i].has_previous = false;
+		f[i].access.stream = 2;
+	}
+	f[n++].alloc_stream = 0;
+	f[n++].alloc_stream = 1;
+	f[n++].alloc_has_stream = false;
+	f[n++].alloc_nstack = 0;
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(store_finding_submit(s, &f[i]), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+
+	findings(s, NULL, &v);
+	ck_assert_uint_eq(v.n, n);
+	for (size_t i = 0; i < v.n; i++)
+		ck_assert_uint_eq(v.f[i].count, 1);
 	store_close(s);
 	free(path);
 }
@@ -734,6 +799,43 @@ START_TEST(store_list_recent_first_and_filters)
 }
 END_TEST
 
+/* A list answer walked a page at a time: the ids in store_list()'s order,
+ * then the processes as they are when each page is read. */
+START_TEST(store_list_ids_then_pages)
+{
+	struct store_filter f = { .job = "jobA" };
+	struct procs all, w;
+	int64_t ids[3], *got = NULL, gone = 999;
+	size_t n = 0;
+	char *path;
+	struct store *s = filter_fixture(&path, ids);
+
+	list(s, NULL, &all);
+	ck_assert_int_eq(store_list_ids(s, NULL, 10, &got, &n), 0);
+	ck_assert_uint_eq(n, all.n);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(got[i], all.p[i].id);
+	/* Page by page, and an id no longer stored is passed over. */
+	memset(&w, 0, sizeof(w));
+	ck_assert_int_eq(store_list_get(s, got, 2, procs_cb, &w), 0);
+	ck_assert_int_eq(store_list_get(s, &gone, 1, procs_cb, &w), 0);
+	ck_assert_int_eq(store_list_get(s, got + 2, n - 2, procs_cb, &w), 0);
+	ck_assert_uint_eq(w.n, n);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_uint_eq(w.p[i].pid, all.p[i].pid);
+	free(got);
+	/* Filters as store_list(); more than `max` is refused. */
+	ck_assert_int_eq(store_list_ids(s, &f, 10, &got, &n), 0);
+	ck_assert_uint_eq(n, 2);
+	free(got);
+	got = NULL;
+	ck_assert_int_eq(store_list_ids(s, NULL, 2, &got, &n), -E2BIG);
+	ck_assert_ptr_null(got);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
 START_TEST(store_migrates_an_empty_file)
 {
 	char *path = db_path();
@@ -744,7 +846,7 @@ START_TEST(store_migrates_an_empty_file)
 	fclose(fp);
 	s = open_store(path, 0);
 	store_close(s);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 2);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 3);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM sqlite_master"
 				       " WHERE type = 'table' AND name IN"
 				       " ('processes', 'findings', 'strings',"
@@ -752,7 +854,7 @@ START_TEST(store_migrates_an_empty_file)
 	/* Opening again migrates nothing. */
 	s = open_store(path, 0);
 	store_close(s);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 2);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 3);
 	free(path);
 }
 END_TEST
@@ -770,14 +872,42 @@ START_TEST(store_migrates_version_1_keeping_rows)
 	store_close(s);
 	sql_exec(path, "ALTER TABLE processes DROP COLUMN gaps;"
 		       " ALTER TABLE processes DROP COLUMN ring_ops;"
+		       " ALTER TABLE processes DROP COLUMN run;"
 		       " PRAGMA user_version = 1");
 	s = open_store(path, 0);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 2);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 3);
 	list(s, NULL, &v);
 	ck_assert_int_eq(v.n, 1);
 	ck_assert_int_eq(v.p[0].pid, 7);
 	ck_assert_int_eq(v.p[0].gaps, 0);
+	ck_assert_ptr_null(v.p[0].run);
 	ck_assert_int_eq(v.p[0].state, STORE_EXITED);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* A process's run (NPUSAN_RUN) is kept, and a later registration of the
+ * same process may name it. */
+START_TEST(store_keeps_a_process_run)
+{
+	char *path = db_path();
+	struct store_process p = proc(7, "j", 0, 1000);
+	struct store_process q = proc(8, "j", 0, 1000);
+	struct store *s = open_store(path, 0);
+	struct procs v;
+
+	p.run = "ci-41";
+	reg(s, &p);
+	reg(s, &q);
+	list(s, NULL, &v);
+	ck_assert_int_eq(v.n, 2);
+	for (size_t i = 0; i < v.n; i++) {
+		if (v.p[i].pid == 7)
+			ck_assert_str_eq(v.p[i].run, "ci-41");
+		else
+			ck_assert_ptr_null(v.p[i].run);
+	}
 	store_close(s);
 	free(path);
 }
@@ -790,7 +920,7 @@ START_TEST(store_refuses_a_newer_schema)
 	struct store *s = NULL;
 	char *err = NULL;
 
-	sql_exec(path, "CREATE TABLE future (x); PRAGMA user_version = 3");
+	sql_exec(path, "CREATE TABLE future (x); PRAGMA user_version = 4");
 	ck_assert_int_eq(store_open(&o, &s, &err), -EIO);
 	ck_assert_ptr_null(s);
 	ck_assert_ptr_nonnull(err);
@@ -798,7 +928,7 @@ START_TEST(store_refuses_a_newer_schema)
 	ck_assert_ptr_nonnull(strstr(err, "newer"));
 	free(err);
 	/* Untouched. */
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 3);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 4);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM sqlite_master"
 				       " WHERE name = 'processes'"), 0);
 	free(path);
@@ -1243,10 +1373,12 @@ static Suite *store_suite(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_add_test(tc, store_register_returns_same_row_again);
+	tcase_add_test(tc, store_register_never_changes_owner);
 	tcase_add_test(tc, store_register_after_queued_update_stays_running);
 	tcase_add_test(tc, store_update_visible_after_flush);
 	tcase_add_test(tc, store_dedup_equal_keys_add_counts);
 	tcase_add_test(tc, store_dedup_distinct_keys_stay_distinct);
+	tcase_add_test(tc, store_dedup_key_is_the_engines);
 	tcase_add_test(tc, store_strings_and_stacks_stored_once);
 	tcase_add_test(tc, store_finding_roundtrips_extremes);
 	tcase_add_test(tc, store_findings_filters);
@@ -1254,8 +1386,10 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, store_uid_filter_hides_other_users);
 	tcase_add_test(tc, store_finding_get_missing_is_enoent);
 	tcase_add_test(tc, store_list_recent_first_and_filters);
+	tcase_add_test(tc, store_list_ids_then_pages);
 	tcase_add_test(tc, store_migrates_an_empty_file);
 	tcase_add_test(tc, store_migrates_version_1_keeping_rows);
+	tcase_add_test(tc, store_keeps_a_process_run);
 	tcase_add_test(tc, store_refuses_a_newer_schema);
 	tcase_add_test(tc, store_refuses_what_is_not_a_database);
 	tcase_add_test(tc, store_reopen_keeps_everything_committed);

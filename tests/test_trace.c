@@ -737,6 +737,45 @@ START_TEST(trace_same_frames_share_a_symtab_stack)
 }
 END_TEST
 
+/* The reader keeps what the live path carries (op.h): a stack's innermost
+ * OP_MAX_FRAMES frames, a string's first OP_MAX_STRING bytes, never
+ * splitting a character. */
+START_TEST(trace_keeps_what_the_live_path_carries)
+{
+	size_t cap = 2 * OP_MAX_STRING + 16 * OP_MAX_FRAMES, len = 0, n;
+	char *text = malloc(cap);
+	const uint32_t *frames;
+	struct symtab *syms;
+	struct trace_reader *r;
+	const char *name;
+	struct op op;
+
+	ck_assert_ptr_nonnull(text);
+	len += (size_t)snprintf(text, cap, H "stack id=1");
+	for (unsigned i = 0; i <= OP_MAX_FRAMES; i++)
+		len += (size_t)snprintf(text + len, cap - len, " frame=f%u", i);
+	len += (size_t)snprintf(text + len, cap - len,
+				"\nlaunch stream=0 stack=1 op=");
+	memset(text + len, 'o', OP_MAX_STRING - 1);
+	len += OP_MAX_STRING - 1;
+	snprintf(text + len, cap - len, "\xc3\xa9z\n");
+	ck_assert_int_eq(symtab_new(&syms), 0);
+	ck_assert_int_eq(trace_reader_new_mem(text, strlen(text), NAME, syms,
+					      &r), 0);
+	ck_assert_int_eq(trace_read(r, &op), 1);
+	n = symtab_stack(syms, op.stack, &frames);
+	ck_assert_uint_eq(n, OP_MAX_FRAMES);
+	ck_assert_str_eq(symtab_str(syms, frames[0], NULL), "f0");
+	ck_assert_str_eq(symtab_str(syms, frames[n - 1], NULL), "f255");
+	name = symtab_str(syms, op.name, &n);
+	ck_assert_uint_eq(n, OP_MAX_STRING - 1);
+	ck_assert_int_eq(name[n - 1], 'o');
+	trace_reader_close(r);
+	symtab_free(syms);
+	free(text);
+}
+END_TEST
+
 START_TEST(trace_messages_stay_short_and_printable)
 {
 	static char key[3001];
@@ -1525,6 +1564,7 @@ static Suite *trace_suite(void)
 	tcase_add_test(tc, trace_process_line_fields);
 	tcase_add_test(tc, trace_line_and_offset_follow_input);
 	tcase_add_test(tc, trace_same_frames_share_a_symtab_stack);
+	tcase_add_test(tc, trace_keeps_what_the_live_path_carries);
 	tcase_add_test(tc, trace_messages_stay_short_and_printable);
 	tcase_add_test(tc, trace_accepts_1mb_line);
 	tcase_add_test(tc, trace_line_limit_is_exact);

@@ -396,9 +396,15 @@ void tu_analyze(const char *text, bool dedup, struct tu_findings *out)
 					      out->syms, &r), 0);
 	ck_assert_int_eq(engine_new(&o, &e), 0);
 	while ((rc = trace_read(r, &op)) == 1) {
+		const char *broken;
+
 		rc = engine_feed(e, &op);
 		if (rc < 0)
 			break;
+		broken = engine_check(e);
+		ck_assert_msg(broken == NULL, "test.trace:%lu: after this "
+			      "operation the engine is inconsistent: %s",
+			      trace_reader_line(r), broken);
 	}
 	out->err = rc;
 	if (rc < 0)

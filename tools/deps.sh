@@ -3,6 +3,7 @@
 # Debian 13 root the torch 2 tests run in.
 #   tools/deps.sh build   what building npusanctl needs
 #   tools/deps.sh test    that, plus what the test suite needs, plus the root
+#   tools/deps.sh coverage  what testing needs, plus gcovr
 #   tools/deps.sh torch2  the root alone
 # Installing needs root (or sudo); nothing is installed when all is present.
 set -eu
@@ -110,6 +111,8 @@ test)
 	# Where the root cannot be built, its tests skip: not an error here.
 	torch2 || true
 	;;
+# gcovr turns gcov's counts into tools/coverage.sh's per-file figures.
+coverage) want="$build $test_extra gcovr"; install_missing ;;
 torch2) torch2 ;;
-*) echo "usage: tools/deps.sh [build|test|torch2]" >&2; exit 2 ;;
+*) echo "usage: tools/deps.sh [build|test|coverage|torch2]" >&2; exit 2 ;;
 esac

@@ -38,7 +38,14 @@
  *     that repeat a newer read's stream, operator and stack are merged into
  *     it: that bounds memory in loops that never synchronize, and can only
  *     lower the occurrence count of a finding, never hide a distinct one.
- *  6. Every allocation of memory that could fail happens before the state
+ *  6. A flush checks only the allocations with a use that may still be
+ *     unsettled: a usage found ordered stays ordered (clocks only grow), and
+ *     a reported or recorded one never reports again, so an allocation
+ *     needs a check only after a launch gave it a new latest use. Such an
+ *     allocation is `pending`, its start in e->pending; flush checks those
+ *     in address order, as a walk of every allocation would. When the list
+ *     outgrows the live allocations, the next flush walks them all instead.
+ *  7. Every allocation of memory that could fail happens before the state
  *     it would change is touched, except while updating the history after
  *     a launch; a failure there forgets the history as `gap` does, which
  *     can only lose findings, never invent them.
@@ -46,6 +53,8 @@
 #include "engine.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,14 +159,15 @@ struct alloc {
 	};
 	uint32_t stack;
 	uint16_t sidx; /* STREAM_NONE when unknown */
-	uint16_t nusage : 13;
+	uint16_t nusage : 12;
+	uint16_t pending : 1; /* DESIGN 6 */
 	uint16_t tree : 1;
 	uint16_t exempt : 1; /* live across a gap: no record_stream check */
 	uint16_t size0 : 1;  /* allocated with size=0 */
 };
 
 _Static_assert(sizeof(struct alloc) == 88, "one per live allocation");
-_Static_assert(ENGINE_MAX_STREAMS < (1 << 13), "usage count fits nusage");
+_Static_assert(ENGINE_MAX_STREAMS < (1 << 12), "usage count fits nusage");
 
 struct stream {
 	uint64_t id;
@@ -231,21 +241,8 @@ struct region_walk {
 	bool done;
 };
 
-struct dkey {
-	uint64_t s1;
-	uint64_t s2;
-	uint32_t op1;
-	uint32_t op2;
-	uint32_t st1;
-	uint32_t st2;
-	uint8_t kind;
-	uint8_t w1;
-	uint8_t w2;
-	uint8_t has_s2;
-};
-
 struct dent {
-	struct dkey key;
+	struct finding_key key;
 	uint64_t id;
 	uint64_t count;
 	uint8_t used;
@@ -271,6 +268,10 @@ struct engine {
 	struct alloc **abuckets; /* exact-start hash (DESIGN 3) */
 	size_t amask;
 	struct rb_root outside; /* history of bytes no allocation covers */
+	uint64_t *pending;	/* DESIGN 6: starts of pending allocations */
+	size_t npending;
+	size_t pending_cap;
+	bool pending_all;	/* the list overflowed: flush walks them all */
 	struct pool access_pool;
 	struct pool seg_pool;
 	struct pool alloc_pool;
@@ -730,14 +731,15 @@ static int site_get(struct engine *e, uint32_t op, uint32_t stack,
 
 /* ---- findings ----------------------------------------------------------- */
 
-static uint64_t dkey_hash(const struct dkey *k)
+static uint64_t dkey_hash(const struct finding_key *k)
 {
 	return hash_bytes(k, sizeof(*k));
 }
 
 /* The dedup row of `k`, inserted with count 0 when new; NULL when the table
  * cannot grow, in which case the occurrence is reported undeduplicated. */
-static struct dent *dedup_row(struct engine *e, const struct dkey *k)
+static struct dent *dedup_row(struct engine *e,
+			      const struct finding_key *k)
 {
 	size_t i;
 
@@ -772,37 +774,73 @@ static struct dent *dedup_row(struct engine *e, const struct dkey *k)
 	return &e->dedup[i];
 }
 
-static void finding_key(const struct finding *f, struct dkey *k)
+void finding_key(const struct finding *f, const struct finding_text *t,
+		 struct finding_key *k)
 {
+	struct finding_text own = {
+		.op = f->access.op,
+		.stack = f->access.stack,
+		.prev_op = f->previous.op,
+		.prev_stack = f->previous.stack,
+		.alloc_stack = f->alloc.stack,
+	};
+
+	if (t == NULL)
+		t = &own;
 	memset(k, 0, sizeof(*k));
 	k->kind = (uint8_t)f->kind;
 	k->s1 = f->access.stream;
-	k->op1 = f->access.op;
-	k->st1 = f->access.stack;
+	k->op1 = t->op;
+	k->st1 = t->stack;
 	k->w1 = f->access.write;
+	k->has_previous = f->has_previous;
 	if (f->has_previous) {
 		k->s2 = f->previous.stream;
 		k->has_s2 = 1;
-		k->op2 = f->previous.op;
-		k->st2 = f->previous.stack;
+		k->op2 = t->prev_op;
+		k->st2 = t->prev_stack;
 		k->w2 = f->previous.write;
-	} else {
-		/* missing_record_stream: the allocation's side of the pair */
-		k->s2 = f->alloc.stream;
+	} else if (f->has_alloc) {
+		k->s2 = f->alloc.has_stream ? f->alloc.stream : 0;
 		k->has_s2 = f->alloc.has_stream;
-		k->st2 = f->alloc.stack;
+		k->st2 = t->alloc_stack;
 	}
+}
+
+int finding_key_text(const struct finding_key *k,
+		     char buf[FINDING_KEY_TEXT_MAX])
+{
+	const char *kind = finding_kind_name((enum finding_kind)k->kind);
+	int n;
+
+	n = snprintf(buf, FINDING_KEY_TEXT_MAX,
+		     "%s %" PRIu64 " %c %" PRIu64 " %" PRIu64,
+		     kind != NULL ? kind : "?", k->s1, k->w1 ? 'w' : 'r',
+		     k->op1, k->st1);
+	/* A previous access as before allocations joined the key, so that
+	 * the rows of data races keep their keys. */
+	if (k->has_previous)
+		n += snprintf(buf + n, FINDING_KEY_TEXT_MAX - (size_t)n,
+			      " %" PRIu64 " %c %" PRIu64 " %" PRIu64, k->s2,
+			      k->w2 ? 'w' : 'r', k->op2, k->st2);
+	else if (k->has_s2)
+		n += snprintf(buf + n, FINDING_KEY_TEXT_MAX - (size_t)n,
+			      " - %" PRIu64 " %" PRIu64, k->s2, k->st2);
+	else
+		n += snprintf(buf + n, FINDING_KEY_TEXT_MAX - (size_t)n,
+			      " - ? %" PRIu64, k->st2);
+	return n;
 }
 
 static void emit(struct engine *e, struct finding *f)
 {
 	struct dent *row = NULL;
-	struct dkey k;
+	struct finding_key k;
 	bool first = true;
 
 	e->st.occurrences++;
 	if (e->o.dedup) {
-		finding_key(f, &k);
+		finding_key(f, NULL, &k);
 		row = dedup_row(e, &k);
 	}
 	if (row != NULL && row->count > 0) {
@@ -1928,6 +1966,25 @@ static int launch_prepare(struct engine *e, const struct op *op)
 	return 0;
 }
 
+/* DESIGN 6: `a` has a use the next flush must check. Past twice the live
+ * allocations (or without memory) the list gives way to a walk of all. */
+static void pending_add(struct engine *e, struct alloc *a)
+{
+	if (a->pending)
+		return;
+	a->pending = 1;
+	if (e->pending_all)
+		return;
+	if (e->npending >= 2 * e->st.live_allocs + 64 ||
+	    grow_array(e, (void **)&e->pending, &e->pending_cap,
+		       e->npending + 1, sizeof(*e->pending)) < 0) {
+		e->pending_all = true;
+		e->npending = 0;
+		return;
+	}
+	e->pending[e->npending++] = a->start;
+}
+
 /* The record_stream bookkeeping: a use of an allocation on a stream other
  * than its (known) allocation stream. */
 static int note_usage(struct engine *e, const struct elem *el, uint16_t s,
@@ -1948,7 +2005,37 @@ static int note_usage(struct engine *e, const struct elem *el, uint16_t s,
 	}
 	if (el->acc->write)
 		u->flags |= USAGE_WROTE;
+	pending_add(e, a);
 	return 0;
+}
+
+/*
+ * A write element that belongs to another allocation, or to none, and runs
+ * into allocation A still wrote A: the usage of A this launch recorded
+ * (through an access that belongs to A) says so. Runs after every access
+ * of the launch has recorded its usage; a usage from an earlier launch is
+ * left alone, since this launch has no access that belongs to A.
+ */
+static void note_wrote_beyond(struct engine *e, const struct elem *el,
+			      uint16_t s)
+{
+	struct region_walk w;
+	struct region r;
+
+	walk_init(e, &w, el->start, el->last, el->alloc);
+	while (walk_next(&w, &r)) {
+		struct alloc *a = r.alloc;
+
+		if (a == NULL || a == el->alloc)
+			continue;
+		for (size_t i = 0; i < a->nusage; i++) {
+			struct usage *u = &a->usages[i];
+
+			if (u->sidx == s && (u->flags & USAGE_USED) &&
+			    u->seq == e->seq)
+				u->flags |= USAGE_WROTE;
+		}
+	}
 }
 
 static struct access *access_new(struct engine *e, uint16_t s,
@@ -2009,6 +2096,10 @@ static int launch_update(struct engine *e, uint16_t s, uint32_t site,
 		if (err == 0)
 			err = note_usage(e, el, s, site);
 		access_put(e, el->acc); /* the history holds its own refs */
+	}
+	for (size_t i = 0; i < nw && err == 0; i++) {
+		if (!e->elems[i].dup)
+			note_wrote_beyond(e, &e->elems[i], s);
 	}
 	return err;
 }
@@ -2133,10 +2224,39 @@ static int on_record_stream(struct engine *e, const struct op *op)
 	return 0;
 }
 
+static int u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void flush_one(struct engine *e, struct alloc *a)
+{
+	check_record_stream(e, a, DETECTED_AT_FLUSH);
+	a->pending = 0;
+}
+
+/* DESIGN 6: the pending allocations, in address order. A start listed
+ * twice, or whose allocation was freed (and perhaps another made there),
+ * names no pending allocation the second time. */
 static void on_flush(struct engine *e)
 {
-	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n))
-		check_record_stream(e, alloc_of(n), DETECTED_AT_FLUSH);
+	if (e->pending_all) {
+		for (struct rb_node *n = rb_first(&e->allocs); n;
+		     n = rb_next(n))
+			flush_one(e, alloc_of(n));
+		e->pending_all = false;
+	} else if (e->npending > 0) {
+		qsort(e->pending, e->npending, sizeof(*e->pending), u64_cmp);
+		for (size_t i = 0; i < e->npending; i++) {
+			struct alloc *a = alloc_at(e, e->pending[i]);
+
+			if (a != NULL && a->pending)
+				flush_one(e, a);
+		}
+	}
+	e->npending = 0;
 }
 
 /* ---- sync operations --------------------------------------------------- */
@@ -2252,6 +2372,24 @@ int engine_feed(struct engine *e, const struct op *op)
 	return err;
 }
 
+int engine_feed_or_skip(struct engine *e, const struct op *op,
+			bool *skipping)
+{
+	struct op gap = { .kind = OP_GAP };
+	int err = engine_feed(e, op);
+
+	if (err != -E2BIG) {
+		if (err == 0 || err == -ENOMEM) /* analysed, or forgotten */
+			*skipping = false;
+		return err;
+	}
+	if (*skipping)
+		return ENGINE_SKIPPED;
+	*skipping = true;
+	(void)engine_feed(e, &gap);
+	return ENGINE_SKIPPED_GAP;
+}
+
 /* ---- lifetime ---------------------------------------------------------- */
 
 int engine_new(const struct engine_opts *o, struct engine **out)
@@ -2305,6 +2443,7 @@ void engine_free(struct engine *e)
 	free(e->host);
 	free(e->floor);
 	free(e->abuckets);
+	free(e->pending);
 	free(e->elems);
 	free(e->spans);
 	free(e->pieces);
@@ -2325,4 +2464,230 @@ void engine_get_stats(const struct engine *e, struct engine_stats *out)
 {
 	*out = e->st;
 	out->bytes = engine_bytes(e);
+}
+
+/* ---- invariants ---------------------------------------------------------- */
+
+/*
+ * engine_check() walks everything the engine keeps and compares it with
+ * what every operation promises to leave behind. Tests run it after each
+ * operation, so that a bookkeeping slip (an overlapping segment, a lost
+ * reference, a count that drifts) fails where it happens rather than as
+ * a wrong finding many operations later.
+ */
+struct check {
+	const struct engine *e;
+	struct u64map refs; /* access address -> references seen */
+	bool compare;	    /* second pass: compare refs with the counts */
+	uint64_t accesses;  /* distinct, first pass */
+	uint64_t segments;  /* first pass */
+	const char *why;
+};
+
+static void check_fail(struct check *c, const char *why)
+{
+	if (c->why == NULL)
+		c->why = why;
+}
+
+static void check_access_ref(struct check *c, const struct access *a)
+{
+	uint64_t *n;
+
+	if (a->sidx >= c->e->nstreams || a->seq > c->e->seq ||
+	    a->site >= c->e->nsites)
+		check_fail(c, "an access names a stream, launch or site that "
+			      "does not exist");
+	n = u64map_get(&c->refs, (uintptr_t)a);
+	if (c->compare) {
+		if (n == NULL || *n != a->refs)
+			check_fail(c, "an access's reference count differs "
+				      "from the histories that hold it");
+	} else if (n != NULL) {
+		(*n)++;
+	} else if (u64map_put(&c->refs, (uintptr_t)a, 1) < 0) {
+		check_fail(c, "out of memory while checking");
+	} else {
+		c->accesses++;
+	}
+}
+
+static void check_hist(struct check *c, const struct hist *h)
+{
+	struct access *const *r = h->cap == 0 ? &h->rd.one : h->rd.many;
+
+	if (h->cap == 0 ? h->nreads > 1 : h->nreads > h->cap)
+		check_fail(c, "a read list holds more than its capacity");
+	if (h->write != NULL)
+		check_access_ref(c, h->write);
+	for (uint32_t i = 0; i < h->nreads; i++) {
+		if (r[i] == NULL) {
+			check_fail(c, "a read list holds a null access");
+			continue;
+		}
+		if (!r[i]->write)
+			check_access_ref(c, r[i]);
+		else
+			check_fail(c, "a write is in a read list");
+	}
+	if (h->write != NULL && h->write->write == 0)
+		check_fail(c, "a read is a segment's last write");
+}
+
+/* The segments of `root`: ordered, disjoint, within [lo, hi], none empty. */
+static void check_segs(struct check *c, const struct rb_root *root,
+		       uint64_t lo, uint64_t hi)
+{
+	const struct seg *prev = NULL;
+
+	if (rb_check(root) < 0)
+		check_fail(c, "a history tree is not a red-black tree");
+	for (struct rb_node *n = rb_first(root); n != NULL; n = rb_next(n)) {
+		const struct seg *g = seg_of(n);
+
+		if (g->start > g->last || g->start < lo || g->last > hi)
+			check_fail(c, "a history segment lies outside its "
+				      "allocation or ends before it starts");
+		if (prev != NULL && g->start <= prev->last)
+			check_fail(c, "history segments overlap or are out of "
+				      "order");
+		if (hist_empty(&g->h))
+			check_fail(c, "an empty history segment is kept");
+		check_hist(c, &g->h);
+		c->segments += !c->compare;
+		prev = g;
+	}
+}
+
+static void check_usages(struct check *c, const struct alloc *a)
+{
+	for (size_t i = 0; i < a->nusage; i++) {
+		const struct usage *u = &a->usages[i];
+
+		if (u->sidx >= c->e->nstreams)
+			check_fail(c, "a usage names a stream that does not "
+				      "exist");
+		if ((u->flags & USAGE_USED) &&
+		    (u->sidx == a->sidx || a->exempt || u->seq > c->e->seq))
+			check_fail(c, "a usage is recorded that the "
+				      "record_stream rule never records");
+		for (size_t j = 0; j < i; j++) {
+			if (a->usages[j].sidx == u->sidx)
+				check_fail(c, "two usages of one stream");
+		}
+	}
+}
+
+/* DESIGN 6: an allocation a flush would skip has nothing to report. */
+static void check_pending(struct check *c, const struct alloc *a)
+{
+	const struct engine *e = c->e;
+	bool listed = false;
+
+	if (e->pending_all)
+		return;
+	if (a->pending) {
+		for (size_t i = 0; i < e->npending && !listed; i++)
+			listed = e->pending[i] == a->start;
+		if (!listed)
+			check_fail(c, "a pending allocation is not listed");
+		return;
+	}
+	if (a->exempt || a->sidx == STREAM_NONE)
+		return;
+	for (size_t i = 0; i < a->nusage; i++) {
+		const struct usage *u = &a->usages[i];
+
+		if ((u->flags & (USAGE_USED | USAGE_RECORDED |
+				 USAGE_REPORTED)) == USAGE_USED &&
+		    (int64_t)u->seq > e->streams[a->sidx].state[u->sidx])
+			check_fail(c, "an allocation a flush would skip has an "
+				      "unordered use to report");
+	}
+}
+
+static void check_allocs(struct check *c)
+{
+	const struct engine *e = c->e;
+	const struct alloc *prev = NULL;
+	uint64_t live = 0;
+
+	if (rb_check(&e->allocs) < 0)
+		check_fail(c, "the allocation tree is not a red-black tree");
+	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n)) {
+		const struct alloc *a = alloc_of(n);
+		const struct alloc *h = *alloc_bucket(e, a->start);
+
+		while (h != NULL && h != a)
+			h = h->hnext;
+		if (h == NULL)
+			check_fail(c, "a live allocation is missing from the "
+				      "start hash");
+		if (a->start > a->last ||
+		    (prev != NULL && a->start <= prev->last))
+			check_fail(c, "live allocations overlap or are out of "
+				      "order");
+		if (a->sidx != STREAM_NONE && a->sidx >= e->nstreams)
+			check_fail(c, "an allocation names a stream that does "
+				      "not exist");
+		if (a->tree)
+			check_segs(c, &a->segs, a->start, a->last);
+		else
+			check_hist(c, &a->whole);
+		check_usages(c, a);
+		check_pending(c, a);
+		live++;
+		prev = a;
+	}
+	if (!c->compare && live != e->st.live_allocs)
+		check_fail(c, "live_allocs differs from the allocation tree");
+}
+
+/* Bytes no allocation covers keep their history outside; never both. */
+static void check_outside(struct check *c)
+{
+	const struct engine *e = c->e;
+
+	check_segs(c, &e->outside, 0, UINT64_MAX);
+	for (struct rb_node *n = rb_first(&e->outside); n; n = rb_next(n)) {
+		const struct seg *g = seg_of(n);
+		struct alloc *a = alloc_containing((struct engine *)e,
+						   g->start);
+		struct rb_node *after;
+
+		if (a == NULL) {
+			after = rb_first(&e->allocs);
+			while (after != NULL && alloc_of(after)->last < g->start)
+				after = rb_next(after);
+			a = after != NULL ? alloc_of(after) : NULL;
+		}
+		if (a != NULL && a->start <= g->last && a->last >= g->start)
+			check_fail(c, "bytes of a live allocation have history "
+				      "outside it");
+	}
+}
+
+const char *engine_check(const struct engine *e)
+{
+	struct check c = { .e = e };
+
+	if (u64map_init(&c.refs) < 0)
+		return "out of memory while checking";
+	for (uint32_t s = 0; s < e->nstreams; s++) {
+		if (e->streams[s].state[s] > (int64_t)e->seq)
+			check_fail(&c, "a stream is ahead of the last launch");
+	}
+	check_allocs(&c);
+	check_outside(&c);
+	if (c.segments != e->st.segments)
+		check_fail(&c, "the segments count differs from the trees");
+	if (c.accesses != e->st.accesses)
+		check_fail(&c, "the accesses count differs from the accesses "
+			       "the histories hold");
+	/* The same walk again, now comparing each access's references. */
+	c.compare = true;
+	check_allocs(&c);
+	check_segs(&c, &e->outside, 0, UINT64_MAX);
+	u64map_fini(&c.refs);
+	return c.why;
 }

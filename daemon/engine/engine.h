@@ -83,10 +83,59 @@ struct finding {
 };
 
 /*
+ * The deduplication key of findings.md, its one definition: kind, both
+ * streams, both access types, both operators and both stacks; never the
+ * pointer. A missing_record_stream's other side is its allocation: the
+ * allocation stream (when known) and the allocation's stack. The engine
+ * merges occurrences by it, and the daemon's store merges rows by it, so
+ * that both count the same distinct findings.
+ *
+ * Text is named by ids that are equal exactly when the texts are: a
+ * finding's own symtab ids, or a caller's own numbering (the store's row
+ * ids of strings and stacks), passed as a struct finding_text.
+ */
+struct finding_key {
+	uint64_t s1, s2;
+	uint64_t op1, op2, st1, st2; /* 0: none */
+	uint8_t kind;
+	uint8_t has_previous; /* side 2 is the previous access, else the
+				 allocation (no operator, no access type) */
+	uint8_t has_s2;
+	uint8_t w1, w2;
+	uint8_t zero[3]; /* no padding: keys compare and hash as bytes */
+};
+
+_Static_assert(sizeof(struct finding_key) == 56, "a key has no padding");
+
+/* Text ids naming a finding's operators and stacks; 0 for none. */
+struct finding_text {
+	uint64_t op, stack;           /* the access's */
+	uint64_t prev_op, prev_stack; /* the previous access's */
+	uint64_t alloc_stack;
+};
+
+/*
+ * The key of `f` into *k, every byte of it written (keys compare and hash
+ * as bytes). `t` names f's text in the caller's ids; NULL takes f's own.
+ */
+void finding_key(const struct finding *f, const struct finding_text *t,
+		 struct finding_key *k);
+
+/* The longest text of a key, its NUL included. */
+#define FINDING_KEY_TEXT_MAX 192
+
+/*
+ * `k` as text into `buf`, for a database column: equal keys give equal
+ * texts and distinct keys distinct texts. Returns its length.
+ */
+int finding_key_text(const struct finding_key *k,
+		     char buf[FINDING_KEY_TEXT_MAX]);
+
+/*
  * Called for every occurrence of a finding, during engine_feed(). Without
  * deduplication every call has `first` true, its own id and count 1. With
- * it, `first` is true for the first occurrence of a key (kind, both
- * streams, both operators, both access types, both stacks); later
+ * it, `first` is true for the first occurrence of a key (finding_key());
+ * later
  * occurrences come with `first` false, the first one's id and the new
  * count, while the other fields describe the repeat. `f` is valid only
  * during the call.
@@ -133,6 +182,37 @@ void engine_free(struct engine *e);
  */
 int engine_feed(struct engine *e, const struct op *op);
 
+/* engine_feed_or_skip()'s results beyond engine_feed()'s. */
+enum {
+	ENGINE_SKIPPED_GAP = 1, /* skipped, and a new gap put in its place */
+	ENGINE_SKIPPED = 2,     /* skipped within the gap put before it */
+};
+
+/*
+ * engine_feed(), except that an op naming a stream beyond
+ * ENGINE_MAX_STREAMS is skipped: the engine forgets its history as at a
+ * gap, so that no pair across the skipped op is reported, and the caller
+ * counts the op lost (and, for ENGINE_SKIPPED_GAP, one more gap). Ops
+ * skipped one after another make one gap; *skipping (false at first,
+ * the caller's per engine) says whether the last op was skipped. The one
+ * policy the daemon and `npusanctl analyze` share, so that they count and
+ * find the same. Returns engine_feed()'s result, -E2BIG replaced by
+ * ENGINE_SKIPPED_GAP or ENGINE_SKIPPED.
+ */
+int engine_feed_or_skip(struct engine *e, const struct op *op,
+			bool *skipping);
+
 void engine_get_stats(const struct engine *e, struct engine_stats *out);
+
+/*
+ * Checks what every operation must leave behind: history segments ordered,
+ * disjoint, never empty and inside their allocation (or outside every
+ * allocation); allocations ordered, disjoint and in their hash; usages
+ * only where the record_stream rule records them; every access's
+ * reference count and the counts of engine_get_stats(). NULL when all
+ * hold, else a static message naming the first that does not. It walks
+ * everything, so it is for tests and fuzzers, after each operation.
+ */
+const char *engine_check(const struct engine *e);
 
 #endif

@@ -21,6 +21,12 @@
  * activation sizes vary and the caching allocator model reuses addresses
  * the way PyTorch's does. A few deliberate mistakes recur so that findings
  * exist (see bug_*()); the engine deduplicates them.
+ *
+ * --shape flush generates another shape instead (see generate_flush()):
+ * an exact-pointer job with 2,000 live allocations and a `flush` every
+ * step, where the cost of flush shows. --trace FILE times the engine over
+ * any recorded trace, so users can measure the shapes of their own jobs;
+ * run_bench.sh then hands the same operations to PyTorch's sanitizer.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -542,9 +548,8 @@ struct gen {
 
 /* ---- emitting operations --------------------------------------------- */
 
-static struct op *emit(struct gen *g, enum op_kind kind)
+static struct op *workload_emit(struct workload *w, enum op_kind kind)
 {
-	struct workload *w = g->w;
 	struct op *op;
 
 	if (w->nops == w->cap) {
@@ -557,15 +562,23 @@ static struct op *emit(struct gen *g, enum op_kind kind)
 	return op;
 }
 
-static struct op_range *ranges(struct gen *g, size_t n)
+static struct op *emit(struct gen *g, enum op_kind kind)
 {
-	struct range_chunk *c = g->w->chunks;
+	return workload_emit(g->w, kind);
+}
 
+/* Room for n ranges that stay put while the workload grows. */
+static struct op_range *workload_ranges(struct workload *w, size_t n)
+{
+	struct range_chunk *c = w->chunks;
+
+	if (n > RANGES_PER_CHUNK)
+		die("a launch with more ranges than a chunk holds");
 	if (c == NULL || RANGES_PER_CHUNK - c->used < n) {
 		c = xrealloc(NULL, sizeof(*c));
-		c->next = g->w->chunks;
+		c->next = w->chunks;
 		c->used = 0;
-		g->w->chunks = c;
+		w->chunks = c;
 	}
 	c->used += n;
 	return c->r + c->used - n;
@@ -594,7 +607,7 @@ static void launch_mask(struct gen *g, int s, struct site site,
 			const struct op_range *wr, size_t nw,
 			unsigned whole_mask)
 {
-	struct op_range *r = ranges(g, nr + nw);
+	struct op_range *r = workload_ranges(g->w, nr + nw);
 	struct op *op = emit(g, OP_LAUNCH);
 
 	if (nr + nw < 1 || nr + nw > 4)
@@ -1586,6 +1599,231 @@ static void generate(struct workload *w, uint64_t launches, uint64_t seed)
 	free(g);
 }
 
+/* ---- the flush-heavy shape ------------------------------------------- */
+
+/*
+ * What an exact-pointer trace recorded from a training job with a `flush`
+ * per step looks like to the engine: FLUSH_LIVE live allocations, 8
+ * streams, whole tensors accessed at their start (as PyTorch's CUDA
+ * Sanitizer identifies them), one access per launch on average. Each step
+ * runs compute on stream 0, then each side stream waits for the compute
+ * (an event), works on a few tensors and is waited for by stream 0, then
+ * some tensors are replaced (free + alloc) and the step ends with `flush`.
+ * So almost every allocation has cross-stream uses, nearly all of them
+ * long ordered: the shape where a flush that revisits every allocation
+ * costs the most. Every FLUSH_BUG_EVERY steps one side stream is not
+ * waited for before a free, so findings exist.
+ */
+#define FLUSH_LIVE 2000
+#define FLUSH_STREAMS 8
+#define FLUSH_STEP_LAUNCHES 500
+#define FLUSH_SIDE_LAUNCHES 24	/* per side stream and step */
+#define FLUSH_REPLACED 20	/* tensors freed and allocated per step */
+#define FLUSH_BUG_EVERY 100
+
+struct flush_gen {
+	struct workload *w;
+	uint64_t rng;
+	uint64_t next_ptr;
+	uint64_t ptr[FLUSH_LIVE];
+	uint64_t size[FLUSH_LIVE];
+	uint32_t ops[4];
+	uint32_t stack;
+};
+
+static void flush_launch(struct flush_gen *g, uint64_t stream)
+{
+	uint64_t r = rng_next(&g->rng);
+	size_t a = (size_t)(r >> 8) % FLUSH_LIVE;
+	size_t b = (size_t)(r >> 32) % FLUSH_LIVE;
+	/* 0, 1 (a read or a write) or 2 accesses: 1 on average. */
+	unsigned shape = (unsigned)r & 3;
+	size_t n = shape == 0 ? 0 : shape == 3 ? 2 : 1;
+	struct op_range *rg = n ? workload_ranges(g->w, n) : NULL;
+	struct op *op = workload_emit(g->w, OP_LAUNCH);
+
+	op->stream = stream;
+	op->name = g->ops[shape];
+	op->stack = g->stack;
+	if (n >= 1)
+		rg[0] = (struct op_range){ g->ptr[a], g->size[a] };
+	if (n == 2 && b != a)
+		rg[1] = (struct op_range){ g->ptr[b], g->size[b] };
+	else if (n == 2)
+		n = 1;
+	/* shape 1 reads a, 2 writes a, 3 reads a and writes b. */
+	op->reads = shape == 1 || shape == 3 ? rg : NULL;
+	op->nreads = shape == 1 || shape == 3;
+	op->writes = shape == 2 ? rg : shape == 3 && n == 2 ? rg + 1 : NULL;
+	op->nwrites = shape == 2 || (shape == 3 && n == 2);
+	g->w->launches++;
+	g->w->accesses += op->nreads + op->nwrites;
+}
+
+static void flush_alloc(struct flush_gen *g, size_t i)
+{
+	struct op *op = workload_emit(g->w, OP_ALLOC);
+
+	g->size[i] = 512 * (1 + (rng_next(&g->rng) & 63));
+	g->ptr[i] = g->next_ptr;
+	g->next_ptr += g->size[i];
+	op->ptr = g->ptr[i];
+	op->size = g->size[i];
+	op->has_stream = true;
+	op->stream = 0;
+	op->stack = g->stack;
+}
+
+static void flush_side(struct flush_gen *g, uint64_t s, bool bug)
+{
+	struct op *op;
+
+	op = workload_emit(g->w, OP_EVENT_RECORD);
+	op->event = s;
+	op->stream = 0;
+	op = workload_emit(g->w, OP_EVENT_WAIT);
+	op->event = s;
+	op->stream = s;
+	for (int i = 0; i < FLUSH_SIDE_LAUNCHES; i++)
+		flush_launch(g, s);
+	if (bug)
+		return;
+	op = workload_emit(g->w, OP_STREAM_WAIT);
+	op->stream = 0;
+	op->on = s;
+}
+
+static void flush_step(struct flush_gen *g, uint64_t step)
+{
+	bool bug = step % FLUSH_BUG_EVERY == FLUSH_BUG_EVERY - 1;
+	uint64_t compute = FLUSH_STEP_LAUNCHES -
+			   (FLUSH_STREAMS - 1) * FLUSH_SIDE_LAUNCHES;
+
+	for (uint64_t i = 0; i < compute; i++)
+		flush_launch(g, 0);
+	for (uint64_t s = 1; s < FLUSH_STREAMS; s++)
+		flush_side(g, s, bug && s == FLUSH_STREAMS - 1);
+	for (int i = 0; i < FLUSH_REPLACED; i++) {
+		size_t t = (size_t)(rng_next(&g->rng) % FLUSH_LIVE);
+
+		workload_emit(g->w, OP_FREE)->ptr = g->ptr[t];
+		flush_alloc(g, t);
+	}
+	workload_emit(g->w, OP_FLUSH);
+	g->w->steps++;
+}
+
+static void generate_flush(struct workload *w, uint64_t launches,
+			   uint64_t seed)
+{
+	static const char *const names[4] = { "aten::empty_strided",
+		"aten::sum", "aten::fill_", "aten::add.Tensor" };
+	struct flush_gen *g = xrealloc(NULL, sizeof(*g));
+	uint32_t frame;
+
+	memset(g, 0, sizeof(*g));
+	memset(w, 0, sizeof(*w));
+	if (symtab_new(&w->syms) < 0)
+		die("symtab_new failed");
+	g->w = w;
+	g->rng = seed;
+	g->next_ptr = 0x7f3c80000000ull;
+	for (int i = 0; i < 4; i++) {
+		if (symtab_intern(w->syms, names[i], strlen(names[i]),
+				  &g->ops[i]) < 0)
+			die("symtab_intern failed");
+	}
+	if (symtab_intern(w->syms, "train.py:42 in step", 19, &frame) < 0 ||
+	    symtab_intern_stack(w->syms, &frame, 1, &g->stack) < 0)
+		die("symtab_intern failed");
+	for (uint64_t s = 1; s < FLUSH_STREAMS; s++) {
+		workload_emit(w, OP_STREAM_CREATE)->stream = s;
+		workload_emit(w, OP_EVENT_CREATE)->event = s;
+	}
+	for (size_t i = 0; i < FLUSH_LIVE; i++)
+		flush_alloc(g, i);
+	w->max_live = FLUSH_LIVE;
+	while (w->launches < launches) {
+		flush_step(g, w->steps);
+		if (w->warm_ops == 0)
+			w->warm_ops = w->nops;
+	}
+	workload_emit(w, OP_DEVICE_SYNC);
+	workload_emit(w, OP_FLUSH);
+	free(g);
+}
+
+/* ---- a recorded trace ------------------------------------------------ */
+
+/* The whole file at path, read into memory; *len its length. */
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
+	size_t cap = 1 << 20, n = 0, got;
+	char *buf;
+
+	if (f == NULL) {
+		fprintf(stderr, "engine_bench: %s: %s\n", path,
+			strerror(errno));
+		exit(2);
+	}
+	buf = xrealloc(NULL, cap);
+	while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+		n += got;
+		if (n == cap)
+			buf = xrealloc(buf, cap *= 2);
+	}
+	if (ferror(f)) {
+		fprintf(stderr, "engine_bench: reading %s failed\n", path);
+		exit(2);
+	}
+	if (f != stdin)
+		fclose(f);
+	*len = n;
+	return buf;
+}
+
+/*
+ * The operations of a recorded trace, parsed into memory before anything
+ * is timed, with their ranges copied out of the reader's buffers.
+ */
+static void load_trace(struct workload *w, const char *path)
+{
+	struct trace_reader *r;
+	struct op op, *dst;
+	struct op_range *rg;
+	size_t len;
+	char *text = slurp(path, &len);
+	int rc;
+
+	memset(w, 0, sizeof(*w));
+	if (symtab_new(&w->syms) < 0 ||
+	    trace_reader_new_mem(text, len, path, w->syms, &r) < 0)
+		die("out of memory");
+	while ((rc = trace_read(r, &op)) == 1) {
+		rg = workload_ranges(w, op.nreads + op.nwrites);
+		if (op.nreads)
+			memcpy(rg, op.reads, op.nreads * sizeof(*rg));
+		if (op.nwrites)
+			memcpy(rg + op.nreads, op.writes,
+			       op.nwrites * sizeof(*rg));
+		dst = workload_emit(w, op.kind);
+		*dst = op;
+		dst->reads = op.nreads ? rg : NULL;
+		dst->writes = op.nwrites ? rg + op.nreads : NULL;
+		if (op.kind == OP_LAUNCH) {
+			w->launches++;
+			w->accesses += op.nreads + op.nwrites;
+		}
+	}
+	if (rc < 0) {
+		fprintf(stderr, "engine_bench: %s\n", trace_reader_error(r));
+		exit(2);
+	}
+	trace_reader_close(r);
+	free(text);
+}
+
 /* ---- measuring ------------------------------------------------------- */
 
 struct tally {
@@ -1768,6 +2006,12 @@ static const char usage[] =
 	"  --compare-ops N     also time the engine over the first N ops, the\n"
 	"                      ones csan_bench.py feeds to PyTorch's CUDA\n"
 	"                      Sanitizer (default 200000; 0 skips it)\n"
+	"  --shape S           the generated workload: training (default), the\n"
+	"                      pipeline-parallel training step described in\n"
+	"                      engine_bench.c, or flush, an exact-pointer job\n"
+	"                      with 2000 live allocations and a flush per step\n"
+	"  --trace FILE        time the engine over a recorded trace instead\n"
+	"                      (parsed into memory first; - is stdin)\n"
 	"  --write-trace PATH  write the workload as a v1 trace to PATH\n"
 	"  -h, --help          show this help\n";
 
@@ -1777,6 +2021,8 @@ struct bench_opts {
 	unsigned runs;
 	uint64_t compare_ops;
 	const char *trace_path;
+	const char *shape;	/* "training" or "flush" */
+	const char *input;	/* --trace */
 };
 
 static uint64_t parse_u64(const char *opt, const char *s, uint64_t min,
@@ -1806,13 +2052,15 @@ static void parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "runs", required_argument, NULL, 'r' },
 		{ "compare-ops", required_argument, NULL, 'c' },
 		{ "write-trace", required_argument, NULL, 'w' },
+		{ "shape", required_argument, NULL, 'S' },
+		{ "trace", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
 
 	*o = (struct bench_opts){ .launches = 1000000, .seed = 1, .runs = 5,
-				  .compare_ops = 200000 };
+				  .compare_ops = 200000, .shape = "training" };
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'l':
@@ -1833,6 +2081,19 @@ static void parse_args(int argc, char **argv, struct bench_opts *o)
 		case 'w':
 			o->trace_path = optarg;
 			break;
+		case 'S':
+			if (strcmp(optarg, "training") != 0 &&
+			    strcmp(optarg, "flush") != 0) {
+				fprintf(stderr, "engine_bench: --shape is "
+						"training or flush, not '%s'\n",
+					optarg);
+				exit(2);
+			}
+			o->shape = optarg;
+			break;
+		case 't':
+			o->input = optarg;
+			break;
 		case 'h':
 			fputs(usage, stdout);
 			exit(0);
@@ -1847,7 +2108,26 @@ static void parse_args(int argc, char **argv, struct bench_opts *o)
 	}
 }
 
-static void print_workload(const struct workload *w, uint64_t seed)
+static void print_source(const struct workload *w,
+			 const struct bench_opts *o)
+{
+	if (o->input != NULL)
+		printf("workload: the trace %s\n", o->input);
+	else if (strcmp(o->shape, "flush") == 0)
+		printf("workload: flush-heavy, seed %" PRIu64 ", %d streams, %d "
+		       "live allocations, %" PRIu64 " steps of %d launches, "
+		       "each ending in a flush\n",
+		       o->seed, FLUSH_STREAMS, FLUSH_LIVE, w->steps,
+		       FLUSH_STEP_LAUNCHES);
+	else
+		printf("workload: seed %" PRIu64 ", %d streams, %" PRIu64
+		       " optimizer steps of %d micro-batches (the last cut at "
+		       "the launch limit)\n",
+		       o->seed, NSTREAMS, w->steps, MICRO_BATCHES);
+}
+
+static void print_workload(const struct workload *w,
+			   const struct bench_opts *o)
 {
 	uint64_t kinds[OP_KIND_COUNT] = { 0 };
 	const uint32_t *frames;
@@ -1863,10 +2143,7 @@ static void print_workload(const struct workload *w, uint64_t seed)
 	     id++)
 		names += strncmp(s, "aten::", 6) == 0 ||
 			 strncmp(s, "c10d::", 6) == 0;
-	printf("workload: seed %" PRIu64 ", %d streams, %" PRIu64
-	       " optimizer steps of %d micro-batches (the last cut at the "
-	       "launch limit)\n",
-	       seed, NSTREAMS, w->steps, MICRO_BATCHES);
+	print_source(w, o);
 	printf("ops: %zu\n", w->nops);
 	for (int k = 0; k < OP_KIND_COUNT; k++) {
 		if (kinds[k] == 0)
@@ -1874,11 +2151,14 @@ static void print_workload(const struct workload *w, uint64_t seed)
 		printf("  %s: %" PRIu64 " (%.2f%%)\n", op_kind_name(k),
 		       kinds[k], 100.0 * (double)kinds[k] / (double)w->nops);
 	}
-	printf("accesses: %.2f per launch, %.1f%% of them views (not a whole "
-	       "tensor)\n",
-	       (double)w->accesses / (double)w->launches,
-	       100.0 * (double)w->views / (double)w->accesses);
-	printf("live allocations: %" PRIu64 " at most\n", w->max_live);
+	if (w->launches > 0 && w->accesses > 0)
+		printf("accesses: %.2f per launch, %.1f%% of them views (not "
+		       "a whole tensor)\n",
+		       (double)w->accesses / (double)w->launches,
+		       100.0 * (double)w->views / (double)w->accesses);
+	if (w->max_live > 0)
+		printf("live allocations: %" PRIu64 " at most\n",
+		       w->max_live);
 	printf("interned: %u operator names, %u stacks\n", names, stacks);
 }
 
@@ -1995,11 +2275,16 @@ int main(int argc, char **argv)
 	char a[32];
 
 	parse_args(argc, argv, &o);
-	generate(&w, o.launches, o.seed);
+	if (o.input != NULL)
+		load_trace(&w, o.input);
+	else if (strcmp(o.shape, "flush") == 0)
+		generate_flush(&w, o.launches, o.seed);
+	else
+		generate(&w, o.launches, o.seed);
 	secs = xrealloc(NULL, o.runs * sizeof(*secs));
 
 	printf("npusan engine benchmark: single-threaded, nothing pinned\n");
-	print_workload(&w, o.seed);
+	print_workload(&w, &o);
 	if (o.trace_path != NULL) {
 		if ((f = fopen(o.trace_path, "w")) == NULL) {
 			fprintf(stderr, "engine_bench: %s: %s\n", o.trace_path,
@@ -2026,9 +2311,16 @@ int main(int argc, char **argv)
 		       "workload; target at most 256 B per live allocation\n");
 	printf("target, against torch.cuda._sanitizer.EventHandler: see "
 	       "run_bench.sh; target at least 100 times its ops/s\n");
-	printf("reproduce: %s --launches %" PRIu64 " --seed %" PRIu64
-	       " --runs %u --compare-ops %" PRIu64 "\n",
-	       argv[0], o.launches, o.seed, o.runs, o.compare_ops);
+	if (o.input != NULL)
+		printf("reproduce: %s --trace %s --runs %u --compare-ops %"
+		       PRIu64 "\n",
+		       argv[0], o.input, o.runs, o.compare_ops);
+	else
+		printf("reproduce: %s --shape %s --launches %" PRIu64
+		       " --seed %" PRIu64 " --runs %u --compare-ops %" PRIu64
+		       "\n",
+		       argv[0], o.shape, o.launches, o.seed, o.runs,
+		       o.compare_ops);
 	free(secs);
 	workload_free(&w);
 	return 0;

@@ -8,7 +8,9 @@
 # (default 200000) of the same workload and prints the ratio of the two.
 # EventHandler is called from a shallow Python stack, its best case;
 # $CSAN_DEPTH adds frames (see csan_bench.py). Arguments go to
-# engine_bench (--launches, --seed, --runs). Installs nothing.
+# engine_bench (--launches, --seed, --runs, --shape flush, --trace FILE:
+# a recorded trace, which is fair to EventHandler when its accesses start
+# at their allocations, as an exact-pointer trace's do). Installs nothing.
 set -eu
 
 src=$(cd "$(dirname "$0")/../.." && pwd)

@@ -137,6 +137,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	      "engine_new");
 	while (trace_read(r, &op) == 1) {
 		int rd = engine_feed(ed, &op), ra = engine_feed(ea, &op);
+		const char *broken;
 
 		check(rd == ra || rd == -ENOMEM || ra == -ENOMEM,
 		      "modes disagree on an op");
@@ -146,6 +147,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			comparable = false;
 		if (rd == -E2BIG)
 			break;
+		if ((broken = engine_check(ed)) == NULL)
+			broken = engine_check(ea);
+		check(broken == NULL, broken);
 	}
 	if (comparable)
 		compare_modes(&rows, &all);

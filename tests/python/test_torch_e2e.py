@@ -233,6 +233,32 @@ class Scenarios(unittest.TestCase):
         self.assertEqual(self.findings("views"), [])
 
 
+class Blind(unittest.TestCase):
+    """A job the adapter could not watch is no clean job."""
+
+    def test_run_with_a_device_that_is_not_there_exits_4(self):
+        """NPUSAN_TORCH_DEVICE=cuda without a GPU: the adapter turns off
+        with its line, the job runs on, and run says nothing was analysed
+        and exits 4, not 0."""
+        env = dict(os.environ, NPUSAN_SOCKET=ARGS.sock,
+                   NPUSAN_TORCH_DEVICE="cuda", PYTHONPATH=PACKAGE_DIR,
+                   ASAN_OPTIONS="detect_leaks=0")
+        for name in ("NPUSAN_RECORD", "NPUSAN_RUN", "NPUSAN_JOB"):
+            env.pop(name, None)
+        code = ("import npusan.torch; npusan.torch.enable(); import torch; "
+                "print('ran', float((torch.ones(2) + 1).sum()))")
+        proc = subprocess.run(
+            [ARGS.npusanctl, "run", "--job", "blind_cuda", "--",
+             sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, timeout=300, cwd=SOURCE)
+        if "npusan: off:" not in proc.stderr:
+            self.skipTest("the adapter watches CUDA here: a GPU is there")
+        self.assertIn("ran 4.0", proc.stdout, proc.stderr)
+        self.assertIn("npusan: job blind_cuda: nothing analysed:",
+                      proc.stdout, proc.stderr)
+        self.assertEqual(proc.returncode, 4, proc.stdout + proc.stderr)
+
+
 def line_of_main() -> int:
     with open(SCENARIOS) as f:
         for n, text in enumerate(f, 1):
