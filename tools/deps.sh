@@ -1,8 +1,10 @@
 #!/bin/sh
-# Installs the Debian packages npusan needs that are missing.
+# Installs the Debian packages npusan needs that are missing, and builds the
+# Debian 13 root the torch 2 tests run in.
 #   tools/deps.sh build   what building npusanctl needs
-#   tools/deps.sh test    that, plus what the test suite needs
+#   tools/deps.sh test    that, plus what the test suite needs, plus the root
 #   tools/deps.sh coverage  what testing needs, plus gcovr
+#   tools/deps.sh torch2  the root alone
 # Installing needs root (or sudo); nothing is installed when all is present.
 set -eu
 
@@ -16,36 +18,101 @@ build="cmake gcc make pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compile
 # and socket activation. Without them those tests skip.
 test_extra="python3-torch python3-dev prometheus systemd"
 
-case "${1:-build}" in
-build) want="$build" ;;
-test) want="$build $test_extra" ;;
-# gcovr turns gcov's counts into tools/coverage.sh's per-file figures.
-coverage) want="$build $test_extra gcovr" ;;
-*) echo "usage: tools/deps.sh [build|test|coverage]" >&2; exit 2 ;;
-esac
+# The torch 2 root: Debian 13 (trixie) with its python3-torch (PyTorch 2.6,
+# Python 3.13) and what building npusan and its C path there needs, built
+# once with debootstrap into a cache outside the checkout. The torch tests
+# run in it too (tests/python/torch2_root.sh), and skip (77) where it is
+# missing. Its stamp records what it was built with: a root whose stamp
+# differs is built again.
+torch2_root="${NPUSAN_TORCH2_ROOT:-/var/cache/npusan/trixie-root}"
+torch2_mirror="${NPUSAN_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+torch2_pkgs="$build libc6-dev python3-torch python3-dev"
+torch2_stamp="trixie $torch2_pkgs"
 
-if ! command -v dpkg-query >/dev/null 2>&1; then
-	echo "npusan: not a Debian system; make sure these are installed: $want" >&2
-	exit 0
-fi
+say() { echo "npusan: $*" >&2; }
 
-missing=""
-for p in $want; do
-	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-		missing="$missing $p"
+# The packages of $want that are missing, installed.
+install_missing() {
+	if ! command -v dpkg-query >/dev/null 2>&1; then
+		say "not a Debian system; make sure these are installed: $want"
+		return 0
 	fi
-done
-[ -n "$missing" ] || exit 0
+	missing=""
+	for p in $want; do
+		if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+			missing="$missing $p"
+		fi
+	done
+	[ -n "$missing" ] || return 0
+	if [ "$(id -u)" -eq 0 ]; then
+		sudo=""
+	elif command -v sudo >/dev/null 2>&1; then
+		sudo="sudo"
+	else
+		say "missing packages:$missing"
+		say "install them as root: apt-get install$missing"
+		return 1
+	fi
+	say "installing$missing"
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
+}
 
-if [ "$(id -u)" -eq 0 ]; then
-	sudo=""
-elif command -v sudo >/dev/null 2>&1; then
-	sudo="sudo"
-else
-	echo "npusan: missing packages:$missing" >&2
-	echo "npusan: install them as root: apt-get install$missing" >&2
-	exit 1
-fi
-echo "npusan: installing$missing" >&2
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
+# Builds the torch 2 root unless it is there already; 1 where it cannot be
+# built (not root, not Debian, no network), having said why.
+torch2() {
+	if [ "$(cat "$torch2_root/etc/npusan-root" 2>/dev/null)" = "$torch2_stamp" ]; then
+		return 0
+	fi
+	if [ "$(id -u)" -ne 0 ]; then
+		say "the torch 2 root $torch2_root needs root to build: the torch 2 tests will skip"
+		return 1
+	fi
+	want="debootstrap"
+	install_missing || return 1
+	mkdir -p "$(dirname "$torch2_root")"
+	# One builder at a time; a second waits, then finds the root built.
+	exec 9>"$torch2_root.lock"
+	flock 9
+	if [ "$(cat "$torch2_root/etc/npusan-root" 2>/dev/null)" = "$torch2_stamp" ]; then
+		return 0
+	fi
+	new="$torch2_root.new"
+	rm -rf "$new"
+	say "building the torch 2 root in $torch2_root (Debian 13, once)"
+	start=$(date +%s)
+	if ! debootstrap --variant=minbase trixie "$new" "$torch2_mirror" >"$new.log" 2>&1; then
+		say "debootstrap failed (see $new.log): the torch 2 tests will skip"
+		return 1
+	fi
+	cp /etc/resolv.conf "$new/etc/resolv.conf"
+	# apt runs in a mount namespace of its own, so that its /proc goes
+	# with it, whatever happens.
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	if ! unshare -m sh -c 'mount -t proc proc "$1/proc" &&
+		chroot "$1" apt-get update -qq &&
+		DEBIAN_FRONTEND=noninteractive chroot "$1" apt-get install -y -qq \
+			--no-install-recommends $2 &&
+		chroot "$1" apt-get clean' torch2 "$new" "$torch2_pkgs" >>"$new.log" 2>&1; then
+		say "installing into the torch 2 root failed (see $new.log): the torch 2 tests will skip"
+		return 1
+	fi
+	echo "$torch2_stamp" >"$new/etc/npusan-root"
+	rm -rf "$torch2_root" "$new.log"
+	mv "$new" "$torch2_root"
+	say "built the torch 2 root in $(( $(date +%s) - start )) s"
+}
+
+case "${1:-build}" in
+build) want="$build"; install_missing ;;
+test)
+	want="$build $test_extra"
+	install_missing
+	# Where the root cannot be built, its tests skip: not an error here.
+	torch2 || true
+	;;
+# gcovr turns gcov's counts into tools/coverage.sh's per-file figures.
+coverage) want="$build $test_extra gcovr"; install_missing ;;
+torch2) torch2 ;;
+*) echo "usage: tools/deps.sh [build|test|coverage|torch2]" >&2; exit 2 ;;
+esac

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Builds npusan with AddressSanitizer and UndefinedBehaviorSanitizer and runs
 # the whole test suite, then the tests labelled concurrency under
-# ThreadSanitizer. CI runs exactly this (.ci/run).
+# ThreadSanitizer. CI runs exactly this (.ci/run). The torch tests run on
+# the host's PyTorch and, as the test torch2_root, on PyTorch 2.6 in the
+# Debian 13 root that tools/deps.sh builds once (skipped where it cannot).
 set -eu
 cd "$(dirname "$0")/.."
 tools/deps.sh test

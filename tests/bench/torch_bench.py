@@ -117,27 +117,46 @@ def count_ops(torch, step) -> int:
 
 
 def setup_csan(torch):
+    import inspect
     import types
 
     import torch.cuda._sanitizer as csan
     from npusan.torch import emulate
 
-    class CpuArgumentHandler(csan.ArgumentHandler):
-        # CSAN's own _handle_argument, with CPU tensors where it takes
-        # CUDA ones.
-        def _handle_argument(self, value, is_write, name=None,
-                             is_output=False):
-            if isinstance(value, torch.Tensor) and value.is_cpu:
-                data_ptr = value.data_ptr()
-                if is_write:
-                    self.dataptrs_written.add(data_ptr)
-                else:
-                    self.dataptrs_read.add(data_ptr)
-                self.tensor_aliases.setdefault(data_ptr, [])
-                if name is not None:
-                    self.tensor_aliases[data_ptr].append(name)
-                if is_output:
-                    self.outputs.add(data_ptr)
+    # CSAN's own _handle_argument, with CPU tensors where it takes CUDA
+    # ones, in the signature of this PyTorch's: 2.x added metadata_only (an
+    # argument whose metadata alone is used is not read).
+    params = inspect.signature(csan.ArgumentHandler._handle_argument).parameters
+    if "metadata_only" in params:
+        class CpuArgumentHandler(csan.ArgumentHandler):
+            def _handle_argument(self, value, is_write, metadata_only,
+                                 name=None, is_output=False):
+                if isinstance(value, torch.Tensor) and value.is_cpu:
+                    data_ptr = value.data_ptr()
+                    if is_write:
+                        self.dataptrs_written.add(data_ptr)
+                    elif not metadata_only:
+                        self.dataptrs_read.add(data_ptr)
+                    self.tensor_aliases.setdefault(data_ptr, [])
+                    if name is not None:
+                        self.tensor_aliases[data_ptr].append(name)
+                    if is_output:
+                        self.outputs.add(data_ptr)
+    else:
+        class CpuArgumentHandler(csan.ArgumentHandler):
+            def _handle_argument(self, value, is_write, name=None,
+                                 is_output=False):
+                if isinstance(value, torch.Tensor) and value.is_cpu:
+                    data_ptr = value.data_ptr()
+                    if is_write:
+                        self.dataptrs_written.add(data_ptr)
+                    else:
+                        self.dataptrs_read.add(data_ptr)
+                    self.tensor_aliases.setdefault(data_ptr, [])
+                    if name is not None:
+                        self.tensor_aliases[data_ptr].append(name)
+                    if is_output:
+                        self.outputs.add(data_ptr)
 
     current = types.SimpleNamespace()
 

@@ -9,7 +9,8 @@ The tests of the per-operator path run twice: in Python, and (with
 --speedups, the module built beside the library) in npusan._speedups' C,
 each class's C twin named with a _C suffix.
 
-Usage: test_torch_adapter.py --library PATH [--speedups PATH]
+Usage: test_torch_adapter.py --library PATH --npusanctl PATH
+                             [--speedups PATH]
 
 Exit status: 0 passed, 1 failed, 77 (CTest's skip) without torch.
 """
@@ -18,17 +19,21 @@ import argparse
 import contextlib
 import ctypes
 import io
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+import types
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)),
                            "agent", "python")
 LIBRARY = None  # --library
+NPUSANCTL = None  # --npusanctl
 SPEEDUPS = None  # npusan._speedups, with --speedups
 
 _LAUNCH = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint32,
@@ -197,17 +202,28 @@ class Classify(unittest.TestCase):
         self.assertEqual((s.returns, s.single_return), (((0, 0), (1, 0)), False))
 
     def test_collectives_write_their_first_argument(self):
+        # c10d's schemas differ between PyTorch versions (argument names,
+        # optional tensor arguments added in 2.x): only the first argument
+        # is written, whatever the rest are.
         from npusan.torch._classify import READ, WRITE
 
         c10d = torch.ops.c10d
-        s = self.spec(c10d.allreduce_.default)
-        self.assertEqual((s.args, s.returns), (((0, "_0", WRITE, 1),), ()))
+        for op, nest in ((c10d.allreduce_.default, 1),
+                         (c10d.allgather_.default, 2),
+                         (c10d.recv_.default, 1)):
+            s = self.spec(op)
+            names = [a.name for a in op._schema.arguments]
+            self.assertEqual(s.args[0], (0, names[0], WRITE, nest), s.name)
+            self.assertEqual({kind for _, _, kind, _ in s.args[1:]},
+                             {READ} if s.args[1:] else set(), s.name)
+            self.assertTrue(all(names[pos] == name
+                                for pos, name, _, _ in s.args), s.name)
+            self.assertEqual(s.returns, (), s.name)
         s = self.spec(c10d.allgather_.default)
-        self.assertEqual(s.args, ((0, "_0", WRITE, 2), (1, "_1", READ, 1)))
-        self.assertEqual(self.spec(c10d.recv_.default).args,
-                         ((0, "_0", WRITE, 1),))
-        self.assertEqual(self.spec(c10d.send.default).args,
-                         ((0, "_0", READ, 1),))
+        self.assertEqual(s.args[1][:1] + s.args[1][2:], (1, READ, 1))
+        s = self.spec(c10d.send.default)
+        self.assertEqual({kind for _, _, kind, _ in s.args}, {READ})
+        self.assertEqual(s.args[0][2:], (READ, 1))
 
     def test_record_stream_is_no_kernel(self):
         s = self.spec(torch.ops.aten.record_stream.default)
@@ -464,7 +480,223 @@ class Failures(AdapterCase):
         self.assertTrue(self.adapter.on)
 
 
-def run_child(code: str, **env) -> subprocess.CompletedProcess:
+class StartCase(unittest.TestCase):
+    """An adapter on the CPU emulation with a fake agent, registered but
+    not started; with `speedups`, npusan._speedups runs it."""
+
+    speedups = False
+
+    def setUp(self):
+        from npusan._stack import Stacks
+        from npusan.torch import _adapter, _backends
+
+        self.agent = FakeAgent()
+        backend = _backends.cpu()
+        backend.activate()
+        machinery = (os.path.dirname(_adapter.__file__) + os.sep,
+                     torch.utils._python_dispatch.__file__)
+        self.adapter = _adapter.Adapter(
+            self.agent, backend, Stacks(self.agent, 32, machinery),
+            SPEEDUPS if self.speedups else None)
+        self.adapter.register()
+
+    def tearDown(self):
+        self.adapter.leave()
+        threading.setprofile(None)
+        self.adapter.on = False
+
+    def start(self):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            on = self.adapter.start()
+        return on, err.getvalue()
+
+
+class Proof(StartCase):
+    """Adapter.start(), which enable() calls: the mode proves itself on one
+    operator before npusan turns on, and anything failing there turns it
+    off with one line, the mode gone and the job running on."""
+
+    def test_start_proves_the_mode_and_reports_nothing(self):
+        from npusan.torch._adapter import _PROBE
+
+        self.assertEqual(self.start(), (True, ""))
+        self.assertIn(_PROBE, self.adapter.specs)
+        self.assertEqual(mode_stack(), [self.adapter.mode])
+        self.assertEqual(self.agent.named("launch", "alloc", "free"), [])
+        x = torch.ones(4)
+        self.assertEqual(self.agent.named("alloc")[-1][1], x.data_ptr())
+
+    def assertOff(self, on, err, line):
+        self.assertFalse(on)
+        self.assertFalse(self.adapter.on)
+        self.assertEqual(err, line)
+        self.assertEqual(mode_stack(), [])
+        calls = len(self.agent.calls)
+        self.assertEqual((torch.ones(2) + 1).tolist(), [2.0, 2.0])
+        self.assertEqual(len(self.agent.calls), calls)
+
+    def test_mode_torch_refuses_turns_off(self):
+        # What PyTorch 2 did to the C path: a __torch_dispatch__ bound to
+        # another object than the mode (here its class, which 1.13
+        # refuses too).
+        mode = self.adapter.mode
+        mode.__torch_dispatch__ = types.MethodType(
+            lambda cls, *args: None, type(mode))
+        on, err = self.start()
+        self.assertTrue(err.startswith("npusan: off: RuntimeError: "), err)
+        self.assertOff(on, err, err.splitlines()[0] + "\n")
+
+    def test_mode_that_sees_nothing_turns_off(self):
+        self.adapter.mode.__enter__ = lambda: self.adapter.mode
+        self.assertOff(*self.start(), "npusan: off: RuntimeError: the "
+                       "dispatch mode saw no operator\n")
+
+    def test_adapter_failing_on_the_probe_turns_off(self):
+        def broken(func):
+            raise ValueError("cannot classify")
+
+        self.adapter.spec = broken
+        self.assertOff(*self.start(),
+                       "npusan: off: ValueError: cannot classify\n")
+
+
+def mode_stack() -> list:
+    """This thread's dispatch modes of npusan's adapter (not the
+    emulation's), innermost last."""
+    from npusan.torch import _adapter
+
+    return [m for m in _adapter.mode_stack()
+            if type(m).__module__ == _adapter.__name__]
+
+
+class Threads(StartCase):
+    """Operators from every thread of the process reach the agent."""
+
+    def ops_in_thread(self, stream, before=None):
+        """Runs x * 2 on `stream` in a new thread, after `before` (an
+        Event) is set; returns the thread and x."""
+        x = torch.ones(8)
+
+        def work():
+            if before is not None:
+                before.wait()
+            with self.em.stream(stream):
+                x.mul(2)
+
+        t = threading.Thread(target=work)
+        t.start()
+        return t, x
+
+    def setUp(self):
+        super().setUp()
+        from npusan.torch import emulate
+
+        self.em = emulate
+
+    def mul_launches(self):
+        return [c for c in self.agent.named("launch")
+                if c[2] == "aten::mul.Tensor"]
+
+    def test_thread_started_after_enable(self):
+        self.assertEqual(self.start(), (True, ""))
+        s = self.em.Stream()
+        t, x = self.ops_in_thread(s)
+        t.join()
+        self.assertEqual([c[1:4] for c in self.mul_launches()],
+                         [(s.id, "aten::mul.Tensor", [(x.data_ptr(), 32)])])
+
+    def test_thread_running_before_enable(self):
+        s = self.em.Stream()
+        go = threading.Event()
+        t, x = self.ops_in_thread(s, go)
+        on, err = self.start()
+        go.set()
+        t.join()
+        self.assertTrue(on)
+        if SPEEDUPS is not None and self.speedups:
+            self.assertEqual(err, "")
+            self.assertEqual(len(self.mul_launches()), 1)
+        else:
+            # Only the C path can reach a running thread.
+            self.assertEqual(err, "npusan: 1 thread(s) started before "
+                             "npusan.torch.enable() are not watched: the "
+                             "adapter's C path (npusan._speedups) is not "
+                             "loaded\n")
+
+    def test_thread_leaves_the_modes_as_it_ends(self):
+        # Modes still in a thread's C++ storage when its OS thread exits
+        # are released there, taking the GIL: in a process that is exiting
+        # meanwhile, that aborted it ("terminate called without an active
+        # exception"). They are left before join() returns.
+        self.assertEqual(self.start(), (True, ""))
+        modes = self.adapter.thread_modes
+        self.assertEqual(len(modes), 2)  # the emulation's and the adapter's
+        before = [sys.getrefcount(m) for m in modes]
+        t, _ = self.ops_in_thread(self.em.Stream())
+        t.join()
+        self.assertEqual(len(self.mul_launches()), 1)
+        self.assertEqual([sys.getrefcount(m) for m in modes], before)
+
+    def test_thread_profile_hook_of_the_user_runs_on(self):
+        seen = []
+
+        def user_hook(frame, event, arg):
+            seen.append(event)
+            sys.setprofile(None)
+
+        threading.setprofile(user_hook)
+        self.assertEqual(self.start(), (True, ""))
+        s = self.em.Stream()
+        t, _ = self.ops_in_thread(s)
+        t.join()
+        self.assertEqual(len(self.mul_launches()), 1)
+        self.assertEqual(seen[:1], ["call"])
+
+
+# A race from a worker thread: the main thread writes x on the default
+# stream, a worker reads it on a side stream without waiting. ENABLE is
+# where npusan.torch.enable() goes: before the worker starts, or after.
+THREAD_RACE = """
+    import sys, threading
+    import torch
+    import npusan.torch
+    from npusan.torch import emulate as em
+
+    {enable_before}
+    go = threading.Event()
+
+    def work():
+        go.wait()
+        with em.stream(side):
+            y = x * 2  # the worker's read
+        return y
+
+    t = threading.Thread(target=work)
+    t.start()
+    {enable_after}
+    x = torch.ones(256)
+    side = em.Stream()
+    go.set()
+    t.join()
+    em.synchronize()
+    sys.exit(0 if npusan.torch.enabled() else 4)
+"""
+
+
+def analyze(trace: str) -> list:
+    got = subprocess.run([NPUSANCTL, "analyze", "--json", trace],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, timeout=60)
+    if got.returncode not in (0, 1):
+        raise AssertionError(got.stderr)
+    return [json.loads(line) for line in got.stdout.splitlines()]
+
+
+def run_child(code: str, module: bool = True,
+              **env) -> subprocess.CompletedProcess:
+    """Runs `code` as a script in a child, with python3 -m npusan.torch
+    (`module`) or on its own."""
     full = dict(os.environ, PYTHONPATH=PACKAGE_DIR, NPUSAN_TORCH_DEVICE="cpu",
                 NPUSAN_SOCKET="/nonexistent/npusand.sock")
     for var in ("NPUSAN", "NPUSAN_RECORD", "NPUSAN_LIBRARY"):
@@ -473,7 +705,8 @@ def run_child(code: str, **env) -> subprocess.CompletedProcess:
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(textwrap.dedent(code))
     try:
-        return subprocess.run([sys.executable, "-m", "npusan.torch", f.name],
+        runner = ["-m", "npusan.torch"] if module else []
+        return subprocess.run([sys.executable, *runner, f.name],
                               env=full, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, timeout=120)
     finally:
@@ -526,6 +759,44 @@ class Start(unittest.TestCase):
         self.assertEqual((got.returncode, got.stdout, got.stderr),
                          (4, "", "npusan: off: no torch here\n"))
 
+    def thread_race(self, before: bool):
+        """The findings of THREAD_RACE, run with python3 (not -m), and its
+        stderr."""
+        enable = "npusan.torch.enable()"
+        code = textwrap.dedent(THREAD_RACE).format(
+            enable_before=enable if before else "",
+            enable_after="" if before else enable)
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = os.path.join(tmp, "run.trace")
+            got = run_child(code, NPUSAN_LIBRARY=LIBRARY,
+                            NPUSAN_RECORD=trace, module=False)
+            self.assertEqual((got.returncode, got.stdout), (0, ""),
+                             got.stderr)
+            return analyze(trace), got.stderr
+
+    def assertWorkerRace(self, found):
+        self.assertEqual([f["kind"] for f in found], ["data_race"], found)
+        access = found[0]["access"]
+        self.assertEqual((access["op"], access["type"]),
+                         ("aten::mul.Tensor", "read"))
+        self.assertRegex(access["stack"][0], r":\d+ in work$")
+        self.assertEqual(found[0]["previous"]["op"], "aten::ones")
+
+    def test_race_from_a_thread_started_after_enable_is_found(self):
+        found, err = self.thread_race(before=True)
+        self.assertEqual(err, "")
+        self.assertWorkerRace(found)
+
+    def test_race_from_a_thread_started_before_enable(self):
+        found, err = self.thread_race(before=False)
+        if SPEEDUPS is None:
+            # Only the C path reaches a thread already running.
+            self.assertIn("1 thread(s) started before", err)
+            self.assertEqual(found, [])
+        else:
+            self.assertEqual(err, "")
+            self.assertWorkerRace(found)
+
     def test_script_arguments_and_exit_status(self):
         got = run_child("import sys; sys.exit(len(sys.argv))",
                         NPUSAN_LIBRARY=LIBRARY)
@@ -533,12 +804,14 @@ class Start(unittest.TestCase):
 
 
 def main() -> None:
-    global torch, LIBRARY, SPEEDUPS
+    global torch, LIBRARY, NPUSANCTL, SPEEDUPS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--library", required=True)
     ap.add_argument("--speedups")
+    ap.add_argument("--npusanctl", required=True)
     args = ap.parse_args()
     LIBRARY = args.library
+    NPUSANCTL = args.npusanctl
     try:
         import torch as t
     except ImportError as err:
@@ -555,7 +828,8 @@ def main() -> None:
         if SPEEDUPS is None or not os.path.samefile(SPEEDUPS.__file__,
                                                      args.speedups):
             sys.exit(f"test_torch_adapter: {args.speedups} did not load")
-        for case in (Ranges, Operators, Streams, PythonStacks, Failures):
+        for case in (Ranges, Operators, Streams, PythonStacks, Failures,
+                     Proof, Threads):
             twin = type(case.__name__ + "_C", (case,), {"speedups": True})
             globals()[twin.__name__] = twin
     prog = unittest.main(argv=[sys.argv[0], "-v"], exit=False)

@@ -29,6 +29,10 @@
  * 5. Stack keys are bytes of (code object address, f_lasti) per frame, in
  *    Stacks' own cache (npusan/_stack.py), which keeps every code object a
  *    key names alive, so an address stays its code's.
+ * 6. The dispatch mode itself is a Core: _adapter.py derives its C mode
+ *    from Core and TorchDispatchMode, so that the __torch_dispatch__ torch
+ *    finds on the mode is bound to the mode, as PyTorch 2 requires (it
+ *    refuses one bound to any other object as "a classmethod").
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -951,9 +955,9 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 }
 
 static PyMethodDef core_methods[] = {
-	{ "dispatch", (PyCFunction)(void (*)(void))core_dispatch,
+	{ "__torch_dispatch__", (PyCFunction)(void (*)(void))core_dispatch,
 	  METH_FASTCALL,
-	  "dispatch(func, types, args=(), kwargs=None): __torch_dispatch__" },
+	  "__torch_dispatch__(func, types, args=(), kwargs=None)" },
 	{ "on_memory_allocation", core_on_memory_allocation, METH_O,
 	  "The allocation callback: keeps ptr pending." },
 	{ "on_memory_deallocation", core_on_memory_deallocation, METH_O, "The deallocation callback: npusan_free() of a known ptr." },
@@ -964,9 +968,12 @@ static PyTypeObject core_type = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "npusan._speedups.Core",
 	.tp_basicsize = sizeof(Core),
-	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+	/* A base: the adapter's dispatch mode is a Python class deriving from
+	 * Core and from TorchDispatchMode (DESIGN 6). */
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+		    Py_TPFLAGS_BASETYPE,
 	.tp_doc = "Core(adapter, stacks, tensor_type, pointers): the "
-		  "adapter's per-operator path",
+		  "adapter's per-operator path, the base of its dispatch mode",
 	.tp_traverse = core_traverse,
 	.tp_clear = core_clear,
 	.tp_dealloc = core_dealloc,
@@ -1005,7 +1012,85 @@ static PyObject *py_strided_ranges(PyObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/* ---- threads already running ------------------------------------- */
+
+/* The profile function watch_threads() sets on a thread: removes itself at
+ * the thread's first event and calls hook() there. Never fails: a profile
+ * function's error would be raised in the user's code. */
+static int threads_profile_cb(PyObject *hook, PyFrameObject *frame, int what,
+			      PyObject *arg)
+{
+	PyObject *type, *value, *tb, *r;
+
+	(void)frame;
+	(void)what;
+	(void)arg;
+	Py_INCREF(hook); /* PyEval_SetProfile() drops the thread's reference */
+	PyErr_Fetch(&type, &value, &tb);
+	PyEval_SetProfile(NULL, NULL);
+	r = PyObject_CallNoArgs(hook);
+	if (r == NULL)
+		PyErr_WriteUnraisable(hook);
+	Py_XDECREF(r);
+	PyErr_Restore(type, value, tb);
+	Py_DECREF(hook);
+	return 0;
+}
+
+/* watch_threads(hook): hook() runs once in each other thread of this
+ * interpreter, at its next Python event. A thread with a profile function
+ * of its own (a profiler) keeps it and is missed. Returns (hooked, missed).
+ * Thread states are walked holding the GIL, which every thread holds to
+ * end its own; a thread state created without the GIL (PyGILState_Ensure)
+ * can be missed. */
+static PyObject *py_watch_threads(PyObject *self, PyObject *hook)
+{
+	PyThreadState *me = PyThreadState_Get(), *t;
+	PyInterpreterState *interp = PyThreadState_GetInterpreter(me);
+	long hooked = 0, missed = 0;
+
+	(void)self;
+	if (!PyCallable_Check(hook)) {
+		PyErr_SetString(PyExc_TypeError, "watch_threads(hook): callable");
+		return NULL;
+	}
+	for (t = PyInterpreterState_ThreadHead(interp); t != NULL;
+	     t = PyThreadState_Next(t)) {
+		if (t == me)
+			continue;
+		if (t->c_profilefunc != NULL) {
+			missed++;
+			continue;
+		}
+#if PY_VERSION_HEX < 0x030C0000
+		if (_PyEval_SetProfile(t, threads_profile_cb, hook) < 0)
+			return NULL;
+#endif
+		hooked++;
+	}
+#if PY_VERSION_HEX >= 0x030C0000
+	/* From 3.12 a thread sets another's profile function only through
+	 * PyEval_SetProfileAllThreads(), which would replace the profilers
+	 * counted above: then none is hooked. This thread gets its own back. */
+	if (missed != 0) {
+		missed += hooked;
+		hooked = 0;
+	} else if (hooked != 0) {
+		Py_tracefunc mine = me->c_profilefunc;
+		PyObject *obj = Py_XNewRef(me->c_profileobj);
+
+		PyEval_SetProfileAllThreads(threads_profile_cb, hook);
+		PyEval_SetProfile(mine, obj);
+		Py_XDECREF(obj);
+	}
+#endif
+	return Py_BuildValue("(ll)", hooked, missed);
+}
+
 static PyMethodDef module_methods[] = {
+	{ "watch_threads", py_watch_threads, METH_O,
+	  "watch_threads(hook): hook() once in each other thread; "
+	  "(hooked, missed)" },
 	{ "strided_ranges", py_strided_ranges, METH_VARARGS,
 	  "strided_ranges(ptr, elem, sizes, strides, out): as "
 	  "npusan.torch._classify.strided_ranges" },

@@ -5,7 +5,9 @@ enable() loads libnpusan, starts the agent (as ``npusan_init()`` does:
 ``NPUSAN=0`` keeps it off), picks the device, registers the framework's
 trace callbacks for streams, events, synchronizations, allocations and
 ``record_stream``, and installs the dispatch mode that turns each operator
-into one launch with its memory and Python stack. The device comes from
+into one launch with its memory and Python stack, in every thread of the
+process: in this one and in those started later, and in those already
+running where the adapter's C path is loaded. The device comes from
 ``NPUSAN_TORCH_DEVICE``: ``npu`` (torch_npu), ``cuda``, ``cpu`` (CPU tensors
 count as device tensors, on the streams of ``npusan.torch.emulate``), or
 ``auto`` (the default): npu, else cuda, else cpu, said on stderr.
@@ -14,9 +16,10 @@ count as device tensors, on the streams of ``npusan.torch.emulate``), or
 32, 0 off).
 
 The adapter never breaks the job: when libnpusan cannot be loaded, torch
-cannot be hooked, or anything in the adapter fails later, npusan turns off
-with one line on stderr and the job runs on as it would without it. It
-never writes to stdout.
+cannot be hooked, the dispatch mode fails the one operator enable() runs
+through it to prove it, or anything in the adapter fails later, npusan
+turns off with one line on stderr and the job runs on as it would without
+it. It never writes to stdout.
 """
 
 import atexit
@@ -84,7 +87,8 @@ def _enable() -> None:
                                   _lib.load_speedups(agent.path))
     backend.activate()
     adapter.register()
-    adapter.mode.__enter__()
+    if not adapter.start():
+        return
     atexit.register(adapter.finish)
     _running = adapter
 

@@ -28,9 +28,12 @@ through untouched.
 """
 
 import errno
+import functools
 import operator
 import os
 import stat
+import sys
+import threading
 import time
 from array import array
 from threading import get_ident
@@ -48,6 +51,9 @@ from ._backends import Backend, add_callback
 from ._classify import WRITE, OpSpec, strided_ranges
 
 _Tensor = torch.Tensor
+
+# The operator start() runs through the mode: a view, which reports nothing.
+_PROBE = torch.ops.aten.detach.default
 
 # At exit: how long to wait for the daemon to take the ring's last
 # records, and for a registration still in flight to finish.
@@ -120,13 +126,105 @@ class Adapter:
         # Thread id -> None while that thread runs an operator, then the
         # host synchronizations it held (see host_sync()).
         self.inside: Dict[int, Optional[list]] = {}
-        self.mode = DispatchMode(self)
+        self.speedups = speedups
+        # With speedups, the mode is the Core: torch calls its C
+        # __torch_dispatch__, bound to the mode, with no Python frame in
+        # between.
         self.core = None
         if speedups is not None:
-            self.core = speedups.Core(self, stacks, _Tensor, agent.pointers())
-            # An attribute of the mode itself, so that torch calls the C
-            # function with no Python frame in between.
-            self.mode.__torch_dispatch__ = self.core.dispatch
+            self.core = _c_mode_class(speedups)(self, stacks,
+                                                agent.pointers())
+            self.mode = self.core
+        else:
+            self.mode = DispatchMode(self)
+        # The threading profile hook that was there before ours, and the
+        # modes each thread enters (start()).
+        self.thread_profile = None
+        self.thread_modes: list = []
+        self.thread_local = threading.local()
+
+    def start(self) -> bool:
+        """Enters the dispatch mode in this thread and proves it: one
+        operator (a view, which reports nothing) must reach the adapter
+        through it. Then covers the process's other threads. True when
+        on; else npusan is off, with one line said, and the mode left."""
+        probe = torch.empty(0)
+        self.specs.pop(_PROBE, None)
+        try:
+            self.mode.__enter__()
+            probe.detach()
+            if self.on and _PROBE not in self.specs:
+                raise RuntimeError("the dispatch mode saw no operator")
+        except Exception as err:
+            self.fail(err)
+        if not self.on:
+            self.leave()
+            return False
+        # npusan's modes in this thread (the emulation's too, under ours),
+        # which every thread enters.
+        self.thread_modes = [m for m in mode_stack()
+                             if type(m).__module__.startswith("npusan.")]
+        self.watch_threads()
+        return self.on
+
+    def leave(self) -> None:
+        """Leaves the dispatch mode in this thread, where it is on top."""
+        try:
+            stack = mode_stack()
+            if stack and stack[-1] is self.mode:
+                self.mode.__exit__(None, None, None)
+        except Exception as err:
+            say(f"leaving the dispatch mode: {type(err).__name__}: {err}")
+
+    # ---- threads --------------------------------------------------------
+    #
+    # A dispatch mode covers the thread that entered it (PyTorch keeps the
+    # mode stack per thread). Threads started later enter npusan's modes as
+    # they start, through threading's profile hook; threads already running
+    # do at their next Python event, through a profile function that
+    # npusan._speedups sets on each of them and that removes itself.
+
+    def cover_thread(self) -> None:
+        """Enters npusan's modes in the calling thread, those it has not
+        entered yet, to be left as the thread ends."""
+        if not self.on:
+            return
+        try:
+            present = mode_stack()
+            entered = []
+            for mode in self.thread_modes:
+                if all(m is not mode for m in present):
+                    mode.__enter__()
+                    entered.append(mode)
+            if entered:
+                self.thread_local.leave = _LeaveAtThreadEnd(entered)
+        except Exception as err:
+            self.fail(err)
+
+    def on_thread_start(self, frame, event, arg):
+        """threading's profile hook: the first event of each new thread."""
+        sys.setprofile(self.thread_profile)
+        self.cover_thread()
+        if self.thread_profile is not None:
+            return self.thread_profile(frame, event, arg)
+        return None
+
+    def watch_threads(self) -> None:
+        """Covers the threads started from now on and, where Python lets a
+        thread set another's profile function (with npusan._speedups), those
+        already running; says how many are not covered."""
+        self.thread_profile = threading.getprofile()
+        threading.setprofile(self.on_thread_start)
+        watch = getattr(self.speedups, "watch_threads", None)
+        if watch is not None:
+            _, missed = watch(self.cover_thread)
+            why = "a profiler runs there"
+        else:
+            missed = len(sys._current_frames()) - 1
+            why = "the adapter's C path (npusan._speedups) is not loaded"
+        if missed > 0:
+            say(f"{missed} thread(s) started before npusan.torch.enable() "
+                f"are not watched: {why}")
 
     def fail(self, err: BaseException) -> None:
         if self.on:
@@ -311,6 +409,37 @@ class Adapter:
             say(f"at exit: {type(err).__name__}: {err}")
 
 
+class _LeaveAtThreadEnd:
+    """Leaves the modes a thread entered as the thread ends: when Python
+    clears its thread state, which drops its threading.local values, in the
+    thread itself. PyTorch keeps a thread's modes in C++ thread-local
+    storage, whose destructors run after that, with the interpreter perhaps
+    finalizing: releasing a Python object there takes the GIL, and a thread
+    that takes the GIL while the interpreter finalizes is ended on the spot
+    (pthread_exit), which aborts the process from inside a C++ destructor
+    ("terminate called without an active exception")."""
+
+    def __init__(self, modes: list):
+        self.modes = modes
+
+    def __del__(self):
+        try:
+            for mode in reversed(self.modes):
+                stack = mode_stack()
+                if not stack or stack[-1] is not mode:
+                    break
+                mode.__exit__(None, None, None)
+        except Exception as err:
+            say(f"leaving a thread's dispatch modes: "
+                f"{type(err).__name__}: {err}")
+
+
+def mode_stack() -> list:
+    """This thread's dispatch mode stack, innermost last."""
+    get = torch._C._get_dispatch_stack_at
+    return [get(i) for i in range(torch._C._len_torch_dispatch_stack())]
+
+
 def _collect(value, nest: int, out: list, is_device, per_device) -> int:
     """Appends the ranges of the device tensors in `value`, a tensor or
     (nest levels of) lists of them; returns the device index of the first
@@ -328,6 +457,22 @@ def _collect(value, nest: int, out: list, is_device, per_device) -> int:
             if device == -2:
                 device = d
     return device
+
+
+@functools.lru_cache(maxsize=None)
+def _c_mode_class(speedups: ModuleType) -> type:
+    """The dispatch mode in npusan._speedups' C: a Core that is a
+    TorchDispatchMode too, so that the __torch_dispatch__ torch finds on it
+    is bound to the mode itself (PyTorch 2 rejects any other binding)."""
+
+    class CDispatchMode(speedups.Core, TorchDispatchMode):
+        """DispatchMode, its __torch_dispatch__ in C."""
+
+        def __init__(self, adapter, stacks, pointers):
+            speedups.Core.__init__(self, adapter, stacks, _Tensor, pointers)
+            TorchDispatchMode.__init__(self)
+
+    return CDispatchMode
 
 
 class DispatchMode(TorchDispatchMode):
