@@ -8,10 +8,12 @@
  * printed as soon as it is found.
  *
  * A bad trace does not stop the others: each is analysed up to its first
- * error, which is reported, and the exit status is 2 once all are done. A
- * trace whose last line is torn (its writer was killed) is analysed up to
- * that line with a warning; it counts as incomplete, so without findings
- * the exit status is 2, never the 0 of a clean analysis.
+ * error, which is reported, and the exit status is 2 once all are done.
+ * Without findings the verdict is clean (0) only when everything was seen:
+ * traces with no operation at all are "nothing analysed" (4); operations
+ * lost in gaps, skipped past the stream limit, or after a torn last line
+ * (its writer was killed; analysed up to it with a warning) make it
+ * incomplete (5, or 0 with --allow-incomplete), as `run` and `report` say.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -30,6 +32,7 @@
 struct analyze_opts {
 	bool json;
 	bool every;
+	bool allow_incomplete;
 	int error_exitcode;
 };
 
@@ -48,6 +51,9 @@ struct analysis {
 	int ntraces;
 	int nbad;  /* traces analysed only up to an error */
 	int ntorn; /* traces analysed up to a torn last line */
+	uint64_t ops;	  /* operations analysed, gaps aside */
+	uint64_t lost;	  /* operations the traces' gaps (and skips) lost */
+	uint64_t unknown; /* gaps that do not say how many they lost */
 };
 
 static const char analyze_usage[] =
@@ -64,15 +70,18 @@ static const char analyze_usage[] =
 	"                       repeats of the same mistake\n"
 	"  --error-exitcode N   exit with N (0-255) when there are findings\n"
 	"                       (default 1)\n"
+	"  --allow-incomplete   exit 0, not 5, when nothing was found but\n"
+	"                       operations were lost\n"
 	"  -h, --help           show this help\n"
 	"\n"
 	"Every trace is analysed, also after a bad one. A trace whose last\n"
 	"line is cut short (its writer was killed) is analysed up to that line,\n"
 	"with a warning.\n"
 	"\n"
-	"Exit status: 0 no findings, 1 (or N) findings, 2 usage error or bad\n"
-	"input (each error names the file and line; findings before it are\n"
-	"printed), also when there are no findings but a trace was cut short.\n";
+	"Exit status: 0 no findings in everything the traces hold, 1 (or N)\n"
+	"findings, 2 usage error or bad input (each error names the file and\n"
+	"line; findings before it are printed), 4 the traces hold no operation,\n"
+	"5 no findings, but operations were lost (gaps, a trace cut short).\n";
 
 static void print_finding(struct analysis *a, struct finding *f)
 {
@@ -131,11 +140,20 @@ struct analyze_skips {
 	uint64_t lost, gaps;
 };
 
-/* engine_feed_or_skip(), counting what it skipped as the daemon does. */
-static int analyze_feed(struct engine *e, const struct op *op,
-			struct analyze_skips *sk)
+/* engine_feed_or_skip(), counting what it skipped as the daemon does,
+ * and what the trace says it analysed and lost. */
+static int analyze_feed(struct analysis *a, struct engine *e,
+			const struct op *op, struct analyze_skips *sk)
 {
 	int rc = engine_feed_or_skip(e, op, &sk->skipping);
+
+	if (op->kind != OP_GAP)
+		a->ops += rc == 0;
+	else if (!op->has_lost)
+		a->unknown++;
+	else
+		a->lost = a->lost + op->lost < a->lost ? UINT64_MAX :
+							 a->lost + op->lost;
 
 	if (rc > 0) {
 		sk->lost++;
@@ -165,9 +183,10 @@ static int analyze_ops(struct analysis *a, struct engine *e)
 	int rc, fed = 0;
 
 	while ((rc = trace_read(a->r, &op)) == 1 &&
-	       (fed = analyze_feed(e, &op, &sk)) >= 0)
+	       (fed = analyze_feed(a, e, &op, &sk)) >= 0)
 		;
 	analyze_say_skips(a->r, &sk);
+	a->lost += sk.lost;
 	if (fed < 0) {
 		engine_error(a->r, fed);
 		return fed;
@@ -221,40 +240,61 @@ out:
 	return status;
 }
 
-/* Says, after the counts, why they may not be the whole truth. */
-static void print_incomplete(const struct analysis *a)
+/* Whether the traces lost operations (analysed, but not all). */
+static bool analysis_incomplete(const struct analysis *a)
 {
-	if (a->nbad + a->ntorn == 0)
-		return;
-	printf("; incomplete:");
-	if (a->nbad > 0)
-		printf(" %d trace%s read only up to an error", a->nbad,
-		       a->nbad == 1 ? "" : "s");
-	if (a->nbad > 0 && a->ntorn > 0)
-		printf(",");
-	if (a->ntorn > 0)
-		printf(" %d trace%s cut short", a->ntorn,
-		       a->ntorn == 1 ? "" : "s");
-	printf(" (see above)");
+	return a->ntorn > 0 || a->lost > 0 || a->unknown > 0;
 }
 
-static void print_summary(const struct analysis *a)
+/* Says, after the counts, why they may not be the whole truth. */
+static void print_incomplete(FILE *out, const struct analysis *a)
+{
+	if (a->lost > 0 || a->unknown > 0) {
+		fprintf(out, "; %" PRIu64 " operation%s lost", a->lost,
+			a->lost == 1 ? "" : "s");
+		if (a->unknown > 0)
+			fprintf(out, " (and %" PRIu64 " gap%s of unknown size)",
+				a->unknown, a->unknown == 1 ? "" : "s");
+		fputs(": the verdict may be incomplete", out);
+	}
+	if (a->nbad + a->ntorn == 0)
+		return;
+	fprintf(out, "; incomplete:");
+	if (a->nbad > 0)
+		fprintf(out, " %d trace%s read only up to an error", a->nbad,
+			a->nbad == 1 ? "" : "s");
+	if (a->nbad > 0 && a->ntorn > 0)
+		fprintf(out, ",");
+	if (a->ntorn > 0)
+		fprintf(out, " %d trace%s cut short", a->ntorn,
+			a->ntorn == 1 ? "" : "s");
+	fprintf(out, " (see above)");
+}
+
+/* The verdict line: on standard output with the report, on standard error
+ * with --json (whose standard output holds findings only). */
+static void print_summary(FILE *out, const struct analysis *a)
 {
 	uint64_t races = a->counts[FINDING_DATA_RACE];
 	uint64_t mrs = a->counts[FINDING_MISSING_RECORD_STREAM];
 	int ntraces = a->ntraces;
 
-	if (races + mrs == 0)
-		printf("npusan: no findings in %d trace%s", ntraces,
-		       ntraces == 1 ? "" : "s");
+	if (races + mrs == 0 && a->ops == 0 && a->nbad == 0)
+		fprintf(out, "npusan: nothing analysed: %s hold%s no "
+			     "operation", ntraces == 1 ? "the trace" :
+			     "the traces", ntraces == 1 ? "s" : "");
+	else if (races + mrs == 0)
+		fprintf(out, "npusan: no findings in %d trace%s", ntraces,
+			ntraces == 1 ? "" : "s");
 	else
-		printf("npusan: %" PRIu64 " finding%s in %d trace%s: %" PRIu64
-		       " data race%s, %" PRIu64 " missing record_stream",
-		       races + mrs, races + mrs == 1 ? "" : "s", ntraces,
-		       ntraces == 1 ? "" : "s", races, races == 1 ? "" : "s",
-		       mrs);
-	print_incomplete(a);
-	printf("\n");
+		fprintf(out, "npusan: %" PRIu64 " finding%s in %d trace%s: %"
+			PRIu64 " data race%s, %" PRIu64 " missing "
+			"record_stream",
+			races + mrs, races + mrs == 1 ? "" : "s", ntraces,
+			ntraces == 1 ? "" : "s", races, races == 1 ? "" : "s",
+			mrs);
+	print_incomplete(out, a);
+	fputc('\n', out);
 }
 
 static int parse_opts(int argc, char **argv, struct analyze_opts *o)
@@ -263,6 +303,7 @@ static int parse_opts(int argc, char **argv, struct analyze_opts *o)
 		{ "json", no_argument, NULL, 'j' },
 		{ "every", no_argument, NULL, 'e' },
 		{ "error-exitcode", required_argument, NULL, 'x' },
+		{ "allow-incomplete", no_argument, NULL, 'a' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -277,6 +318,9 @@ static int parse_opts(int argc, char **argv, struct analyze_opts *o)
 			break;
 		case 'e':
 			o->every = true;
+			break;
+		case 'a':
+			o->allow_incomplete = true;
 			break;
 		case 'x':
 			status = client_parse_exitcode("npusanctl analyze",
@@ -320,8 +364,12 @@ int cli_analyze(int argc, char **argv)
 		a.nbad += analyze_one(&a, argv[i]) != CLI_OK;
 	free(a.rows);
 	report_frames_free(&a.frames);
+	/* With --json the verdict goes to standard error, but only when it
+	 * is not plain: findings or a clean analysis say it on stdout. */
 	if (!o.json)
-		print_summary(&a);
+		print_summary(stdout, &a);
+	else if (a.next_id == 0 && (a.ops == 0 || analysis_incomplete(&a)))
+		print_summary(stderr, &a);
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		fprintf(stderr, "npusanctl: writing the report failed: %s\n",
 			strerror(errno));
@@ -331,6 +379,10 @@ int cli_analyze(int argc, char **argv)
 		return CLI_USAGE;
 	if (a.next_id > 0)
 		return o.error_exitcode;
-	/* No findings in a trace cut short is no proof of a clean run. */
-	return a.ntorn > 0 ? CLI_USAGE : CLI_OK;
+	if (a.ops == 0)
+		return CLI_NOTHING_ANALYSED;
+	/* No findings in part of a run is no proof of a clean run. */
+	if (analysis_incomplete(&a) && !o.allow_incomplete)
+		return CLI_INCOMPLETE;
+	return CLI_OK;
 }

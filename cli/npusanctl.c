@@ -49,8 +49,11 @@ static void usage(FILE *out)
 	      "Exit status: 0 ok and no findings; 1 findings (run, analyze,\n"
 	      "findings and report only); 2 usage error or bad input;\n"
 	      "3 no daemon answered or it refused the request (run, list,\n"
-	      "findings, show, stats, report, attach, detach). 'run' exits\n"
-	      "with the command's own status when it failed.\n",
+	      "findings, show, stats, report, attach, detach); 4 nothing was\n"
+	      "analysed and 5 nothing found but operations were lost, so the\n"
+	      "verdict is incomplete (run, analyze, report; 0 with\n"
+	      "--allow-incomplete). 'run' exits with the command's own status\n"
+	      "when it failed.\n",
 	      out);
 }
 

@@ -332,6 +332,56 @@ END_TEST
 
 /* A trace cut short by a killed writer is analysed up to its torn last
  * line, with a warning; without findings it is no proof of a clean run. */
+/*
+ * analyze never calls clean what it did not see: traces that hold no
+ * operation are "nothing analysed" (4), operations lost in gaps make the
+ * verdict incomplete (5, or 0 with --allow-incomplete), as `run` and
+ * `report` say; with --json the verdict goes to standard error.
+ */
+START_TEST(cli_analyze_blind_or_incomplete_is_not_clean)
+{
+	char *empty = tu_write_file("empty.trace", "npusan-trace 1\n"
+						   "process pid=1 job=j\n");
+	char *lossy = tu_write_file("lossy.trace",
+				    "npusan-trace 1\n"
+				    "launch stream=0 op=a write=0x10\n"
+				    "gap lost=7\n"
+				    "launch stream=1 op=b read=0x10\n");
+	char *unknown = tu_write_file("unknown.trace",
+				      "npusan-trace 1\n"
+				      "launch stream=0 op=a write=0x10\n"
+				      "gap\n");
+	char *out, *err;
+
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", empty, NULL), 4);
+	ck_assert_msg(strstr(out, "npusan: nothing analysed: the trace holds "
+				  "no operation") != NULL, "%s", out);
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", lossy, NULL), 5);
+	ck_assert_msg(strstr(out, "no findings in 1 trace; 7 operations lost: "
+				  "the verdict may be incomplete") != NULL,
+		      "%s", out);
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", "--json", unknown,
+			     NULL),
+			 5);
+	ck_assert_str_eq(out, "");
+	ck_assert_msg(strstr(err, "1 gap of unknown size") != NULL, "%s", err);
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", "--allow-incomplete",
+			     lossy, NULL),
+			 0);
+	free(out);
+	free(err);
+	free(empty);
+	free(lossy);
+	free(unknown);
+}
+END_TEST
+
 START_TEST(cli_analyze_torn_last_line_is_read_up_to_it)
 {
 	char *torn = tu_write_file("torn.trace",
@@ -355,7 +405,7 @@ START_TEST(cli_analyze_torn_last_line_is_read_up_to_it)
 	free(want);
 	free(out);
 	free(err);
-	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", quiet, NULL), 2);
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", quiet, NULL), 5);
 	ck_assert_int_gt(asprintf(&want, "%s:3: warning: the last line is "
 				  "cut short", quiet), 0);
 	ck_assert_msg(strstr(err, want) != NULL, "%s", err);
@@ -463,6 +513,7 @@ static Suite *cli_suite(void)
 	tcase_add_test(tc, cli_analyze_torn_last_line_is_read_up_to_it);
 	tcase_add_test(tc, cli_analyze_missing_file_is_named);
 	tcase_add_test(tc, cli_analyze_displays_controls_safely);
+	tcase_add_test(tc, cli_analyze_blind_or_incomplete_is_not_clean);
 	tcase_add_test(tc, cli_analyze_streams_past_the_limit_are_skipped_as_lost);
 	tcase_add_test(tc, cli_usage_errors_exit_2_and_help_exits_0);
 	tcase_set_timeout(tc, 60);
