@@ -6,7 +6,7 @@
  * Without the snapshot, memory allocated before the attach would belong to
  * no allocation; with it, and the gap that follows it, such memory is
  * named in findings and exempt from the record_stream check (whose calls
- * were missed), as shared/spec/trace-format.md's `gap` says.
+ * were missed), as docs/trace-format.md's `gap` says.
  *
  * Allocations live in striped tables, each under its own mutex, so that
  * threads allocating at once rarely meet. Every update runs a caller's

@@ -2,7 +2,7 @@
  * npusan.h - the agent API: tell npusan what an accelerator process does.
  *
  * A framework adapter (or any runtime shim) calls one function per
- * operation of the trace format (shared/spec/trace-format.md): streams,
+ * operation of the trace format (docs/trace-format.md): streams,
  * events, synchronisations, allocations and kernel launches with the memory
  * they read and write. The agent pushes each one into a lock-free
  * shared-memory ring that the npusan daemon drains and analyses, and, with

@@ -8,7 +8,7 @@
 #define NPUSAN_CLI_H
 
 /*
- * Exit statuses shared by every command: 0-2 as shared/spec/findings.md
+ * Exit statuses shared by every command: 0-2 as docs/findings.md
  * gives them to the tools that report findings.
  */
 enum {

@@ -1,6 +1,6 @@
 /*
  * findings.c - `npusanctl findings`: the daemon's findings, filtered, as a
- * table or as the JSON Lines of shared/spec/findings.md, optionally
+ * table or as the JSON Lines of docs/findings.md, optionally
  * followed as the daemon stores new ones.
  *
  * JSON lines are printed as frames arrive; the table waits for the whole
@@ -51,7 +51,7 @@ static const char findings_usage[] =
 	"                       1h30m) or a timestamp (2024-05-01T10:00:00Z,\n"
 	"                       UTC unless it has an offset such as +02:00)\n"
 	"  --limit N            at most the newest N findings (0: all)\n"
-	"  --json               JSON Lines exactly as shared/spec/findings.md\n"
+	"  --json               JSON Lines exactly as docs/findings.md\n"
 	"                       defines them, first_seen and last_seen in UTC\n"
 	"  --follow             then print each finding the daemon stores or\n"
 	"                       updates (its count grew), within a second,\n"

@@ -33,7 +33,7 @@ int jobreport_status(enum jobreport_verdict v, int error_exitcode,
  * its processes active since then (`unstored` of them, which
  * exited, were not stored in time: settle_wait()'s *left), leaving out any without
  * a rank that did nothing (a launcher). Prints each finding in full (with
- * `json`, as shared/spec/findings.md's JSON Lines) on standard output, then
+ * `json`, as docs/findings.md's JSON Lines) on standard output, then
  * report's verdict line (on standard error with `json`, so that standard
  * output holds JSON alone). *verdict is what the verdict says.
  * Returns CLI_OK; CLI_DAEMON after saying what went wrong (prefixed `cmd`).

@@ -5,7 +5,7 @@
  * (or the allocation and its last use) with their streams, sequence
  * numbers, operators and stacks, and for a missing record_stream the two
  * ways to fix it. The JSON form is one line per finding, exactly as
- * shared/spec/findings.md defines it.
+ * docs/findings.md defines it.
  *
  * Both formatters take a struct report_finding, whose strings are already
  * resolved, so that every command prints a finding the same way: `analyze`

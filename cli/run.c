@@ -85,7 +85,7 @@ static const char run_usage[] =
 	"Options:\n"
 	"  --job NAME           the job's name (default: $NPUSAN_JOB, else\n"
 	"                       CMD's name and npusanctl's pid)\n"
-	"  --json               the findings as JSON Lines (shared/spec/\n"
+	"  --json               the findings as JSON Lines (docs/\n"
 	"                       findings.md) on standard output; the verdict\n"
 	"                       goes to standard error\n"
 	"  --error-exitcode N   exit with N (0-255) when CMD succeeded but\n"

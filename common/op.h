@@ -1,7 +1,7 @@
 /*
  * op.h - one operation of an accelerator process.
  *
- * This is the in-memory form of a line of shared/spec/trace-format.md: the
+ * This is the in-memory form of a line of docs/trace-format.md: the
  * trace reader produces it, the trace writer consumes it, and the engine
  * analyses it. Strings (operator names, stack frames) never travel inside an
  * op; they are interned in a symtab (symtab.h) and referred to by id.

@@ -1,5 +1,5 @@
 /*
- * trace.h - reading and writing trace format v1 (shared/spec/trace-format.md).
+ * trace.h - reading and writing trace format v1 (docs/trace-format.md).
  *
  * The reader is strict: the first deviation from the format stops it with a
  * message "FILE:LINE: what is wrong", and nothing in its input (NUL bytes,

@@ -3,7 +3,7 @@
  *
  * Input arrives in large blocks (or as the caller's buffer), is cut into
  * lines with memchr() and parsed in place; the first deviation from
- * shared/spec/trace-format.md stops the reader with "FILE:LINE: message".
+ * docs/trace-format.md stops the reader with "FILE:LINE: message".
  * Memory grows with the longest line and with the interned content, never
  * with the number of lines.
  *

@@ -69,7 +69,7 @@ struct store_access {
 	size_t nstack;
 };
 
-/* A finding as shared/spec/findings.md defines it, strings resolved. */
+/* A finding as docs/findings.md defines it, strings resolved. */
 struct store_finding {
 	int64_t id;         /* the store's; ignored on write */
 	int64_t process_id; /* store_process.id */

@@ -1,6 +1,6 @@
 /*
  * test_cli.c - `npusanctl` as a user types it: real processes, real files,
- * exit statuses and output checked against shared/spec/findings.md.
+ * exit statuses and output checked against docs/findings.md.
  */
 #include <check.h>
 #include <stdarg.h>

@@ -4,7 +4,7 @@
  * temporary directory that reads one Query and answers with canned
  * FromDaemon frames (split as a test says), garbage, silence or an Error.
  * The output is checked exactly: table alignment, the JSON of
- * shared/spec/findings.md (the same bytes `analyze --json` prints, plus
+ * docs/findings.md (the same bytes `analyze --json` prints, plus
  * first_seen and last_seen), the text report of `analyze`.
  */
 #include <check.h>
@@ -277,7 +277,7 @@ static void cf_access(Npusan__Access *a, uint64_t stream, uint64_t seq,
 }
 
 /*
- * shared/spec/findings.md's example: the data race (id 1) or the missing
+ * docs/findings.md's example: the data race (id 1) or the missing
  * record_stream (id 2) of process 4242, job demo, rank 0.
  */
 static void cf_spec(struct cf *c, bool race)

@@ -5,7 +5,7 @@
  * scenarios come from the seed design notes (000: torch_npu's NPU
  * Sanitizer, 003: the producer/consumer program), from PyTorch's CUDA
  * Sanitizer tests of its EventHandler, and from the parts of
- * shared/spec/trace-format.md that go beyond both (byte ranges, gaps,
+ * docs/trace-format.md that go beyond both (byte ranges, gaps,
  * backfill, deduplication).
  */
 #include <check.h>

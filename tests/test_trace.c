@@ -1,6 +1,6 @@
 /*
  * test_trace.c - the trace reader and writer against
- * shared/spec/trace-format.md.
+ * docs/trace-format.md.
  *
  * Every rejection rule of the format has a row in a table of bad inputs
  * (line and message checked), every accepted form a row in a table of good

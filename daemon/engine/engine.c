@@ -5,7 +5,7 @@
  * a vector clock per stream, one per recorded event and one for the host.
  * The access history follows its TensorInfo, but per byte range instead of
  * per data pointer, and the record_stream check follows torch_npu's
- * NPUEventHandler. shared/spec/trace-format.md is the contract; the
+ * NPUEventHandler. docs/trace-format.md is the contract; the
  * comments below name the rule of it that each piece implements.
  *
  * DESIGN

@@ -1,11 +1,11 @@
 /*
  * engine.h - the sync-state analysis of one accelerator process.
  *
- * The engine implements the semantics of shared/spec/trace-format.md: fed one
+ * The engine implements the semantics of docs/trace-format.md: fed one
  * operation at a time, in the order the process issued them, it keeps the
  * streams' vector clocks, the per-byte access history and the allocation
  * table, and hands every synchronization error it finds to a callback, as
- * shared/spec/findings.md defines it. It does no I/O of any kind, which is
+ * docs/findings.md defines it. It does no I/O of any kind, which is
  * what lets `npusanctl analyze` and the daemon share it.
  *
  * Caller owns the engine; release with engine_free(), which accepts NULL.

@@ -10,7 +10,7 @@ side by side on the same operations. It needs no GPU.
 
 The trace is parsed first, into a list of calls, and only feeding them is
 timed. The parser reads the canonical lines trace_write.c produces, not
-every form shared/spec/trace-format.md allows (no comments, no blank-only
+every form docs/trace-format.md allows (no comments, no blank-only
 quirks), and stops at anything else.
 
 EventHandler records a Python stack trace at every launch and allocation,

@@ -2,7 +2,7 @@
 """Differential test of `npusanctl analyze` against PyTorch's CUDA Sanitizer.
 
 Generates deterministic pseudo-random traces in the domain where
-shared/spec/trace-format.md says npusan must equal PyTorch's CUDA Sanitizer
+docs/trace-format.md says npusan must equal PyTorch's CUDA Sanitizer
 (CSAN) exactly, runs one `npusanctl analyze --every --json` over all of them,
 replays the same operations through torch.cuda._sanitizer.EventHandler plus a
 reference model of torch_npu's record_stream check, and compares the findings
