@@ -942,38 +942,52 @@ static bool agent_drained(const struct ring *r)
 	       ring_load_relaxed(&r->hdr->head);
 }
 
-NPUSAN_EXPORT int npusan_wait_drained(unsigned timeout_ms)
+/* npusan_wait_drained() for one ring: 0; -ENOTCONN when nobody ever
+ * drained it and nobody is about to; -ETIMEDOUT. */
+static int agent_wait_ring(int slot, unsigned timeout_ms)
 {
 	struct timespec nap = { 0, 1000000 };
-	struct ring *r;
+	struct ring *r = agent_ring_get(slot);
+
+	if (r == NULL)
+		return 0;
+	/* Relaxed: the beat only tells whether a consumer ever was. None
+	 * yet, and none answering a registration either: nobody will
+	 * drain. */
+	if (ring_load_relaxed(&r->hdr->beat) == 0) {
+		if (agent_drained(r))
+			return 0;
+		if (!(slot == AGENT_DAEMON && register_pending()))
+			return -ENOTCONN;
+	}
+	/* A daemon that is gone takes nothing: wait for the next one to
+	 * register, and for what its registration pushed. */
+	for (unsigned ms = 0; !agent_drained(r) ||
+			      (slot == AGENT_DAEMON && !register_connected());
+	     ms++) {
+		if (ms >= timeout_ms)
+			return -ETIMEDOUT;
+		nanosleep(&nap, NULL);
+	}
+	return 0;
+}
+
+NPUSAN_EXPORT int npusan_wait_drained(unsigned timeout_ms)
+{
+	int err = 0, rc;
 
 	if (!agent_on())
 		return 0;
+	/* Every ring, also when one has no consumer: a recording is written
+	 * whether or not a daemon listens. The first error is the answer. */
 	for (int slot = 0; slot < INTERN_RINGS; slot++) {
-		r = agent_ring_get(slot);
-		if (r == NULL)
-			continue;
-		/* Relaxed: the beat only tells whether a consumer ever was.
-		 * None yet, and none answering a registration either: nobody
-		 * will drain. */
-		if (ring_load_relaxed(&r->hdr->beat) == 0) {
-			if (agent_drained(r))
-				continue;
-			if (!(slot == AGENT_DAEMON && register_pending()))
-				return -ENOTCONN;
-		}
-		/* A daemon that is gone takes nothing: wait for the next one
-		 * to register, and for what its registration pushed. */
-		for (unsigned ms = 0; !agent_drained(r) ||
-				      (slot == AGENT_DAEMON &&
-				       !register_connected());
-		     ms++) {
-			if (ms >= timeout_ms)
-				return -ETIMEDOUT;
-			nanosleep(&nap, NULL);
-		}
+		rc = agent_wait_ring(slot, timeout_ms);
+		if (err == 0)
+			err = rc;
 	}
-	return 0;
+	/* Taken by the recorder is written only once its batch is. */
+	recorder_settle(agent.recorder);
+	return err;
 }
 
 /* ---- fork and exit ----------------------------------------------------- */

@@ -8,7 +8,11 @@
  * writes that batch's lines to the file, whole lines in one write(2) (an
  * unbuffered stream), and only then takes the next. What the thread took
  * is in the file; what it had not taken yet when the process died (pushed
- * during its last nap: 100 us while busy, 2 ms when idle) is lost.
+ * during its last nap: 100 us while busy, 2 ms when idle) is lost, unless
+ * the process waited with npusan_wait_drained(), which returns once the
+ * recorder took everything and wrote it (recorder_settle()): the PyTorch
+ * adapter does so as a multiprocessing worker's last finalizer, before
+ * its os._exit().
  *
  * SIGKILL can also cut a write(2) short: Linux copies a write into a file
  * page by page and gives up between pages for a fatal signal. A line cut
@@ -343,6 +347,16 @@ int recorder_stop(struct recorder *rec)
 	err = rec->err;
 	recorder_free(rec);
 	return err < 0 ? -EIO : 0;
+}
+
+void recorder_settle(struct recorder *rec)
+{
+	if (rec == NULL)
+		return;
+	/* The thread holds `busy` from taking a batch until its lines are
+	 * written: once we hold it, what was taken before is written. */
+	pthread_mutex_lock(&rec->busy);
+	pthread_mutex_unlock(&rec->busy);
 }
 
 void recorder_atfork_prepare(struct recorder *rec)

@@ -38,6 +38,14 @@ int recorder_start(const char *path, int ring_fd,
 int recorder_stop(struct recorder *rec);
 
 /*
+ * Waits until the lines of every record the thread has taken so far are in
+ * the file (the thread writes a batch before it lets the next be taken),
+ * so that a caller who saw the recorder's ring drained knows they are
+ * written. NULL is fine.
+ */
+void recorder_settle(struct recorder *rec);
+
+/*
  * pthread_atfork() handlers. Prepare waits until the thread is between
  * batches, so the child inherits no lock or buffer it holds half-way. The
  * child's handler forgets the parent's recorder, whose thread does not

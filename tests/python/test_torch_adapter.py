@@ -797,6 +797,52 @@ class Start(unittest.TestCase):
             self.assertEqual(err, "")
             self.assertWorkerRace(found)
 
+    WORKERS = """
+        import multiprocessing, os, threading, torch
+        import npusan.torch
+        npusan.torch.enable()
+
+        def work(n):
+            # The worker's recorder starts at its first operation, on this
+            # thread's CPU and niceness: one CPU, the lowest priority, so
+            # that it lags far behind the operations that follow at full
+            # priority, and only a wait at the worker's exit saves them.
+            me = threading.get_native_id()
+            os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+            os.setpriority(os.PRIO_PROCESS, me, 19)
+            x = torch.zeros(64)
+            os.setpriority(os.PRIO_PROCESS, me, 0)
+            for _ in range(n):
+                x.add_(1)
+
+        if __name__ == "__main__":
+            ctx = multiprocessing.get_context("fork")
+            procs = [ctx.Process(target=work, args=(500,)) for _ in range(4)]
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join()
+    """
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root, to raise a "
+                         "thread's priority back (CI runs as root)")
+    def test_fork_workers_record_every_operation(self):
+        # multiprocessing's fork workers end with os._exit(), right after
+        # their last operation: their recordings must hold every one.
+        with tempfile.TemporaryDirectory() as tmp:
+            got = run_child(self.WORKERS, NPUSAN_LIBRARY=LIBRARY,
+                            NPUSAN_RECORD=os.path.join(tmp, "run.%p.trace"),
+                            module=False)
+            self.assertEqual((got.returncode, got.stdout), (0, ""),
+                             got.stderr)
+            adds = []
+            for name in sorted(os.listdir(tmp)):
+                with open(os.path.join(tmp, name)) as f:
+                    n = sum(" op=aten::add_" in line for line in f)
+                if n:
+                    adds.append(n)
+            self.assertEqual(adds, [500] * 4)
+
     def test_script_arguments_and_exit_status(self):
         got = run_child("import sys; sys.exit(len(sys.argv))",
                         NPUSAN_LIBRARY=LIBRARY)

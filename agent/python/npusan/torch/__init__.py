@@ -90,7 +90,27 @@ def _enable() -> None:
     if not adapter.start():
         return
     atexit.register(adapter.finish)
+    _finish_in_workers(adapter)
     _running = adapter
+
+
+def _finish_in_workers(adapter) -> None:
+    """multiprocessing's workers end with os._exit(), which runs no atexit
+    hook, so a worker's last operations could miss the daemon's wait and
+    its NPUSAN_RECORD file. They run multiprocessing's finalizers first
+    (util._exit_function()): every worker started from this process (fork,
+    or forkserver and spawn, whose interpreters enable the adapter again)
+    finishes the adapter as its last finalizer."""
+    import multiprocessing.util as mp_util
+
+    mp_util.register_after_fork(adapter, _finish_at_worker_exit)
+
+
+def _finish_at_worker_exit(adapter) -> None:
+    import multiprocessing.util as mp_util
+
+    # The lowest priority: after the worker's own finalizers.
+    mp_util.Finalize(adapter, adapter.finish, exitpriority=-(1 << 30))
 
 
 def _machinery_files():
