@@ -11,15 +11,18 @@
  *
  * DESIGN
  *
- * 1. Only the loop thread reads the store and ingest for metrics: a
- *    uv_timer renders the whole exposition every METRICS_RENDER_MS into a
- *    fresh buffer, which replaces the published one under `lock`. The
- *    HTTP server's thread (MHD_USE_INTERNAL_POLLING_THREAD) only copies
- *    the published string under that lock, so a scrape never touches
- *    SQLite or ingest and a slow scraper never holds the loop.
- * 2. The textfile is written by the loop thread every METRICS_FILE_MS and
- *    at stop: PATH.tmp in the same directory, fsync, rename over PATH, so
- *    a reader sees the old file or the new one, never half of one.
+ * 1. The loop never waits on SQLite or the disk for metrics: every
+ *    METRICS_RENDER_MS its uv_timer queues one job on libuv's thread pool
+ *    (none while the last one runs), which reads the store and ingest,
+ *    renders the whole exposition into a fresh buffer and publishes it
+ *    under `lock`. The HTTP server's thread
+ *    (MHD_USE_INTERNAL_POLLING_THREAD) only copies the published string
+ *    under that lock, so a scrape never touches SQLite or ingest and a
+ *    slow scraper never holds the loop. Only at start and stop, when no
+ *    job runs, does the loop render itself.
+ * 2. The textfile is written by that job every METRICS_FILE_MS, and at
+ *    stop: PATH.tmp in the same directory, fsync, rename over PATH, so a
+ *    reader sees the old file or the new one, never half of one.
  * 3. Cardinality rule: a label's values must come from a closed set known
  *    at build time (finding kinds, process states, the version), never
  *    from what agents send (jobs, ranks, pids, operators, paths). Per-job
@@ -73,6 +76,11 @@
 
 struct metrics {
 	uv_timer_t timer; /* first: the close callback frees the struct */
+	uv_work_t job;	  /* DESIGN 1: the render in flight, if `busy` */
+	bool busy;	  /* loop thread's, as `stopping` */
+	bool stopping;	  /* stopped while a job ran: its end closes */
+	bool file_due;	  /* the job also writes the textfile */
+	int file_err;	  /* the job's write: 0 or -errno */
 	struct store *store;
 	struct ingest *ingest;
 	const char *version;
@@ -159,8 +167,8 @@ static void metrics_head(FILE *f, const char *name, const char *type,
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* The exposition, as a malloc'd string in *out (length *len). Loop
- * thread. 0; -ENOMEM. */
+/* The exposition, as a malloc'd string in *out (length *len). The job's,
+ * or the loop's when no job runs (DESIGN 1). 0; -ENOMEM. */
 static int metrics_render(struct metrics *m, char **out, size_t *len)
 {
 	struct ingest_stats is;
@@ -281,7 +289,8 @@ static int metrics_write_file(struct metrics *m)
 		  0644);
 	if (fd < 0)
 		return -errno;
-	/* Only this thread replaces m->text: no lock needed to read it. */
+	/* Only the thread that renders replaces m->text, and only one
+	 * renders at a time (DESIGN 1): no lock needed to read it. */
 	while (off < m->len) {
 		w = write(fd, m->text + off, m->len - off);
 		if (w < 0 && errno == EINTR)
@@ -332,20 +341,60 @@ static void metrics_cut_slow(struct metrics *m)
 			  "%d ms", cut, METRICS_REQUEST_MS);
 }
 
+/* On the pool (DESIGN 1): render, publish, and the textfile when due. */
+static void metrics_job_cb(uv_work_t *w)
+{
+	struct metrics *m = w->data;
+
+	metrics_refresh(m);
+	m->file_err = m->file_due ? metrics_write_file(m) : 0;
+}
+
+static void metrics_close_cb(uv_handle_t *h);
+
+/* The last render and textfile, then the close (metrics_stop()). */
+static void metrics_close(struct metrics *m)
+{
+	int err;
+
+	if (m->textfile != NULL) {
+		metrics_refresh(m);
+		err = metrics_write_file(m);
+		if (err < 0)
+			log_warn("metrics: cannot write %s: %s", m->textfile,
+				 strerror(-err));
+	}
+	uv_close((uv_handle_t *)&m->timer, metrics_close_cb);
+}
+
+/* Back on the loop: the job is done; a stop that waited for it closes. */
+static void metrics_job_done_cb(uv_work_t *w, int status)
+{
+	struct metrics *m = w->data;
+
+	m->busy = false;
+	if (status == 0 && m->file_err < 0)
+		log_warn("metrics: cannot write %s: %s", m->textfile,
+			 strerror(-m->file_err));
+	if (m->stopping)
+		metrics_close(m);
+}
+
 static void metrics_timer_cb(uv_timer_t *t)
 {
 	struct metrics *m = (struct metrics *)t;
-	int err;
 
 	metrics_cut_slow(m);
-	metrics_refresh(m);
-	if (m->textfile == NULL || (int64_t)uv_now(t->loop) < m->file_due_ms)
-		return;
-	m->file_due_ms = (int64_t)uv_now(t->loop) + METRICS_FILE_MS;
-	err = metrics_write_file(m);
-	if (err < 0)
-		log_warn("metrics: cannot write %s: %s", m->textfile,
-			 strerror(-err));
+	if (m->busy)
+		return; /* a slow store: the next tick renders again */
+	m->file_due = m->textfile != NULL &&
+		      (int64_t)uv_now(t->loop) >= m->file_due_ms;
+	if (m->file_due)
+		m->file_due_ms = (int64_t)uv_now(t->loop) + METRICS_FILE_MS;
+	m->job.data = m;
+	if (uv_queue_work(t->loop, &m->job, metrics_job_cb,
+			  metrics_job_done_cb) == 0)
+		m->busy = true;
 }
 
 /* ---- HTTP -------------------------------------------------------------- */
@@ -604,20 +653,14 @@ int metrics_start(const struct metrics_opts *o, struct metrics **out)
 
 void metrics_stop(struct metrics *m)
 {
-	int err;
-
 	if (m == NULL)
 		return;
 	if (m->mhd != NULL)
 		MHD_stop_daemon(m->mhd);
 	m->mhd = NULL;
 	uv_timer_stop(&m->timer);
-	if (m->textfile != NULL) {
-		metrics_refresh(m);
-		err = metrics_write_file(m);
-		if (err < 0)
-			log_warn("metrics: cannot write %s: %s", m->textfile,
-				 strerror(-err));
-	}
-	uv_close((uv_handle_t *)&m->timer, metrics_close_cb);
+	if (m->busy) /* its end closes (metrics_job_done_cb()) */
+		m->stopping = true;
+	else
+		metrics_close(m);
 }
