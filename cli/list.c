@@ -117,7 +117,23 @@ static int row_cmp(const void *pa, const void *pb)
 	return a->order < b->order ? -1 : a->order > b->order;
 }
 
-/* The processes in print order; NULL when out of memory. */
+/* Rows by job (no job first), then in the daemon's order. */
+static int job_cmp(const void *pa, const void *pb)
+{
+	const struct list_row *a = pa, *b = pb;
+	const char *ja = a->p->job, *jb = b->p->job;
+	int c = ja == NULL ? -(jb != NULL) : jb == NULL ? 1 : strcmp(ja, jb);
+
+	if (c != 0)
+		return c;
+	return a->order < b->order ? -1 : a->order > b->order;
+}
+
+/*
+ * The processes in print order, grouped by job in the order of each job's
+ * first process; NULL when out of memory. Sorting by job finds the groups
+ * in n log n: a host's list holds tens of thousands of processes.
+ */
 static struct list_row *list_rows(const struct list *l)
 {
 	struct list_row *rows = calloc(l->nprocs ? l->nprocs : 1,
@@ -125,16 +141,12 @@ static struct list_row *list_rows(const struct list *l)
 
 	if (rows == NULL)
 		return NULL;
-	for (size_t i = 0; i < l->nprocs; i++) {
-		size_t g = i;
-
-		for (size_t j = 0; j < i; j++) {
-			if (same_job(l->procs[j]->job, l->procs[i]->job)) {
-				g = rows[j].group;
-				break;
-			}
-		}
-		rows[i] = (struct list_row){ l->procs[i], g, i };
+	for (size_t i = 0; i < l->nprocs; i++)
+		rows[i] = (struct list_row){ l->procs[i], i, i };
+	qsort(rows, l->nprocs, sizeof(*rows), job_cmp);
+	for (size_t i = 1; i < l->nprocs; i++) {
+		if (same_job(rows[i - 1].p->job, rows[i].p->job))
+			rows[i].group = rows[i - 1].group;
 	}
 	qsort(rows, l->nprocs, sizeof(*rows), row_cmp);
 	return rows;

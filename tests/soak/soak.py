@@ -156,7 +156,13 @@ class Soak:
                 ("stats",)]
         n = 0
         while not self.stop.is_set():
-            r = self.ctl(*cmds[(n + which) % len(cmds)])
+            try:
+                r = self.ctl(*cmds[(n + which) % len(cmds)])
+            except subprocess.TimeoutExpired:
+                self.problem(f"query {cmds[(n + which) % len(cmds)]} took "
+                             "over 60 s")
+                n += 1
+                continue
             if r.returncode not in (0, 1):
                 self.problem(f"query {cmds[(n + which) % len(cmds)]} exited "
                              f"{r.returncode}: {r.stderr.strip()}")
