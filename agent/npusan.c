@@ -985,8 +985,12 @@ NPUSAN_EXPORT int npusan_wait_drained(unsigned timeout_ms)
 		if (err == 0)
 			err = rc;
 	}
-	/* Taken by the recorder is written only once its batch is. */
+	/* Taken by the recorder is written only once its batch is. Under
+	 * agent_lock, which agent_dtor() holds while it frees the recorder;
+	 * the order agent_lock, then the recorder's own, is fork's too. */
+	pthread_mutex_lock(&agent_lock);
 	recorder_settle(agent.recorder);
+	pthread_mutex_unlock(&agent_lock);
 	return err;
 }
 
