@@ -1126,10 +1126,19 @@ static void conn_list_page(struct conn *c)
 	conn_job_start(c, j);
 }
 
-/* On the pool: the ids of the processes the answer will hold. */
+/*
+ * On the pool: the ids of the processes the answer will hold. Everything
+ * queued before the request is committed first, so that a process whose
+ * registration still waits in the store's queue is listed: `run` and
+ * `report` decide from the list whether every process of a job is in,
+ * and one missing would make the job look blind or clean. A store that
+ * cannot commit now (-EIO) answers with what it has.
+ */
 static void list_ids_work(struct conn_job *j)
 {
 	int64_t *ids = NULL;
+
+	(void)store_flush(j->store);
 
 	j->err = store_list_ids(j->store, &j->u.list.f, SERVER_LIST_MAX_PROCS,
 				&ids, &j->u.list.n);
