@@ -1,5 +1,5 @@
 /*
- * ring.h - the producer side of the shared-memory ring (proto/ring.h).
+ * ring.h - the producer side of the shared-memory ring (proto/ring_layout.h).
  *
  * Any thread of the process may reserve, fill and commit records at once.
  * The fast path, ring_reserve() and ring_commit(), is inline: one
@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../proto/ring.h"
+#include "ringop.h"
 
 struct ring {
 	struct ring_header *hdr;

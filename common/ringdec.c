@@ -1,5 +1,5 @@
 /*
- * ringdec.c - checking and translating ring records (proto/ring.h).
+ * ringdec.c - checking and translating ring records (proto/ring_layout.h).
  */
 #include "ringdec.h"
 
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../proto/ring.h"
+#include "ringop.h"
 #include "ringread.h"
 #include "text.h"
 #include "u64map.h"

@@ -3,7 +3,7 @@
  *
  * The consumer keeps its own copy of the tail and trusts only it; the head
  * and the counters in shared memory are read as hints and checked against
- * the capacity. See proto/ring.h for the layout and its invariants.
+ * the capacity. See proto/ring_layout.h for the layout and its invariants.
  */
 #include "ringread.h"
 
@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../proto/ring.h"
+#include "ring_layout.h"
 
 struct ringread {
 	struct ring_header *hdr;

@@ -1,5 +1,5 @@
 /*
- * ringread.h - the consumer side of the shared-memory ring (proto/ring.h).
+ * ringread.h - the consumer side of the shared-memory ring (proto/ring_layout.h).
  *
  * One thread drains one ring: the daemon's ingest for a registered process,
  * or the agent's recorder. Everything in the mapping is untrusted: every
@@ -88,7 +88,7 @@ struct ringread_counters {
 	uint64_t dropped;   /* records the producers dropped (untrusted) */
 	uint64_t records;   /* records delivered, pads and lost excluded */
 	uint64_t ops;       /* operation records taken by every consumer of
-			       the ring, ever (proto/ring.h DESIGN 7) */
+			       the ring, ever (proto/ring_layout.h DESIGN 7) */
 	uint64_t ops_at_map; /* what `ops` was when we mapped the ring */
 	uint64_t bytes;     /* bytes consumed */
 	uint64_t lost_bytes; /* bytes skipped as lost */

@@ -43,7 +43,7 @@
 #include "fakedaemon.h"
 #include "npusan.h"
 #include "ringread.h"
-#include "../proto/ring.h"
+#include "ring_layout.h"
 
 #define BENCH_RUNS 7
 #define BENCH_CHAIN 24	    /* frames under each timed loop */

@@ -1,5 +1,5 @@
 /*
- * ring.h - the layout of the shared-memory ring between one agent and one
+ * ring_layout.h - the layout of the shared-memory ring between one agent and one
  * consumer, and the encoding of the records it carries.
  *
  * Every accelerator process owns one ring: a memfd the agent creates, seals
@@ -46,8 +46,8 @@
  * All integers are in the host's byte order: producer and consumer share the
  * host.
  */
-#ifndef NPUSAN_PROTO_RING_H
-#define NPUSAN_PROTO_RING_H
+#ifndef NPUSAN_PROTO_RING_LAYOUT_H
+#define NPUSAN_PROTO_RING_LAYOUT_H
 
 #include <stdalign.h>
 #include <stdatomic.h>
@@ -185,12 +185,37 @@ struct ring_stack {
 	uint32_t frames[];
 };
 
+/*
+ * The operation kinds of struct ring_op and ring_launch, numbered here
+ * because they are wire numbers: an agent and a daemon of different builds
+ * must agree on them. common/ringop.h checks that common/op.h's enum
+ * op_kind gives every kind the same number. Numbers are never reused.
+ */
+enum ring_op_kind {
+	RING_OP_STREAM_CREATE = 0,
+	RING_OP_EVENT_CREATE = 1,
+	RING_OP_EVENT_DESTROY = 2,
+	RING_OP_EVENT_RECORD = 3,
+	RING_OP_EVENT_WAIT = 4,
+	RING_OP_EVENT_SYNC = 5,
+	RING_OP_STREAM_WAIT = 6,
+	RING_OP_STREAM_SYNC = 7,
+	RING_OP_DEVICE_SYNC = 8,
+	RING_OP_ALLOC = 9,
+	RING_OP_FREE = 10,
+	RING_OP_RECORD_STREAM = 11,
+	RING_OP_LAUNCH = 12,
+	RING_OP_FLUSH = 13,
+	RING_OP_GAP = 14,
+	RING_OP_KIND_COUNT = 15, /* one past the highest number */
+};
+
 /* ring_op.flags */
 #define RING_OP_HAS_STREAM 1u /* alloc: `c` holds the allocation stream */
 #define RING_OP_HAS_LOST 2u   /* gap: `a` holds the number lost */
 
 /*
- * Any operation of common/op.h but launch. `kind` is an enum op_kind;
+ * Any operation but launch. `kind` is an enum ring_op_kind;
  * the fields it uses:
  *
  *   stream_create, stream_sync       a = stream
@@ -221,7 +246,7 @@ struct ring_range {
 
 /* A launch: `nreads` read ranges, then `nwrites` write ranges. */
 struct ring_launch {
-	uint8_t kind; /* OP_LAUNCH, so that every op record starts alike */
+	uint8_t kind; /* RING_OP_LAUNCH, so that every op record starts alike */
 	uint8_t flags;
 	uint16_t reserved;
 	uint32_t stack;
