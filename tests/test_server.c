@@ -461,11 +461,6 @@ START_TEST(server_socket_activation)
 	char *log;
 	int fd;
 
-	if (activate_bin() == NULL) {
-		fprintf(stderr, "server_socket_activation: skipped, no "
-				"systemd-socket-activate\n");
-		return;
-	}
 	td_init(&t);
 	td_spawn(&t, &h);
 	/* systemd-socket-activate binds, then starts the daemon on the first
@@ -1654,18 +1649,6 @@ END_TEST
 
 /* ---- default paths ------------------------------------------------------- */
 
-/* Whether `uid` may run npusand here; says the test skips when not. */
-static bool daemon_runnable_by(uid_t uid, const char *test)
-{
-	const char *bin = tu_bin("daemon/npusand");
-
-	if (tu_runnable_by(uid, bin))
-		return true;
-	fprintf(stderr, "%s: skipped, user %u cannot run %s\n", test,
-		(unsigned)uid, bin);
-	return false;
-}
-
 /* A directory of `uid` under the test's directory. */
 static void mkdir_for(const char *path, uid_t uid)
 {
@@ -1685,9 +1668,6 @@ START_TEST(server_user_defaults_match_the_clients)
 	struct stat st;
 	struct td t;
 
-	if (!daemon_runnable_by(uid,
-				"server_user_defaults_match_the_clients"))
-		return;
 	td_init(&t);
 	ck_assert_int_eq(chmod(t.dir, 0755), 0);
 	snprintf(run, sizeof(run), "%s/run", t.dir);
@@ -1736,15 +1716,7 @@ START_TEST(server_user_socket_in_tmp_without_runtime_dir)
 	struct stat st;
 	struct td t;
 
-	if (!daemon_runnable_by(uid,
-				"server_user_socket_in_tmp_without_runtime_dir"))
-		return;
 	snprintf(dir, sizeof(dir), "/tmp/npusan-%u", (unsigned)uid);
-	if (lstat(dir, &st) == 0) {
-		fprintf(stderr, "server_user_socket_in_tmp_without_runtime_dir: "
-				"skipped, %s exists\n", dir);
-		return;
-	}
 	td_init(&t);
 	ck_assert_int_eq(chmod(t.dir, 0755), 0);
 	snprintf(state, sizeof(state), "%s/state", t.dir);
@@ -1777,25 +1749,10 @@ START_TEST(server_user_refuses_someone_elses_tmp_dir)
 	char dir[64], state[80], env_state[112];
 	const char *env[] = { env_state, NULL };
 	struct td_how h = { .no_socket_arg = true, .env = env, .uid = uid };
-	struct stat st;
 	struct td t;
 	char *log;
 
-	if (geteuid() != 0) {
-		fprintf(stderr, "server_user_refuses_someone_elses_tmp_dir: "
-				"skipped, needs root\n");
-		return;
-	}
-	if (!daemon_runnable_by(uid,
-				"server_user_refuses_someone_elses_tmp_dir"))
-		return;
-
 	snprintf(dir, sizeof(dir), "/tmp/npusan-%u", (unsigned)uid);
-	if (lstat(dir, &st) == 0) {
-		fprintf(stderr, "server_user_refuses_someone_elses_tmp_dir: "
-				"skipped, %s exists\n", dir);
-		return;
-	}
 	ck_assert_int_eq(mkdir(dir, 0777), 0); /* root's, open to all */
 	ck_assert_int_eq(chmod(dir, 0777), 0);
 	td_init(&t);
@@ -2200,24 +2157,13 @@ END_TEST
 
 /*
  * The tests of a user without $XDG_RUNTIME_DIR need /tmp/npusan-65534
- * (65534: nobody, whom root runs them as) and skip when it exists. Check
- * ends a failed test with _exit(), past any cleanup of its own: this
- * fixture, run by the runner around the test case, removes what a failed
- * test left, when the directory did not exist before.
+ * (65534: nobody, whom root runs them as); their groups skip when it exists
+ * (users_missing()). Check ends a failed test with _exit(), past any
+ * cleanup of its own: this fixture, run by the runner after the test case,
+ * removes what a failed test left.
  */
-static bool tmp_fallback_existed;
-
-static void tmp_fallback_setup(void)
-{
-	struct stat st;
-
-	tmp_fallback_existed = lstat("/tmp/npusan-65534", &st) == 0;
-}
-
 static void tmp_fallback_teardown(void)
 {
-	if (tmp_fallback_existed)
-		return;
 	unlink("/tmp/npusan-65534/npusand.sock");
 	rmdir("/tmp/npusan-65534");
 }
@@ -2226,14 +2172,12 @@ static Suite *server_suite(void)
 {
 	Suite *s = suite_create("server");
 	TCase *tc = tcase_create("daemon");
-	TCase *tt = tcase_create("tmpdir");
 	TCase *tw = tcase_create("wire");
 	TCase *th = tcase_create("hostile");
 
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, server_ready_after_listen);
 	tcase_add_test(tc, server_ready_on_abstract_notify_socket);
-	tcase_add_test(tc, server_socket_activation);
 	tcase_add_test(tc, server_stale_socket_replaced);
 	tcase_add_test(tc, server_second_daemon_refused);
 	tcase_add_test(tc, server_refuses_a_file_that_is_not_a_socket);
@@ -2257,14 +2201,7 @@ static Suite *server_suite(void)
 	tcase_add_test(tc, server_sigterm_exits_zero_db_consistent);
 	tcase_add_test(tc, server_notifies_stopping);
 	tcase_add_test(tc, server_sighup_reopens_log);
-	tcase_add_test(tc, server_user_defaults_match_the_clients);
 	suite_add_tcase(s, tc);
-	tcase_set_timeout(tt, 120);
-	tcase_add_unchecked_fixture(tt, tmp_fallback_setup,
-				    tmp_fallback_teardown);
-	tcase_add_test(tt, server_user_socket_in_tmp_without_runtime_dir);
-	tcase_add_test(tt, server_user_refuses_someone_elses_tmp_dir);
-	suite_add_tcase(s, tt);
 	tcase_add_test(tw, wire_clean_keeps_what_traces_carry);
 	tcase_add_test(tw, wire_batch_splits_under_frame_max);
 	tcase_add_test(tw, wire_rx_reassembles_byte_by_byte);
@@ -2279,31 +2216,121 @@ static Suite *server_suite(void)
 	return s;
 }
 
-/* The tests that need root, to be root and nobody: a suite of their own,
- * with a CTest entry of its own that is a skip (77) when not root. */
+/* npusand started by systemd-socket-activate, as its socket unit does. */
+static Suite *activation_suite(void)
+{
+	Suite *s = suite_create("activation");
+	TCase *tc = tcase_create("activation");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, server_socket_activation);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+/* The default paths of a user's daemon, as nobody when root runs them and
+ * as oneself otherwise. */
+static Suite *users_suite(void)
+{
+	Suite *s = suite_create("users");
+	TCase *tc = tcase_create("users");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_unchecked_fixture(tc, NULL, tmp_fallback_teardown);
+	tcase_add_test(tc, server_user_defaults_match_the_clients);
+	tcase_add_test(tc, server_user_socket_in_tmp_without_runtime_dir);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+/* The tests that need root, to be root and nobody. */
 static Suite *isolation_suite(void)
 {
 	Suite *s = suite_create("isolation");
 	TCase *tc = tcase_create("isolation");
 
 	tcase_set_timeout(tc, 120);
+	tcase_add_unchecked_fixture(tc, NULL, tmp_fallback_teardown);
 	tcase_add_test(tc, server_user_sees_only_its_own);
 	tcase_add_test(tc, isolation_stored_process_never_changes_owner);
 	tcase_add_test(tc, isolation_one_user_cannot_lock_out_others);
 	tcase_add_test(tc, isolation_root_keeps_a_reserve);
+	tcase_add_test(tc, server_user_refuses_someone_elses_tmp_dir);
 	suite_add_tcase(s, tc);
 	return s;
 }
 
+/* Why `uid`'s daemon cannot run its tests here, or NULL: it must be able to
+ * run npusand, and /tmp/npusan-UID, where it falls back to without
+ * $XDG_RUNTIME_DIR, must be free for the tests to make. */
+static const char *users_missing(uid_t uid)
+{
+	static char why[160];
+	struct stat st;
+
+	if (!tu_runnable_by(uid, tu_bin("daemon/npusand"))) {
+		snprintf(why, sizeof(why), "user %u cannot run %s",
+			 (unsigned)uid, tu_bin("daemon/npusand"));
+		return why;
+	}
+	snprintf(why, sizeof(why), "/tmp/npusan-%u", (unsigned)uid);
+	if (lstat(why, &st) == 0) {
+		strcat(why, " exists");
+		return why;
+	}
+	return NULL;
+}
+
+/* Why each group cannot run here, or NULL. */
+static const char *activation_missing(void)
+{
+	return activate_bin() == NULL ? "no systemd-socket-activate" : NULL;
+}
+
+static const char *users_group_missing(void)
+{
+	return users_missing(geteuid() == 0 ? 65534 : geteuid());
+}
+
+static const char *isolation_missing(void)
+{
+	if (geteuid() != 0)
+		return "needs root, to become nobody";
+	return users_missing(65534);
+}
+
+/*
+ * `test_server` runs the tests any machine can run; `test_server GROUP`
+ * runs those that need what a machine may lack (tests/CMakeLists.txt gives
+ * each group its CTest entry), and exits 77, CTest's skip, saying what is
+ * missing: never a pass.
+ */
 int main(int argc, char **argv)
 {
-	if (argc > 1 && strcmp(argv[1], "isolation") == 0) {
-		if (geteuid() != 0) {
-			fprintf(stderr, "isolation: needs root (to become "
-					"nobody); skipped\n");
+	static const struct {
+		const char *name;
+		Suite *(*suite)(void);
+		const char *(*missing)(void);
+	} groups[] = {
+		{ "activation", activation_suite, activation_missing },
+		{ "users", users_suite, users_group_missing },
+		{ "isolation", isolation_suite, isolation_missing },
+	};
+	const char *why;
+
+	if (argc < 2)
+		return tu_main(server_suite());
+	for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
+		if (strcmp(argv[1], groups[i].name) != 0)
+			continue;
+		why = groups[i].missing();
+		if (why != NULL) {
+			fprintf(stderr, "test_server %s: skipped, %s\n",
+				argv[1], why);
 			return 77;
 		}
-		return tu_main(isolation_suite());
+		return tu_main(groups[i].suite());
 	}
-	return tu_main(server_suite());
+	fprintf(stderr, "test_server: no group %s\n", argv[1]);
+	return 2;
 }

@@ -293,15 +293,17 @@ bool tu_runnable_by(uid_t uid, const char *path)
 	int status;
 	pid_t pid = fork();
 
-	ck_assert_int_ge(pid, 0);
+	/* No ck_assert: a suite's main() asks, before any test runs. */
+	if (pid < 0)
+		return false;
 	if (pid == 0) {
 		if (uid != geteuid() &&
 		    (setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0))
 			_exit(2);
 		_exit(access(path, X_OK) == 0 ? 0 : 1);
 	}
-	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	return waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+	       WEXITSTATUS(status) == 0;
 }
 
 void tu_daemon_init(struct tu_daemon *d)

@@ -63,8 +63,9 @@ bool tu_sock_answers(const char *path);
 /*
  * Whether user `uid` may run the program at `path` (every directory above
  * it searchable, the file executable): a build tree under /root is not,
- * and a test that runs a program as nobody then skips. Needs root unless
- * `uid` is ours.
+ * and a test that runs a program as nobody then skips (77, from its suite's
+ * main(), where this may be called before any test runs). Needs root
+ * unless `uid` is ours.
  */
 bool tu_runnable_by(uid_t uid, const char *path);
 
