@@ -19,6 +19,11 @@
  *    thread held at fork time, never a number it had already given back.
  *    A fork between socket() and its publication leaves the child one
  *    unknown socket; it is close-on-exec and goes away with the child.
+ *    Their loads and stores are relaxed: only the state machine's owner
+ *    uses them while it runs; register_stop() takes them after joining the
+ *    thread, and fork() takes reg_step_lock (DESIGN 5) and the agent's
+ *    lock, under which agent/npusan.c calls register_start(), so a mutex
+ *    orders every store before register_atfork_child() reads it.
  * 4. The thread is created with every signal blocked and is woken only by
  *    the eventfd: the application's signals always reach the application.
  * 5. Each step of the thread (what it does when poll() returns) holds
@@ -97,7 +102,8 @@ static struct {
 	uint64_t rng;
 	char path[PATHS_SOCKET_MAX + 1]; /* the socket last tried */
 
-	/* Touched by any thread and by register_atfork_child(). */
+	/* Touched by any thread and by register_atfork_child(); each use
+	 * says its memory order. */
 	atomic_int sock;
 	atomic_int wake;
 	atomic_bool connected;
@@ -307,7 +313,8 @@ static int reg_config(const struct register_cfg *cfg)
 	reg.memfd = cfg->memfd;
 	reg.event_cb = cfg->event_cb;
 	reg.cb_arg = cfg->arg;
-	atomic_store(&reg.dormant, cfg->dormant);
+	/* Relaxed: before the thread exists; pthread_create() orders it. */
+	atomic_store_explicit(&reg.dormant, cfg->dormant, memory_order_relaxed);
 	reg.socket_path = reg_strdup(cfg->socket_path, &err);
 	reg.env_socket = reg_strdup(getenv("NPUSAN_SOCKET"), &err);
 	reg.env_xdg = reg_strdup(getenv("XDG_RUNTIME_DIR"), &err);
@@ -322,10 +329,24 @@ static int reg_config(const struct register_cfg *cfg)
 
 static void reg_close_sock(void)
 {
-	int fd = atomic_exchange(&reg.sock, -1);
+	/* Relaxed: the owner's or after the join (DESIGN 3). */
+	int fd = atomic_exchange_explicit(&reg.sock, -1, memory_order_relaxed);
 
 	if (fd >= 0)
 		close(fd);
+}
+
+/* The socket, for its owner. Relaxed (DESIGN 3). */
+static int reg_sock(void)
+{
+	return atomic_load_explicit(&reg.sock, memory_order_relaxed);
+}
+
+/* Relaxed: `pending` only tells npusan_wait_drained() whether a reply may
+ * come (register_pending()); it publishes no data. */
+static void reg_set_pending(bool pending)
+{
+	atomic_store_explicit(&reg.pending, pending, memory_order_relaxed);
 }
 
 /* Connects a fresh non-blocking socket to reg.path. 0 or -errno. */
@@ -340,7 +361,8 @@ static int reg_connect(void)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
-	atomic_store(&reg.sock, fd); /* DESIGN 3 */
+	/* Relaxed (DESIGN 3): published for register_atfork_child(). */
+	atomic_store_explicit(&reg.sock, fd, memory_order_relaxed);
 	/* A Unix connect completes at once or fails (EAGAIN when the
 	 * daemon's backlog is full); EINPROGRESS is left to frame_send(). */
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 &&
@@ -380,8 +402,9 @@ static void reg_drop(int err)
 		reg.backoff_ms = REG_BACKOFF_MIN_MS; /* a restart: be quick */
 	reg_log(REG_LOG_DEBUG, "connection to %s lost: %s", reg.path,
 		reg_strerror(err, eb, sizeof(eb)));
-	atomic_store(&reg.connected, false);
-	atomic_store(&reg.pending, false);
+	/* Relaxed: false publishes nothing; a waiter only waits on. */
+	atomic_store_explicit(&reg.connected, false, memory_order_relaxed);
+	reg_set_pending(false);
 	reg_close_sock();
 	reg_schedule_retry();
 	if (was_up)
@@ -393,10 +416,14 @@ static void reg_attempt(int timeout_ms)
 {
 	char eb[128];
 	int err = reg_connect();
-	int i = atomic_load(&reg.dormant) ? 1 : 0;
+	/* Relaxed: picks one of two messages built before the thread; a
+	 * Register racing register_set_dormant() sends either, as one sent
+	 * a moment earlier or later would. */
+	bool dormant = atomic_load_explicit(&reg.dormant, memory_order_relaxed);
+	int i = dormant ? 1 : 0;
 
 	if (err == 0)
-		err = frame_send(atomic_load(&reg.sock), reg.msg[i],
+		err = frame_send(reg_sock(), reg.msg[i],
 				 reg.msg_len[i], reg.memfd, timeout_ms);
 	if (err < 0) {
 		reg_log(REG_LOG_DEBUG, "cannot register with %s: %s",
@@ -407,7 +434,7 @@ static void reg_attempt(int timeout_ms)
 		return;
 	}
 	reg.state = REG_PENDING;
-	atomic_store(&reg.pending, true);
+	reg_set_pending(true);
 	reg.timer_ms = reg_now_ms() + REG_REPLY_TIMEOUT_MS;
 }
 
@@ -426,8 +453,12 @@ static void reg_on_reply(const Npusan__RegisterReply *rr)
 		 * ring, npusan_wait_drained()) then also waits for what the
 		 * callback pushes for a new daemon. */
 		reg_event(again ? REGISTER_UP_AGAIN : REGISTER_UP);
-		atomic_store(&reg.connected, true);
-		atomic_store(&reg.pending, false);
+		/* Release: pairs with the acquire load in
+		 * register_connected(), so that a thread that sees it also
+		 * sees the ring's head past what the callback pushed. */
+		atomic_store_explicit(&reg.connected, true,
+				      memory_order_release);
+		reg_set_pending(false);
 		return;
 	}
 	reg_clean(rr->error, why, sizeof(why));
@@ -435,7 +466,7 @@ static void reg_on_reply(const Npusan__RegisterReply *rr)
 		why[0] ? why : "no reason given");
 	reg_close_sock();
 	reg.state = REG_REFUSED;
-	atomic_store(&reg.pending, false);
+	reg_set_pending(false);
 }
 
 /* A Control while UP: attach or detach. */
@@ -457,7 +488,7 @@ static void reg_receive(int timeout_ms)
 {
 	Npusan__FromDaemon *m;
 	size_t len;
-	int err = frame_recv(atomic_load(&reg.sock), reg_rx, sizeof(reg_rx),
+	int err = frame_recv(reg_sock(), reg_rx, sizeof(reg_rx),
 			     &len, NULL, timeout_ms);
 
 	if (err == -EAGAIN)
@@ -503,9 +534,12 @@ static void *reg_thread(void *arg)
 {
 	(void)arg;
 	while (reg.state != REG_REFUSED) {
-		int sock = atomic_load(&reg.sock);
+		int sock = reg_sock();
+		/* Relaxed: stored before pthread_create(), which orders it. */
 		struct pollfd p[2] = {
-			{ .fd = atomic_load(&reg.wake), .events = POLLIN },
+			{ .fd = atomic_load_explicit(&reg.wake,
+						     memory_order_relaxed),
+			  .events = POLLIN },
 			{ .fd = sock, .events = POLLIN },
 		};
 		int n = poll(p, sock >= 0 ? 2 : 1, reg_poll_timeout());
@@ -572,7 +606,8 @@ int register_start(const struct register_cfg *cfg)
 		reg_free();
 		return err;
 	}
-	atomic_store(&reg.wake, wake);
+	/* Relaxed: the thread is created after it (DESIGN 3). */
+	atomic_store_explicit(&reg.wake, wake, memory_order_relaxed);
 	reg.started = true;
 	reg_log(REG_LOG_DEBUG, "registering pid %d with %s", (int)getpid(),
 		reg.path);
@@ -585,17 +620,20 @@ int register_start(const struct register_cfg *cfg)
 
 bool register_connected(void)
 {
-	return atomic_load(&reg.connected);
+	/* Acquire: pairs with the release store in reg_on_reply(). */
+	return atomic_load_explicit(&reg.connected, memory_order_acquire);
 }
 
 bool register_pending(void)
 {
-	return atomic_load(&reg.pending);
+	/* Relaxed: whether a reply may come; it publishes no data. */
+	return atomic_load_explicit(&reg.pending, memory_order_relaxed);
 }
 
 void register_set_dormant(bool dormant)
 {
-	atomic_store(&reg.dormant, dormant);
+	/* Relaxed: see reg_attempt(), its one reader. */
+	atomic_store_explicit(&reg.dormant, dormant, memory_order_relaxed);
 }
 
 void register_atfork_prepare(void)
@@ -610,15 +648,17 @@ void register_atfork_release(void)
 
 void register_atfork_child(void)
 {
-	int fd = atomic_exchange(&reg.sock, -1);
+	/* Relaxed, all: the child has one thread, and the locks fork()
+	 * held order what the parent stored (DESIGN 3). */
+	int fd = atomic_exchange_explicit(&reg.sock, -1, memory_order_relaxed);
 
 	if (fd >= 0)
 		close(fd);
-	fd = atomic_exchange(&reg.wake, -1);
+	fd = atomic_exchange_explicit(&reg.wake, -1, memory_order_relaxed);
 	if (fd >= 0)
 		close(fd);
-	atomic_store(&reg.connected, false);
-	atomic_store(&reg.pending, false);
+	atomic_store_explicit(&reg.connected, false, memory_order_relaxed);
+	reg_set_pending(false);
 	reg.thread_running = false;
 	reg.started = false;
 	reg.ever_up = false;
@@ -627,7 +667,9 @@ void register_atfork_child(void)
 
 void register_stop(void)
 {
-	int wake = atomic_load(&reg.wake);
+	/* Relaxed: register_start() stored it, and its caller orders the
+	 * two (register.h). */
+	int wake = atomic_load_explicit(&reg.wake, memory_order_relaxed);
 
 	if (reg.thread_running) {
 		uint64_t one = 1;
@@ -638,11 +680,12 @@ void register_stop(void)
 		reg.thread_running = false;
 	}
 	reg_close_sock();
-	wake = atomic_exchange(&reg.wake, -1);
+	/* Relaxed, all: the thread is joined (DESIGN 3). */
+	wake = atomic_exchange_explicit(&reg.wake, -1, memory_order_relaxed);
 	if (wake >= 0)
 		close(wake);
-	atomic_store(&reg.connected, false);
-	atomic_store(&reg.pending, false);
+	atomic_store_explicit(&reg.connected, false, memory_order_relaxed);
+	reg_set_pending(false);
 	reg.started = false;
 	reg.ever_up = false;
 	reg.state = REG_IDLE;
