@@ -177,25 +177,6 @@ void live_snapshot(const struct live_snapshot_cbs *cbs)
 	}
 }
 
-void live_counts(uint64_t *streams, uint64_t *events, uint64_t *allocs)
-{
-	uint64_t n = 0;
-
-	pthread_once(&live_once, live_init_locks);
-	pthread_mutex_lock(&live_streams.lock);
-	*streams = live_streams.ids.count;
-	pthread_mutex_unlock(&live_streams.lock);
-	pthread_mutex_lock(&live_events.lock);
-	*events = live_events.ids.count;
-	pthread_mutex_unlock(&live_events.lock);
-	for (unsigned i = 0; i < LIVE_STRIPES; i++) {
-		pthread_mutex_lock(&live_stripes[i].lock);
-		n += live_stripes[i].n;
-		pthread_mutex_unlock(&live_stripes[i].lock);
-	}
-	*allocs = n;
-}
-
 void live_atfork_prepare(void)
 {
 	pthread_once(&live_once, live_init_locks);

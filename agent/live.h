@@ -61,9 +61,6 @@ struct live_snapshot_cbs {
  */
 void live_snapshot(const struct live_snapshot_cbs *cbs);
 
-/* How many of each are live, for tests and the benchmark. */
-void live_counts(uint64_t *streams, uint64_t *events, uint64_t *allocs);
-
 /* pthread_atfork() handlers: every lock is held across fork(); the child
  * starts empty, since its parent's device memory is not its own. */
 void live_atfork_prepare(void);

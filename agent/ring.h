@@ -9,8 +9,8 @@
  *
  * A struct ring is the process's handle on a ring it created. Caller owns it;
  * release with ring_destroy(), which accepts NULL. After fork() a child must
- * not produce into its parent's ring: it calls ring_forget() and creates its
- * own.
+ * not produce into its parent's ring: it leaves it mapped, never to touch it
+ * again, and creates its own (agent/npusan.c, invariant 4).
  */
 #ifndef NPUSAN_AGENT_RING_H
 #define NPUSAN_AGENT_RING_H
