@@ -15,8 +15,10 @@ build="cmake gcc make pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compile
 # (npusan._speedups), so that its tests cover both paths; prometheus brings
 # promtool, which checks the metrics exposition and the alerting rules;
 # systemd brings systemd-analyze and systemd-socket-activate, for the units
-# and socket activation. Without them those tests skip.
+# and socket activation. Without them those tests skip (77).
 test_extra="python3-torch python3-dev prometheus systemd"
+# Each tool a test skips without, as TOOL:PACKAGE.
+test_tools="promtool:prometheus systemd-analyze:systemd systemd-socket-activate:systemd"
 
 # The torch 2 root: Debian 13 (trixie) with its python3-torch (PyTorch 2.6,
 # Python 3.13) and what building npusan and its C path there needs, built
@@ -56,6 +58,20 @@ install_missing() {
 	say "installing$missing"
 	$sudo apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
+}
+
+# Says what makes tests skip here, once the packages are in: a tool
+# missing, not being root, no user nobody (the tests of one user against
+# another run as root and nobody).
+say_skips() {
+	for tp in $test_tools; do
+		command -v "${tp%%:*}" >/dev/null 2>&1 ||
+			say "no ${tp%%:*} (Debian's ${tp#*:}): its tests will skip"
+	done
+	[ "$(id -u)" -eq 0 ] ||
+		say "not root: the tests that run as nobody will skip"
+	id nobody >/dev/null 2>&1 ||
+		say "no user nobody: the tests that run as nobody will skip"
 }
 
 # Builds the torch 2 root unless it is there already; 1 where it cannot be
@@ -108,6 +124,7 @@ build) want="$build"; install_missing ;;
 test)
 	want="$build $test_extra"
 	install_missing
+	say_skips
 	# Where the root cannot be built, its tests skip: not an error here.
 	torch2 || true
 	;;
