@@ -2195,9 +2195,7 @@ static Suite *server_suite(void)
 	tcase_add_test(tc, server_queries_on_an_empty_database);
 	tcase_add_test(tc, server_queries_off_the_loop_in_order_and_stop_clean);
 	tcase_add_test(tc, server_follow_answers_then_waits);
-	tcase_add_test(tc, server_findings_answer_spans_frames);
 	tcase_add_test(tc, server_follow_pushes_new_findings);
-	tcase_add_test(tc, server_connections_capped);
 	tcase_add_test(tc, server_sigterm_exits_zero_db_consistent);
 	tcase_add_test(tc, server_notifies_stopping);
 	tcase_add_test(tc, server_sighup_reopens_log);
@@ -2211,7 +2209,6 @@ static Suite *server_suite(void)
 	tcase_add_test(th, server_register_from_a_dead_connector_refused);
 	tcase_add_test(th, server_state_private_under_umask_022);
 	tcase_add_test(th, server_refuses_a_database_others_can_read);
-	tcase_add_test(th, server_unread_list_answers_stay_small);
 	suite_add_tcase(s, th);
 	return s;
 }
@@ -2239,6 +2236,21 @@ static Suite *users_suite(void)
 	tcase_add_unchecked_fixture(tc, NULL, tmp_fallback_teardown);
 	tcase_add_test(tc, server_user_defaults_match_the_clients);
 	tcase_add_test(tc, server_user_socket_in_tmp_without_runtime_dir);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+/* The tests that read what every user stored and count root's reserved
+ * connections: root's view, which no other user has. */
+static Suite *root_suite(void)
+{
+	Suite *s = suite_create("root");
+	TCase *tc = tcase_create("root");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, server_findings_answer_spans_frames);
+	tcase_add_test(tc, server_connections_capped);
+	tcase_add_test(tc, server_unread_list_answers_stay_small);
 	suite_add_tcase(s, tc);
 	return s;
 }
@@ -2292,6 +2304,11 @@ static const char *users_group_missing(void)
 	return users_missing(geteuid() == 0 ? 65534 : geteuid());
 }
 
+static const char *root_missing(void)
+{
+	return geteuid() != 0 ? "needs root, whose view it checks" : NULL;
+}
+
 static const char *isolation_missing(void)
 {
 	if (geteuid() != 0)
@@ -2314,6 +2331,7 @@ int main(int argc, char **argv)
 	} groups[] = {
 		{ "activation", activation_suite, activation_missing },
 		{ "users", users_suite, users_group_missing },
+		{ "root", root_suite, root_missing },
 		{ "isolation", isolation_suite, isolation_missing },
 	};
 	const char *why;
