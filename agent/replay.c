@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "npusan.h"
 #include "symtab.h"
 #include "trace.h"
@@ -158,16 +159,12 @@ _Static_assert(sizeof(struct npusan_range) == sizeof(struct op_range),
 	       "trace ranges are passed to the agent as they are");
 
 /* Sleeps until operation `n` is due at rp->rate. */
-static void replay_pace(const struct replay *rp, const struct timespec *start,
-			uint64_t n)
+static void replay_pace(const struct replay *rp, uint64_t start_ns, uint64_t n)
 {
 	double due = (double)n / rp->rate;
-	struct timespec now, nap;
-	double ahead;
+	double ahead = due - (double)(clock_mono_ns() - start_ns) / 1e9;
+	struct timespec nap;
 
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	ahead = due - ((double)(now.tv_sec - start->tv_sec) +
-		       (double)(now.tv_nsec - start->tv_nsec) / 1e9);
 	/* Sleep in steps of a millisecond or more: a nap per operation
 	 * would cost more than the operations at high rates. */
 	if (ahead < 0.001)
@@ -213,7 +210,7 @@ static void replay_identity(const struct trace_process *p)
 /* Replays one trace in this (child) process. An exit status. */
 static int replay_trace(struct replay *rp, struct trace_reader *r)
 {
-	struct timespec start;
+	uint64_t start;
 	struct op op;
 	uint64_t n = 0, done = 0;
 	unsigned pause = 0;
@@ -229,10 +226,10 @@ static int replay_trace(struct replay *rp, struct trace_reader *r)
 			"%s\n", rp->path, strerror(-err));
 		return REPLAY_FAILED;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &start);
+	start = clock_mono_ns();
 	for (; ret == 1; ret = trace_read(r, &op)) {
 		if (rp->rate > 0)
-			replay_pace(rp, &start, n++);
+			replay_pace(rp, start, n++);
 		replay_op(rp, &op);
 		done++;
 		while (pause < rp->npauses && rp->pauses[pause].at == done) {
