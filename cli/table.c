@@ -122,11 +122,6 @@ int table_break(struct table *t)
 	return table_push(t, (struct table_row){ NULL, NULL });
 }
 
-size_t table_rows(const struct table *t)
-{
-	return t->ncells;
-}
-
 /* Columns on a terminal: UTF-8 code points, not bytes. */
 static size_t table_width(const char *s)
 {
