@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agentlog.h"
 #include "grow.h"
 #include "ringdec.h"
 #include "ringread.h"
@@ -177,9 +178,8 @@ static void recorder_fail(struct recorder *rec, int err)
 	if (rec->err != 0)
 		return;
 	rec->err = err;
-	fprintf(stderr, "npusan: recording to %s failed (%s); "
-		"the rest of the run is not recorded\n", rec->path,
-		strerror(-err));
+	agent_log("recording to %s failed (%s); the rest of the run is not "
+		  "recorded", rec->path, strerror(-err));
 }
 
 /*
