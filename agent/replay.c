@@ -29,6 +29,7 @@
 #include "clock.h"
 #include "npusan.h"
 #include "symtab.h"
+#include "text.h"
 #include "trace.h"
 #include "u64map.h"
 
@@ -158,6 +159,15 @@ static void replay_op(struct replay *rp, const struct op *op)
 _Static_assert(sizeof(struct npusan_range) == sizeof(struct op_range),
 	       "trace ranges are passed to the agent as they are");
 
+/* A trace reader's message, which quotes the trace: cleaned as all
+ * outside text is. */
+static void replay_say_trace(const char *msg)
+{
+	fputs("npusan-replay: ", stderr);
+	text_put(stderr, msg);
+	fputc('\n', stderr);
+}
+
 /* Sleeps until operation `n` is due at rp->rate. */
 static void replay_pace(const struct replay *rp, uint64_t start_ns, uint64_t n)
 {
@@ -238,12 +248,12 @@ static int replay_trace(struct replay *rp, struct trace_reader *r)
 		}
 	}
 	if (ret < 0) {
-		fprintf(stderr, "npusan-replay: %s\n", trace_reader_error(r));
+		replay_say_trace(trace_reader_error(r));
 		return REPLAY_FAILED;
 	}
 	if (trace_reader_torn(r) != NULL) {
 		/* Whatever the torn line was is lost to the analysis. */
-		fprintf(stderr, "npusan-replay: %s\n", trace_reader_torn(r));
+		replay_say_trace(trace_reader_torn(r));
 		npusan_gap(NPUSAN_LOST_UNKNOWN);
 	}
 	err = rp->wait_ms != 0 ? npusan_wait_drained(rp->wait_ms) : 0;

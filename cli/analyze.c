@@ -180,6 +180,7 @@ static int analyze_ops(struct analysis *a, struct engine *e)
 {
 	struct analyze_skips sk = { 0 };
 	struct op op;
+	const char *msg;
 	int rc, fed = 0;
 
 	while ((rc = trace_read(a->r, &op)) == 1 &&
@@ -191,10 +192,12 @@ static int analyze_ops(struct analysis *a, struct engine *e)
 		engine_error(a->r, fed);
 		return fed;
 	}
-	if (rc < 0)
-		fprintf(stderr, "%s\n", trace_reader_error(a->r));
-	else if (trace_reader_torn(a->r) != NULL)
-		fprintf(stderr, "%s\n", trace_reader_torn(a->r));
+	msg = rc < 0 ? trace_reader_error(a->r) : trace_reader_torn(a->r);
+	if (msg != NULL) {
+		/* It quotes the trace: cleaned as all outside text is. */
+		text_put(stderr, msg);
+		fputc('\n', stderr);
+	}
 	return rc;
 }
 

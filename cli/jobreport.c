@@ -712,61 +712,52 @@ static void jr_json(const struct jr *r, const struct jr_sum *s,
 
 /* ---- JUnit --------------------------------------------------------------- */
 
+#define XML_FFFD "\xef\xbf\xbd" /* U+FFFD, the replacement character */
+
 /*
- * `s` as XML character data or an attribute value: markup characters as
- * entities; in attributes, tab, newline and CR as references (which
- * survive attribute normalisation); other control characters, bytes that
- * are not valid UTF-8 and U+FFFE/U+FFFF (none allowed in XML 1.0, not even
- * as references) as U+FFFD.
+ * One character that text_shown() shows, n bytes at p: markup characters
+ * as entities; U+FFFE and U+FFFF (no XML 1.0 characters, not even as
+ * references) as U+FFFD.
+ */
+static void xml_put_shown(FILE *f, const unsigned char *p, size_t n,
+			  bool attr)
+{
+	if (n == 3 && p[0] == 0xef && p[1] == 0xbf && p[2] >= 0xbe)
+		fputs(XML_FFFD, f);
+	else if (n > 1)
+		fwrite(p, 1, n, f);
+	else if (p[0] == '&')
+		fputs("&amp;", f);
+	else if (p[0] == '<')
+		fputs("&lt;", f);
+	else if (p[0] == '>')
+		fputs("&gt;", f);
+	else if (p[0] == '"' && attr)
+		fputs("&quot;", f);
+	else
+		fputc(p[0], f);
+}
+
+/*
+ * `s` as XML character data or an attribute value. What text_shown()
+ * (common/text.h, the one policy) refuses becomes U+FFFD, except tab,
+ * newline and CR, which XML allows: as they are in character data, as
+ * references in attributes (which survive attribute normalisation).
  */
 static void xml_put(FILE *f, const char *s, bool attr)
 {
 	const unsigned char *p = (const unsigned char *)s;
+	size_t avail = strlen(s), n;
 
-	while (*p != '\0') {
-		unsigned c = *p, need, cp, i;
-
-		if (c < 0x80) {
-			if (c == '&')
-				fputs("&amp;", f);
-			else if (c == '<')
-				fputs("&lt;", f);
-			else if (c == '>')
-				fputs("&gt;", f);
-			else if (c == '"' && attr)
-				fputs("&quot;", f);
-			else if ((c == '\t' || c == '\n' || c == '\r') && attr)
-				fprintf(f, "&#%u;", c);
-			else if (c < 0x20 && c != '\t' && c != '\n' &&
-				 c != '\r')
-				fputs("\xef\xbf\xbd", f);
-			else if (c == 0x7f)
-				fputs("\xef\xbf\xbd", f);
-			else
-				fputc((int)c, f);
-			p++;
-			continue;
-		}
-		need = c >= 0xf0 && c <= 0xf4 ? 3 :
-		       c >= 0xe0	      ? (c <= 0xef ? 2 : 0) :
-		       c >= 0xc2 && c <= 0xdf ? 1 :
-						0;
-		cp = need == 3 ? c & 0x07 : need == 2 ? c & 0x0f : c & 0x1f;
-		for (i = 1; i <= need; i++) {
-			if ((p[i] & 0xc0) != 0x80)
-				break;
-			cp = cp << 6 | (p[i] & 0x3f);
-		}
-		if (need == 0 || i <= need || (need == 2 && cp < 0x800) ||
-		    (need == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
-		    (cp >= 0xd800 && cp <= 0xdfff) || cp == 0xfffe ||
-		    cp == 0xffff || (cp >= 0x80 && cp < 0xa0)) {
-			fputs("\xef\xbf\xbd", f);
-			p++;
-			continue;
-		}
-		fwrite(p, 1, need + 1, f);
-		p += need + 1;
+	for (; avail > 0; p += n, avail -= n) {
+		if (text_shown(p, avail, &n))
+			xml_put_shown(f, p, n, attr);
+		else if (*p != '\t' && *p != '\n' && *p != '\r')
+			fputs(XML_FFFD, f);
+		else if (attr)
+			fprintf(f, "&#%u;", *p);
+		else
+			fputc(*p, f);
 	}
 }
 

@@ -12,12 +12,12 @@
 #include "trace.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "grow.h"
-#include "utf8.h"
+#include "text.h"
 
 /* Pending bytes that send the lines to the stream without a flush. */
 #define TRACE_WRITER_BATCH (256u * 1024)
@@ -146,27 +146,17 @@ static void put_list(struct trace_writer *w, const char *key,
 }
 
 /*
- * True when the reader takes `s` back unchanged: valid UTF-8 whose only
- * control characters are newline and tab, which quoting escapes.
+ * True when the reader takes `s` back unchanged: every character is one
+ * the trace format carries (text_trace_char(), the one policy).
  */
 static bool str_ok(const char *s, size_t len)
 {
 	const unsigned char *p = (const unsigned char *)s;
-	size_t i = 0;
+	size_t n;
 
-	while (i < len) {
-		unsigned char c = p[i];
-		size_t n;
-
-		if (c < 0x80) {
-			if (c < 0x20 && c != '\n' && c != '\t')
-				return false;
-			i++;
-			continue;
-		}
-		if ((n = utf8_seq(p + i, len - i)) == 0)
+	for (size_t i = 0; i < len; i += n) {
+		if (!text_trace_char(p + i, len - i, &n))
 			return false;
-		i += n;
 	}
 	return true;
 }
