@@ -270,42 +270,28 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		      struct list *l, Npusan__ListRequest *req)
 {
 	static const struct option longopts[] = {
-		{ "job", required_argument, NULL, 'J' },
-		{ "pid", required_argument, NULL, 'P' },
+		CLI_LONGOPT_JOB,
+		CLI_LONGOPT_PID,
 		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
 		CLIENT_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
-	uint64_t v;
+	struct cli_target t = { 0 };
 	int c, status;
 
 	opterr = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'J':
-			req->job = optarg;
-			break;
-		case 'P':
-			if (client_parse_u64(optarg, 1, UINT32_MAX, &v) < 0) {
-				fprintf(stderr, LIST_CMD ": --pid needs a "
-							 "process id, not "
-							 "'%s'\n",
-					optarg);
-				return CLI_USAGE;
-			}
-			req->has_pid = true;
-			req->pid = (uint32_t)v;
-			break;
-		case CLIENT_OPT_JSON:
+		status = -1;
+		if (c == CLI_OPT_JOB || c == CLI_OPT_PID)
+			status = cli_target_option(LIST_CMD, c, optarg, 0, &t);
+		else if (c == CLIENT_OPT_JSON)
 			l->json = true;
-			break;
-		default:
+		else
 			status = client_option(LIST_CMD, c, list_usage, argv,
 					       co);
-			if (status >= 0)
-				return status;
-		}
+		if (status >= 0)
+			return status;
 	}
 	if (optind < argc) {
 		fprintf(stderr, LIST_CMD ": unexpected argument '%s'\n"
@@ -313,6 +299,9 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 			argv[optind]);
 		return CLI_USAGE;
 	}
+	req->job = (char *)t.job;
+	req->has_pid = t.has_pid;
+	req->pid = t.pid;
 	return -1;
 }
 
