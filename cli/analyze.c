@@ -26,6 +26,7 @@
 #include "cli.h"
 #include "client.h"
 #include "engine.h"
+#include "grow.h"
 #include "report.h"
 #include "trace.h"
 
@@ -113,16 +114,10 @@ static void finding_cb(const struct finding *f, bool first, void *arg)
 		a->rows[f->id - 1].count = f->count;
 		return;
 	}
-	if (a->nrows == a->cap) {
-		size_t cap = a->cap ? a->cap * 2 : 16;
-		struct finding *rows = realloc(a->rows, cap * sizeof(*rows));
-
-		if (rows == NULL) {
-			a->nomem = true;
-			return;
-		}
-		a->rows = rows;
-		a->cap = cap;
+	if (grow_array((void **)&a->rows, &a->cap, a->nrows + 1,
+		       sizeof(*a->rows)) < 0) {
+		a->nomem = true;
+		return;
 	}
 	a->rows[a->nrows++] = copy;
 }

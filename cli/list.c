@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "client.h"
+#include "grow.h"
 #include "table.h"
 
 #define LIST_CMD "npusanctl list"
@@ -55,24 +56,11 @@ static int list_keep(struct list *l, Npusan__FromDaemon *m)
 {
 	const Npusan__ListReply *r = m->list;
 
-	if (l->nprocs + r->n_processes > l->capprocs) {
-		size_t cap = (l->nprocs + r->n_processes) * 2;
-		const Npusan__Process **v = realloc(l->procs, cap * sizeof(*v));
-
-		if (v == NULL)
-			return -ENOMEM;
-		l->procs = v;
-		l->capprocs = cap;
-	}
-	if (l->nmsgs == l->capmsgs) {
-		size_t cap = l->capmsgs ? l->capmsgs * 2 : 8;
-		Npusan__FromDaemon **v = realloc(l->msgs, cap * sizeof(*v));
-
-		if (v == NULL)
-			return -ENOMEM;
-		l->msgs = v;
-		l->capmsgs = cap;
-	}
+	if (grow_array((void **)&l->procs, &l->capprocs,
+		       l->nprocs + r->n_processes, sizeof(*l->procs)) < 0 ||
+	    grow_array((void **)&l->msgs, &l->capmsgs, l->nmsgs + 1,
+		       sizeof(*l->msgs)) < 0)
+		return -ENOMEM;
 	l->msgs[l->nmsgs++] = m;
 	for (size_t i = 0; i < r->n_processes; i++)
 		l->procs[l->nprocs++] = r->processes[i];
