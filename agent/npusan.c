@@ -40,7 +40,6 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agentlog.h"
 #include "identity.h"
 #include "intern.h"
 #include "live.h"
@@ -107,29 +107,6 @@ static pthread_mutex_t agent_attach_lock = PTHREAD_MUTEX_INITIALIZER;
 
 _Static_assert(sizeof(struct npusan_range) == sizeof(struct ring_range),
 	       "ranges are copied into the ring as they are");
-
-static void agent_log(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
-
-/* Configuration errors always reach stderr: a user who set a variable
- * wrong must hear of it. Never stdout. */
-static void agent_log(const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf) - 1, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return;
-	if ((size_t)n > sizeof(buf) - 2)
-		n = sizeof(buf) - 2;
-	buf[n++] = '\n';
-	if (write(STDERR_FILENO, buf, (size_t)n) < 0)
-		return;
-}
 
 /* ---- definitions ------------------------------------------------------- */
 
@@ -719,7 +696,7 @@ static uint64_t agent_ring_size(void)
 	if (v[0] < '0' || v[0] > '9' || *end != '\0' || errno != 0 ||
 	    n < RING_MIN_CAPACITY || n > RING_MAX_CAPACITY ||
 	    (n & (n - 1)) != 0) {
-		agent_log("npusan: NPUSAN_RING_SIZE=%s is not a power of two "
+		agent_log("NPUSAN_RING_SIZE=%s is not a power of two "
 			  "from 64K to 1G; using 8M", v);
 		return RING_DEFAULT_CAPACITY;
 	}
@@ -734,7 +711,7 @@ static uint32_t agent_ring_flags(void)
 		return 0;
 	if (strcmp(v, "block") == 0)
 		return RING_F_BLOCK;
-	agent_log("npusan: NPUSAN_RING_FULL=%s is neither drop nor block; "
+	agent_log("NPUSAN_RING_FULL=%s is neither drop nor block; "
 		  "dropping", v);
 	return 0;
 }
@@ -783,7 +760,7 @@ static int agent_start_daemon(void)
 		atomic_store_explicit(&agent.rings[AGENT_DAEMON].ring, NULL,
 				      memory_order_relaxed);
 		ring_destroy(r);
-		agent_log("npusan: cannot register with the daemon: %s",
+		agent_log("cannot register with the daemon: %s",
 			  strerror(-err));
 	}
 	return err;
@@ -840,7 +817,7 @@ static int agent_start_recorder(const char *tmpl, bool child)
 	err = recorder_start(path, ring_fd(agent_ring_get(AGENT_RECORDER)),
 			     &proc, &agent.recorder);
 	if (err < 0)
-		agent_log("npusan: NPUSAN_RECORD: cannot record to %s: %s",
+		agent_log("NPUSAN_RECORD: cannot record to %s: %s",
 			  path, strerror(-err));
 	return err;
 }
@@ -860,7 +837,7 @@ static int agent_start(bool daemon, bool child)
 	int err = 0;
 
 	if (stack_config_from_env(&agent.stacks) < 0) {
-		agent_log("npusan: NPUSAN_STACKS or NPUSAN_STACK_METHOD not "
+		agent_log("NPUSAN_STACKS or NPUSAN_STACK_METHOD not "
 			  "understood; native stacks are off");
 		agent.stacks.depth = 0;
 	}
@@ -1057,7 +1034,7 @@ __attribute__((constructor)) static void agent_ctor(void)
 	bool daemon = agent_env_says("1") || agent_env_says("dormant");
 
 	if (v != NULL && *v != '\0' && strcmp(v, "0") != 0 && !daemon)
-		agent_log("npusan: NPUSAN=%s not understood (0, 1 or "
+		agent_log("NPUSAN=%s not understood (0, 1 or "
 			  "dormant); the agent stays off", v);
 	if (!daemon && (record == NULL || *record == '\0'))
 		return;
@@ -1069,7 +1046,7 @@ __attribute__((constructor)) static void agent_ctor(void)
 	err = agent_start(agent.want_daemon, false);
 	pthread_mutex_unlock(&agent_lock);
 	if (err < 0)
-		agent_log("npusan: the agent could not start: %s; the job "
+		agent_log("the agent could not start: %s; the job "
 			  "runs without it", strerror(-err));
 }
 

@@ -34,6 +34,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agentlog.h"
+#include "grow.h"
 #include "ringdec.h"
 #include "ringread.h"
 #include "symtab.h"
@@ -116,14 +118,8 @@ static ssize_t recorder_file_write(void *arg, const char *chunk, size_t len)
 	size_t need = len + (len / f->page + 2) * f->page, n, done = 0;
 	ssize_t w;
 
-	if (f->cap < need) {
-		char *buf = realloc(f->buf, need);
-
-		if (buf == NULL)
-			return -1;
-		f->buf = buf;
-		f->cap = need;
-	}
+	if (grow_array((void **)&f->buf, &f->cap, need, 1) < 0)
+		return -1;
 	n = recorder_file_pad(f, chunk, len);
 	while (done < n) {
 		w = write(f->fd, f->buf + done, n - done);
@@ -182,9 +178,8 @@ static void recorder_fail(struct recorder *rec, int err)
 	if (rec->err != 0)
 		return;
 	rec->err = err;
-	fprintf(stderr, "npusan: recording to %s failed (%s); "
-		"the rest of the run is not recorded\n", rec->path,
-		strerror(-err));
+	agent_log("recording to %s failed (%s); the rest of the run is not "
+		  "recorded", rec->path, strerror(-err));
 }
 
 /*

@@ -26,8 +26,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "npusan.h"
 #include "symtab.h"
+#include "text.h"
 #include "trace.h"
 #include "u64map.h"
 
@@ -157,17 +159,22 @@ static void replay_op(struct replay *rp, const struct op *op)
 _Static_assert(sizeof(struct npusan_range) == sizeof(struct op_range),
 	       "trace ranges are passed to the agent as they are");
 
+/* A trace reader's message, which quotes the trace: cleaned as all
+ * outside text is. */
+static void replay_say_trace(const char *msg)
+{
+	fputs("npusan-replay: ", stderr);
+	text_put(stderr, msg);
+	fputc('\n', stderr);
+}
+
 /* Sleeps until operation `n` is due at rp->rate. */
-static void replay_pace(const struct replay *rp, const struct timespec *start,
-			uint64_t n)
+static void replay_pace(const struct replay *rp, uint64_t start_ns, uint64_t n)
 {
 	double due = (double)n / rp->rate;
-	struct timespec now, nap;
-	double ahead;
+	double ahead = due - (double)(clock_mono_ns() - start_ns) / 1e9;
+	struct timespec nap;
 
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	ahead = due - ((double)(now.tv_sec - start->tv_sec) +
-		       (double)(now.tv_nsec - start->tv_nsec) / 1e9);
 	/* Sleep in steps of a millisecond or more: a nap per operation
 	 * would cost more than the operations at high rates. */
 	if (ahead < 0.001)
@@ -213,7 +220,7 @@ static void replay_identity(const struct trace_process *p)
 /* Replays one trace in this (child) process. An exit status. */
 static int replay_trace(struct replay *rp, struct trace_reader *r)
 {
-	struct timespec start;
+	uint64_t start;
 	struct op op;
 	uint64_t n = 0, done = 0;
 	unsigned pause = 0;
@@ -229,10 +236,10 @@ static int replay_trace(struct replay *rp, struct trace_reader *r)
 			"%s\n", rp->path, strerror(-err));
 		return REPLAY_FAILED;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &start);
+	start = clock_mono_ns();
 	for (; ret == 1; ret = trace_read(r, &op)) {
 		if (rp->rate > 0)
-			replay_pace(rp, &start, n++);
+			replay_pace(rp, start, n++);
 		replay_op(rp, &op);
 		done++;
 		while (pause < rp->npauses && rp->pauses[pause].at == done) {
@@ -241,12 +248,12 @@ static int replay_trace(struct replay *rp, struct trace_reader *r)
 		}
 	}
 	if (ret < 0) {
-		fprintf(stderr, "npusan-replay: %s\n", trace_reader_error(r));
+		replay_say_trace(trace_reader_error(r));
 		return REPLAY_FAILED;
 	}
 	if (trace_reader_torn(r) != NULL) {
 		/* Whatever the torn line was is lost to the analysis. */
-		fprintf(stderr, "npusan-replay: %s\n", trace_reader_torn(r));
+		replay_say_trace(trace_reader_torn(r));
 		npusan_gap(NPUSAN_LOST_UNKNOWN);
 	}
 	err = rp->wait_ms != 0 ? npusan_wait_drained(rp->wait_ms) : 0;

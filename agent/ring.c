@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "op.h"
 
 int ring_create(uint64_t capacity, uint32_t flags, unsigned block_timeout_ms,
@@ -107,14 +108,6 @@ int ring__too_long(struct ring *r)
 	return -EMSGSIZE;
 }
 
-static uint64_t ring__now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /*
  * Whether a producer should keep waiting for room: a consumer has drained
  * at least once, and its beat or the tail moved within block_timeout_ms.
@@ -127,7 +120,7 @@ static bool ring__consumer_alive(struct ring *r, uint64_t *beat,
 	 * acquire load of tail. */
 	uint64_t b = ring_load_relaxed(&r->hdr->beat);
 	uint64_t t = ring_load_relaxed(&r->hdr->tail);
-	uint64_t now = ring__now_ms();
+	uint64_t now = clock_mono_ms();
 
 	if (b == 0 || b == ring_load_relaxed(&r->stalled_beat))
 		return false;

@@ -26,6 +26,7 @@
 #include "cli.h"
 #include "client.h"
 #include "engine.h"
+#include "grow.h"
 #include "report.h"
 #include "trace.h"
 
@@ -113,16 +114,10 @@ static void finding_cb(const struct finding *f, bool first, void *arg)
 		a->rows[f->id - 1].count = f->count;
 		return;
 	}
-	if (a->nrows == a->cap) {
-		size_t cap = a->cap ? a->cap * 2 : 16;
-		struct finding *rows = realloc(a->rows, cap * sizeof(*rows));
-
-		if (rows == NULL) {
-			a->nomem = true;
-			return;
-		}
-		a->rows = rows;
-		a->cap = cap;
+	if (grow_array((void **)&a->rows, &a->cap, a->nrows + 1,
+		       sizeof(*a->rows)) < 0) {
+		a->nomem = true;
+		return;
 	}
 	a->rows[a->nrows++] = copy;
 }
@@ -180,6 +175,7 @@ static int analyze_ops(struct analysis *a, struct engine *e)
 {
 	struct analyze_skips sk = { 0 };
 	struct op op;
+	const char *msg;
 	int rc, fed = 0;
 
 	while ((rc = trace_read(a->r, &op)) == 1 &&
@@ -191,10 +187,12 @@ static int analyze_ops(struct analysis *a, struct engine *e)
 		engine_error(a->r, fed);
 		return fed;
 	}
-	if (rc < 0)
-		fprintf(stderr, "%s\n", trace_reader_error(a->r));
-	else if (trace_reader_torn(a->r) != NULL)
-		fprintf(stderr, "%s\n", trace_reader_torn(a->r));
+	msg = rc < 0 ? trace_reader_error(a->r) : trace_reader_torn(a->r);
+	if (msg != NULL) {
+		/* It quotes the trace: cleaned as all outside text is. */
+		text_put(stderr, msg);
+		fputc('\n', stderr);
+	}
 	return rc;
 }
 

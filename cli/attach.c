@@ -109,25 +109,26 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		      struct attach *a, Npusan__AttachRequest *req)
 {
 	static const struct option longopts[] = {
-		{ "job", required_argument, NULL, 'J' },
+		CLI_LONGOPT_JOB,
 		CLIENT_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *usage = a->detach ? detach_usage : attach_usage;
+	struct cli_target t = { 0 };
 	uint64_t v;
 	int c, status;
 
 	opterr = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		if (c == 'J') {
-			a->job = optarg;
-			continue;
-		}
-		status = client_option(a->cmd, c, usage, argv, co);
+		if (c == CLI_OPT_JOB)
+			status = cli_target_option(a->cmd, c, optarg, 0, &t);
+		else
+			status = client_option(a->cmd, c, usage, argv, co);
 		if (status >= 0)
 			return status;
 	}
+	a->job = t.job;
 	if ((optind == argc) == (a->job == NULL)) {
 		fprintf(stderr, "%s: %s\nTry '%s --help'.\n", a->cmd,
 			a->job == NULL ? "which processes? Give PIDs or --job JOB"

@@ -7,6 +7,10 @@
 #ifndef NPUSAN_CLI_H
 #define NPUSAN_CLI_H
 
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+
 /*
  * Exit statuses shared by every command: 0-2 as docs/findings.md
  * gives them to the tools that report findings.
@@ -22,6 +26,33 @@ enum {
 	 * --allow-incomplete). */
 	CLI_INCOMPLETE = 5,
 };
+
+/*
+ * --job JOB and --pid PID, the processes a command is about (cli/target.c):
+ * put CLI_LONGOPT_JOB and CLI_LONGOPT_PID in its getopt_long() options and
+ * hand what they return to cli_target_option().
+ */
+#define CLI_OPT_JOB 'J'
+#define CLI_OPT_PID 'P'
+#define CLI_LONGOPT_JOB { "job", required_argument, NULL, CLI_OPT_JOB }
+#define CLI_LONGOPT_PID { "pid", required_argument, NULL, CLI_OPT_PID }
+
+struct cli_target {
+	const char *job; /* NULL when not given */
+	bool has_pid;
+	uint32_t pid;
+};
+
+/* cli_target_option()'s flags: an empty --job is refused. */
+#define CLI_TARGET_NAMED 1u
+
+/*
+ * Option `c`, CLI_OPT_JOB or CLI_OPT_PID, with its value `arg`, into *t for
+ * command `cmd`: -1 to go on parsing, else CLI_USAGE after saying what is
+ * wrong (a pid is a number from 1 to 2^32-1).
+ */
+int cli_target_option(const char *cmd, int c, const char *arg,
+		      unsigned flags, struct cli_target *t);
 
 int cli_analyze(int argc, char **argv);
 

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "clock.h"
 #include "frame.h"
 #include "paths.h"
 
@@ -47,10 +48,7 @@ static void client_stop_cb(int sig)
 
 int64_t client_mono_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)clock_mono_ms();
 }
 
 int64_t client_now_ms(void)

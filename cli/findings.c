@@ -330,12 +330,59 @@ static int bad_value(const char *opt, const char *want, const char *arg)
 	return CLI_USAGE;
 }
 
+/* One of findings' own options, or a client's (client_option()): -1 to
+ * go on, else a status. */
+static int findings_option(int c, char **argv, struct client_opts *co,
+			   struct findings *s, Npusan__FindingsRequest *req)
+{
+	uint64_t v;
+
+	switch (c) {
+	case 'R':
+		if (client_parse_u64(optarg, 0, UINT32_MAX, &v) < 0)
+			return bad_value("--rank", "a rank (0 or more)",
+					 optarg);
+		req->has_rank = true;
+		req->rank = (uint32_t)v;
+		return -1;
+	case 'K':
+		if (!known_kind(optarg))
+			return bad_value("--kind",
+					 "data_race or missing_record_stream",
+					 optarg);
+		req->kind = optarg;
+		return -1;
+	case 'S':
+		if (parse_since(optarg, &req->since_ms) < 0)
+			return bad_value("--since",
+					 "a duration (10m, 2h, 1d) or a "
+					 "timestamp (2024-05-01T10:00:00Z)",
+					 optarg);
+		req->has_since_ms = true;
+		return -1;
+	case 'L':
+		if (client_parse_u64(optarg, 0, UINT32_MAX, &v) < 0)
+			return bad_value("--limit", "a count", optarg);
+		req->has_limit = true;
+		req->limit = (uint32_t)v;
+		return -1;
+	case 'F':
+		s->follow = true;
+		return -1;
+	case CLIENT_OPT_JSON:
+		s->json = true;
+		return -1;
+	default:
+		return client_option(FINDINGS_CMD, c, findings_usage, argv, co);
+	}
+}
+
 static int parse_opts(int argc, char **argv, struct client_opts *co,
 		      struct findings *s, Npusan__FindingsRequest *req)
 {
 	static const struct option longopts[] = {
-		{ "job", required_argument, NULL, 'J' },
-		{ "pid", required_argument, NULL, 'P' },
+		CLI_LONGOPT_JOB,
+		CLI_LONGOPT_PID,
 		{ "rank", required_argument, NULL, 'R' },
 		{ "kind", required_argument, NULL, 'K' },
 		{ "since", required_argument, NULL, 'S' },
@@ -345,65 +392,19 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		CLIENT_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
-	uint64_t v;
+	struct cli_target t = { 0 };
 	int c, status;
 
 	opterr = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'J':
-			req->job = optarg;
-			break;
-		case 'P':
-			if (client_parse_u64(optarg, 1, UINT32_MAX, &v) < 0)
-				return bad_value("--pid", "a process id",
-						 optarg);
-			req->has_pid = true;
-			req->pid = (uint32_t)v;
-			break;
-		case 'R':
-			if (client_parse_u64(optarg, 0, UINT32_MAX, &v) < 0)
-				return bad_value("--rank", "a rank (0 or more)",
-						 optarg);
-			req->has_rank = true;
-			req->rank = (uint32_t)v;
-			break;
-		case 'K':
-			if (!known_kind(optarg))
-				return bad_value("--kind",
-						 "data_race or "
-						 "missing_record_stream",
-						 optarg);
-			req->kind = optarg;
-			break;
-		case 'S':
-			if (parse_since(optarg, &req->since_ms) < 0)
-				return bad_value("--since",
-						 "a duration (10m, 2h, 1d) or "
-						 "a timestamp "
-						 "(2024-05-01T10:00:00Z)",
-						 optarg);
-			req->has_since_ms = true;
-			break;
-		case 'L':
-			if (client_parse_u64(optarg, 0, UINT32_MAX, &v) < 0)
-				return bad_value("--limit", "a count", optarg);
-			req->has_limit = true;
-			req->limit = (uint32_t)v;
-			break;
-		case 'F':
-			s->follow = true;
-			break;
-		case CLIENT_OPT_JSON:
-			s->json = true;
-			break;
-		default:
-			status = client_option(FINDINGS_CMD, c, findings_usage,
-					       argv, co);
-			if (status >= 0)
-				return status;
-		}
+		if (c == CLI_OPT_JOB || c == CLI_OPT_PID)
+			status = cli_target_option(FINDINGS_CMD, c, optarg, 0,
+						   &t);
+		else
+			status = findings_option(c, argv, co, s, req);
+		if (status >= 0)
+			return status;
 	}
 	if (optind < argc) {
 		fprintf(stderr, FINDINGS_CMD ": unexpected argument '%s'\n"
@@ -411,6 +412,9 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 			argv[optind]);
 		return CLI_USAGE;
 	}
+	req->job = (char *)t.job;
+	req->has_pid = t.has_pid;
+	req->pid = t.pid;
 	return -1;
 }
 

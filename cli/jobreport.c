@@ -560,21 +560,79 @@ static char *jr_verdict(const struct jr *r, const struct jr_sum *s)
 
 /* ---- text ---------------------------------------------------------------- */
 
-static int jr_text(const struct jr *r, const struct jr_sum *s,
-		   const char *verdict)
+/* Prints `t` and a blank line unless `err` (table_add()'s), frees `t`;
+ * returns `err`. */
+static int jr_table_done(struct table *t, int err)
+{
+	if (err == 0) {
+		table_flush(t, stdout);
+		putchar('\n');
+	}
+	table_free(t);
+	return err;
+}
+
+/* The table of the job's processes, a blank line after it. */
+static int jr_text_procs(const struct jr *r, bool color)
 {
 	static const struct table_col cols[] = {
 		{ "RANK", TABLE_RIGHT },	{ "PID", TABLE_RIGHT },
 		{ "STATE", TABLE_LEFT },	{ "OPERATIONS", TABLE_RIGHT },
 		{ "LOST", TABLE_RIGHT },	{ "FINDINGS", TABLE_RIGHT },
 	};
-	static const struct table_col kcols[] = {
+	struct table *t;
+	char num[5][24];
+	int err = 0;
+
+	if (table_new(cols, 6, color, &t) < 0)
+		return -ENOMEM;
+	for (size_t i = 0; i < r->nprocs && err == 0; i++) {
+		const struct jr_proc *p = &r->procs[i];
+		const char *cells[6] = { p->has_rank ? num[0] : NULL,
+					 p->has_pid ? num[1] : NULL,
+					 p->state, num[2], num[3], num[4] };
+
+		snprintf(num[0], sizeof(num[0]), "%" PRIu32, p->rank);
+		snprintf(num[1], sizeof(num[1]), "%" PRIu32, p->pid);
+		snprintf(num[2], sizeof(num[2]), "%" PRIu64, p->events);
+		snprintf(num[3], sizeof(num[3]), "%" PRIu64, p->lost);
+		snprintf(num[4], sizeof(num[4]), "%zu", p->nfinds);
+		err = table_add(t, cells, NULL);
+	}
+	return jr_table_done(t, err);
+}
+
+/* The table of findings by kind, a blank line after it; none without
+ * findings. */
+static int jr_text_kinds(const struct jr_sum *s, bool color)
+{
+	static const struct table_col cols[] = {
 		{ "KIND", TABLE_LEFT },
 		{ "FINDINGS", TABLE_RIGHT },
 	};
+	struct table *t;
+	char num[24];
+	int err = 0;
+
+	if (s->findings == 0)
+		return 0;
+	if (table_new(cols, 2, color, &t) < 0)
+		return -ENOMEM;
+	for (size_t k = 0; k < s->nkinds && err == 0; k++) {
+		const char *cells[2] = { s->kinds[k].kind, num };
+
+		if (s->kinds[k].n == 0)
+			continue;
+		snprintf(num, sizeof(num), "%zu", s->kinds[k].n);
+		err = table_add(t, cells, NULL);
+	}
+	return jr_table_done(t, err);
+}
+
+static int jr_text(const struct jr *r, const struct jr_sum *s,
+		   const char *verdict)
+{
 	bool color = report_want_color(stdout);
-	struct table *t = NULL;
-	char num[5][24];
 
 	fputs("Job ", stdout);
 	text_put(stdout, r->job);
@@ -587,51 +645,10 @@ static int jr_text(const struct jr *r, const struct jr_sum *s,
 		       "the others)",
 		       r->nruns);
 	fputs("\n\n", stdout);
-	if (table_new(cols, 6, color, &t) < 0)
+	if (jr_text_procs(r, color) < 0 || jr_text_kinds(s, color) < 0)
 		return -ENOMEM;
-	for (size_t i = 0; i < r->nprocs; i++) {
-		const struct jr_proc *p = &r->procs[i];
-		const char *cells[6];
-
-		snprintf(num[0], sizeof(num[0]), "%" PRIu32, p->rank);
-		snprintf(num[1], sizeof(num[1]), "%" PRIu32, p->pid);
-		snprintf(num[2], sizeof(num[2]), "%" PRIu64, p->events);
-		snprintf(num[3], sizeof(num[3]), "%" PRIu64, p->lost);
-		snprintf(num[4], sizeof(num[4]), "%zu", p->nfinds);
-		cells[0] = p->has_rank ? num[0] : NULL;
-		cells[1] = p->has_pid ? num[1] : NULL;
-		cells[2] = p->state;
-		cells[3] = num[2];
-		cells[4] = num[3];
-		cells[5] = num[4];
-		if (table_add(t, cells, NULL) < 0)
-			goto err;
-	}
-	table_flush(t, stdout);
-	table_free(t);
-	t = NULL;
-	putchar('\n');
-	if (s->findings > 0) {
-		if (table_new(kcols, 2, color, &t) < 0)
-			return -ENOMEM;
-		for (size_t k = 0; k < s->nkinds; k++) {
-			const char *cells[2] = { s->kinds[k].kind, num[0] };
-
-			if (s->kinds[k].n == 0)
-				continue;
-			snprintf(num[0], sizeof(num[0]), "%zu", s->kinds[k].n);
-			if (table_add(t, cells, NULL) < 0)
-				goto err;
-		}
-		table_flush(t, stdout);
-		table_free(t);
-		putchar('\n');
-	}
 	puts(verdict);
 	return 0;
-err:
-	table_free(t);
-	return -ENOMEM;
 }
 
 /* ---- JSON ---------------------------------------------------------------- */
@@ -712,61 +729,52 @@ static void jr_json(const struct jr *r, const struct jr_sum *s,
 
 /* ---- JUnit --------------------------------------------------------------- */
 
+#define XML_FFFD "\xef\xbf\xbd" /* U+FFFD, the replacement character */
+
 /*
- * `s` as XML character data or an attribute value: markup characters as
- * entities; in attributes, tab, newline and CR as references (which
- * survive attribute normalisation); other control characters, bytes that
- * are not valid UTF-8 and U+FFFE/U+FFFF (none allowed in XML 1.0, not even
- * as references) as U+FFFD.
+ * One character that text_shown() shows, n bytes at p: markup characters
+ * as entities; U+FFFE and U+FFFF (no XML 1.0 characters, not even as
+ * references) as U+FFFD.
+ */
+static void xml_put_shown(FILE *f, const unsigned char *p, size_t n,
+			  bool attr)
+{
+	if (n == 3 && p[0] == 0xef && p[1] == 0xbf && p[2] >= 0xbe)
+		fputs(XML_FFFD, f);
+	else if (n > 1)
+		fwrite(p, 1, n, f);
+	else if (p[0] == '&')
+		fputs("&amp;", f);
+	else if (p[0] == '<')
+		fputs("&lt;", f);
+	else if (p[0] == '>')
+		fputs("&gt;", f);
+	else if (p[0] == '"' && attr)
+		fputs("&quot;", f);
+	else
+		fputc(p[0], f);
+}
+
+/*
+ * `s` as XML character data or an attribute value. What text_shown()
+ * (common/text.h, the one policy) refuses becomes U+FFFD, except tab,
+ * newline and CR, which XML allows: as they are in character data, as
+ * references in attributes (which survive attribute normalisation).
  */
 static void xml_put(FILE *f, const char *s, bool attr)
 {
 	const unsigned char *p = (const unsigned char *)s;
+	size_t avail = strlen(s), n;
 
-	while (*p != '\0') {
-		unsigned c = *p, need, cp, i;
-
-		if (c < 0x80) {
-			if (c == '&')
-				fputs("&amp;", f);
-			else if (c == '<')
-				fputs("&lt;", f);
-			else if (c == '>')
-				fputs("&gt;", f);
-			else if (c == '"' && attr)
-				fputs("&quot;", f);
-			else if ((c == '\t' || c == '\n' || c == '\r') && attr)
-				fprintf(f, "&#%u;", c);
-			else if (c < 0x20 && c != '\t' && c != '\n' &&
-				 c != '\r')
-				fputs("\xef\xbf\xbd", f);
-			else if (c == 0x7f)
-				fputs("\xef\xbf\xbd", f);
-			else
-				fputc((int)c, f);
-			p++;
-			continue;
-		}
-		need = c >= 0xf0 && c <= 0xf4 ? 3 :
-		       c >= 0xe0	      ? (c <= 0xef ? 2 : 0) :
-		       c >= 0xc2 && c <= 0xdf ? 1 :
-						0;
-		cp = need == 3 ? c & 0x07 : need == 2 ? c & 0x0f : c & 0x1f;
-		for (i = 1; i <= need; i++) {
-			if ((p[i] & 0xc0) != 0x80)
-				break;
-			cp = cp << 6 | (p[i] & 0x3f);
-		}
-		if (need == 0 || i <= need || (need == 2 && cp < 0x800) ||
-		    (need == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
-		    (cp >= 0xd800 && cp <= 0xdfff) || cp == 0xfffe ||
-		    cp == 0xffff || (cp >= 0x80 && cp < 0xa0)) {
-			fputs("\xef\xbf\xbd", f);
-			p++;
-			continue;
-		}
-		fwrite(p, 1, need + 1, f);
-		p += need + 1;
+	for (; avail > 0; p += n, avail -= n) {
+		if (text_shown(p, avail, &n))
+			xml_put_shown(f, p, n, attr);
+		else if (*p != '\t' && *p != '\n' && *p != '\r')
+			fputs(XML_FFFD, f);
+		else if (attr)
+			fprintf(f, "&#%u;", *p);
+		else
+			fputc(*p, f);
 	}
 }
 
@@ -926,11 +934,68 @@ err:
 
 /* ---- the command --------------------------------------------------------- */
 
+/* One of report's own options, or a client's (client_option()): -1 to go
+ * on, else a status. */
+static int jr_option(int c, char **argv, struct client_opts *co,
+		     struct jr *r)
+{
+	struct cli_target t = { 0 };
+	int status = -1;
+
+	switch (c) {
+	case CLI_OPT_JOB:
+		status = cli_target_option(JR_CMD, c, optarg, 0, &t);
+		r->job = t.job;
+		break;
+	case 'U':
+		if (optarg[0] == '\0') {
+			fprintf(stderr, JR_CMD ": --junit needs a file name\n");
+			return CLI_USAGE;
+		}
+		r->junit = optarg;
+		break;
+	case 'x':
+		return client_parse_exitcode(JR_CMD, optarg,
+					     &r->error_exitcode);
+	case 'I':
+		r->allow_incomplete = true;
+		break;
+	case 'r':
+		r->has_run = true;
+		r->run = optarg;
+		break;
+	case 'a':
+		r->all = true;
+		break;
+	case CLIENT_OPT_JSON:
+		r->json = true;
+		break;
+	default:
+		return client_option(JR_CMD, c, jr_usage, argv, co);
+	}
+	return status;
+}
+
+/* What the options say together: -1 to go on, else a status. */
+static int jr_check_opts(const struct jr *r)
+{
+	const char *wrong = NULL;
+
+	if (r->job == NULL || r->job[0] == '\0')
+		wrong = "which job? Give --job JOB";
+	else if (r->has_run && r->all)
+		wrong = "--run and --all exclude each other";
+	if (wrong == NULL)
+		return -1;
+	fprintf(stderr, JR_CMD ": %s\nTry '" JR_CMD " --help'.\n", wrong);
+	return CLI_USAGE;
+}
+
 static int parse_opts(int argc, char **argv, struct client_opts *co,
 		      struct jr *r)
 {
 	static const struct option longopts[] = {
-		{ "job", required_argument, NULL, 'J' },
+		CLI_LONGOPT_JOB,
 		{ "junit", required_argument, NULL, 'U' },
 		{ "error-exitcode", required_argument, NULL, 'x' },
 		{ "allow-incomplete", no_argument, NULL, 'I' },
@@ -945,42 +1010,9 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 	opterr = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'J':
-			r->job = optarg;
-			break;
-		case 'U':
-			if (optarg[0] == '\0') {
-				fprintf(stderr, JR_CMD ": --junit needs a "
-						       "file name\n");
-				return CLI_USAGE;
-			}
-			r->junit = optarg;
-			break;
-		case 'x':
-			status = client_parse_exitcode(JR_CMD, optarg,
-						       &r->error_exitcode);
-			if (status >= 0)
-				return status;
-			break;
-		case 'I':
-			r->allow_incomplete = true;
-			break;
-		case 'r':
-			r->has_run = true;
-			r->run = optarg;
-			break;
-		case 'a':
-			r->all = true;
-			break;
-		case CLIENT_OPT_JSON:
-			r->json = true;
-			break;
-		default:
-			status = client_option(JR_CMD, c, jr_usage, argv, co);
-			if (status >= 0)
-				return status;
-		}
+		status = jr_option(c, argv, co, r);
+		if (status >= 0)
+			return status;
 	}
 	if (optind < argc) {
 		fprintf(stderr, JR_CMD ": unexpected argument '%s'\n"
@@ -988,17 +1020,7 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 			argv[optind]);
 		return CLI_USAGE;
 	}
-	if (r->job == NULL || r->job[0] == '\0') {
-		fprintf(stderr, JR_CMD ": which job? Give --job JOB\n"
-				       "Try '" JR_CMD " --help'.\n");
-		return CLI_USAGE;
-	}
-	if (r->has_run && r->all) {
-		fprintf(stderr, JR_CMD ": --run and --all exclude each other\n"
-				       "Try '" JR_CMD " --help'.\n");
-		return CLI_USAGE;
-	}
-	return -1;
+	return jr_check_opts(r);
 }
 
 /* Asks for the job's findings, then its processes (see the top). */

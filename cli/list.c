@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "client.h"
+#include "grow.h"
 #include "table.h"
 
 #define LIST_CMD "npusanctl list"
@@ -55,24 +56,11 @@ static int list_keep(struct list *l, Npusan__FromDaemon *m)
 {
 	const Npusan__ListReply *r = m->list;
 
-	if (l->nprocs + r->n_processes > l->capprocs) {
-		size_t cap = (l->nprocs + r->n_processes) * 2;
-		const Npusan__Process **v = realloc(l->procs, cap * sizeof(*v));
-
-		if (v == NULL)
-			return -ENOMEM;
-		l->procs = v;
-		l->capprocs = cap;
-	}
-	if (l->nmsgs == l->capmsgs) {
-		size_t cap = l->capmsgs ? l->capmsgs * 2 : 8;
-		Npusan__FromDaemon **v = realloc(l->msgs, cap * sizeof(*v));
-
-		if (v == NULL)
-			return -ENOMEM;
-		l->msgs = v;
-		l->capmsgs = cap;
-	}
+	if (grow_array((void **)&l->procs, &l->capprocs,
+		       l->nprocs + r->n_processes, sizeof(*l->procs)) < 0 ||
+	    grow_array((void **)&l->msgs, &l->capmsgs, l->nmsgs + 1,
+		       sizeof(*l->msgs)) < 0)
+		return -ENOMEM;
 	l->msgs[l->nmsgs++] = m;
 	for (size_t i = 0; i < r->n_processes; i++)
 		l->procs[l->nprocs++] = r->processes[i];
@@ -270,42 +258,28 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		      struct list *l, Npusan__ListRequest *req)
 {
 	static const struct option longopts[] = {
-		{ "job", required_argument, NULL, 'J' },
-		{ "pid", required_argument, NULL, 'P' },
+		CLI_LONGOPT_JOB,
+		CLI_LONGOPT_PID,
 		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
 		CLIENT_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
-	uint64_t v;
+	struct cli_target t = { 0 };
 	int c, status;
 
 	opterr = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'J':
-			req->job = optarg;
-			break;
-		case 'P':
-			if (client_parse_u64(optarg, 1, UINT32_MAX, &v) < 0) {
-				fprintf(stderr, LIST_CMD ": --pid needs a "
-							 "process id, not "
-							 "'%s'\n",
-					optarg);
-				return CLI_USAGE;
-			}
-			req->has_pid = true;
-			req->pid = (uint32_t)v;
-			break;
-		case CLIENT_OPT_JSON:
+		status = -1;
+		if (c == CLI_OPT_JOB || c == CLI_OPT_PID)
+			status = cli_target_option(LIST_CMD, c, optarg, 0, &t);
+		else if (c == CLIENT_OPT_JSON)
 			l->json = true;
-			break;
-		default:
+		else
 			status = client_option(LIST_CMD, c, list_usage, argv,
 					       co);
-			if (status >= 0)
-				return status;
-		}
+		if (status >= 0)
+			return status;
 	}
 	if (optind < argc) {
 		fprintf(stderr, LIST_CMD ": unexpected argument '%s'\n"
@@ -313,6 +287,9 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 			argv[optind]);
 		return CLI_USAGE;
 	}
+	req->job = (char *)t.job;
+	req->has_pid = t.has_pid;
+	req->pid = t.pid;
 	return -1;
 }
 

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "grow.h"
 #include "text.h"
 
 #define BOLD "\033[1m"
@@ -385,14 +386,8 @@ int report_from_engine(const struct report_ctx *c, const struct finding *f,
 	need += symtab_stack(c->syms, f->alloc.stack, &ids);
 	need += symtab_stack(c->syms, f->access.stack, &ids);
 	need += symtab_stack(c->syms, f->previous.stack, &ids);
-	if (need > fr->cap) {
-		const char **v = realloc(fr->v, need * sizeof(*v));
-
-		if (v == NULL)
-			return -ENOMEM;
-		fr->v = v;
-		fr->cap = need;
-	}
+	if (grow_array((void **)&fr->v, &fr->cap, need, sizeof(*fr->v)) < 0)
+		return -ENOMEM;
 	r.id = f->id;
 	r.kind = finding_kind_name(f->kind);
 	r.detected_at = detected_at_name(f->detected_at);

@@ -649,13 +649,14 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		      struct run *r)
 {
 	static const struct option longopts[] = {
-		{ "job", required_argument, NULL, 'J' },
+		CLI_LONGOPT_JOB,
 		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
 		{ "error-exitcode", required_argument, NULL, 'x' },
 		{ "allow-incomplete", no_argument, NULL, 'I' },
 		CLIENT_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
+	struct cli_target t = { 0 };
 	int c, status;
 
 	opterr = 0;
@@ -663,13 +664,12 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 	/* '+': CMD's own options are not ours. */
 	while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'J':
-			if (optarg[0] == '\0') {
-				fprintf(stderr, RUN_CMD ": --job needs a "
-							"name\n");
-				return CLI_USAGE;
-			}
-			r->job = optarg;
+		case CLI_OPT_JOB:
+			status = cli_target_option(RUN_CMD, c, optarg,
+						   CLI_TARGET_NAMED, &t);
+			if (status >= 0)
+				return status;
+			r->job = t.job;
 			break;
 		case CLIENT_OPT_JSON:
 			r->json = true;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "text.h"
 
 #define TABLE_BOLD "\033[1m"
@@ -72,15 +73,9 @@ void table_free(struct table *t)
 
 static int table_push(struct table *t, struct table_row r)
 {
-	if (t->nrows == t->cap) {
-		size_t cap = t->cap ? t->cap * 2 : 32;
-		struct table_row *rows = realloc(t->rows, cap * sizeof(*rows));
-
-		if (rows == NULL)
-			return -ENOMEM;
-		t->rows = rows;
-		t->cap = cap;
-	}
+	if (grow_array((void **)&t->rows, &t->cap, t->nrows + 1,
+		       sizeof(*t->rows)) < 0)
+		return -ENOMEM;
 	t->rows[t->nrows++] = r;
 	return 0;
 }
@@ -120,11 +115,6 @@ err:
 int table_break(struct table *t)
 {
 	return table_push(t, (struct table_row){ NULL, NULL });
-}
-
-size_t table_rows(const struct table *t)
-{
-	return t->ncells;
 }
 
 /* Columns on a terminal: UTF-8 code points, not bytes. */

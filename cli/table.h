@@ -47,7 +47,4 @@ int table_break(struct table *t);
 /* Prints the rows added since the last flush (the header the first time). */
 void table_flush(struct table *t, FILE *out);
 
-/* Rows added so far, breaks not counted. */
-size_t table_rows(const struct table *t);
-
 #endif

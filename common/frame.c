@@ -11,8 +11,9 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "clock.h"
 
 /* Descriptors one recvmsg() takes in; more are discarded by the kernel. */
 #define FRAME_MAX_FDS 8
@@ -41,17 +42,9 @@ int frame_header_decode(const uint8_t hdr[FRAME_HEADER_SIZE], uint32_t *len)
 	return 0;
 }
 
-static int64_t frame_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int64_t frame_deadline(int timeout_ms)
 {
-	return timeout_ms < 0 ? FRAME_FOREVER : frame_now_ms() + timeout_ms;
+	return timeout_ms < 0 ? FRAME_FOREVER : (int64_t)clock_mono_ms() + timeout_ms;
 }
 
 /*
@@ -63,7 +56,7 @@ static int frame_wait(int sock, short events, int64_t deadline)
 {
 	for (;;) {
 		struct pollfd p = { .fd = sock, .events = events };
-		int64_t left = deadline - frame_now_ms();
+		int64_t left = deadline - (int64_t)clock_mono_ms();
 		int timeout = deadline == FRAME_FOREVER ? -1 :
 			      left <= 0 ? 0 : left > 60000 ? 60000 : (int)left;
 		int n = poll(&p, 1, timeout);

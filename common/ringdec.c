@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "ringop.h"
 #include "ringread.h"
 #include "text.h"
@@ -101,24 +102,6 @@ static int ringdec_bad(struct ringdec *d, const char *what, unsigned type,
 	return -EBADMSG;
 }
 
-/* Grows *buf to hold n elements of size `size`. 0 or -ENOMEM. */
-static int ringdec_reserve(void **buf, size_t *cap, size_t n, size_t size)
-{
-	size_t want = *cap ? *cap : 16;
-	void *p;
-
-	if (n <= *cap)
-		return 0;
-	while (want < n)
-		want *= 2;
-	p = realloc(*buf, want * size);
-	if (p == NULL)
-		return -ENOMEM;
-	*buf = p;
-	*cap = want;
-	return 0;
-}
-
 /*
  * Interns `len` bytes from a producer as text_keep() keeps them: what the
  * trace format can carry, as it came (text.h: displays clean it), cut as
@@ -134,7 +117,7 @@ static int ringdec_intern(struct ringdec *d, const char *s, size_t len,
 
 	if (keep < len)
 		d->n.truncated++;
-	err = ringdec_reserve((void **)&d->text, &d->text_cap, keep + 1, 1);
+	err = grow_array((void **)&d->text, &d->text_cap, keep + 1, 1);
 	if (err < 0)
 		return err;
 	keep = text_keep(s, keep, d->text, keep + 1);
@@ -198,7 +181,7 @@ static int ringdec_def_stack(struct ringdec *d, const void *payload,
 	    s->id == 0)
 		return ringdec_bad(d, "malformed stack definition",
 				   RING_REC_STACK, len);
-	err = ringdec_reserve((void **)&d->frames, &d->frames_cap, s->nframes,
+	err = grow_array((void **)&d->frames, &d->frames_cap, s->nframes,
 			      sizeof(*d->frames));
 	for (uint32_t i = 0; err == 0 && i < s->nframes; i++)
 		err = ringdec_string(d, s->frames[i], "frame", &d->frames[i]);
@@ -264,7 +247,7 @@ static int ringdec_launch(struct ringdec *d, const void *payload, size_t len,
 	    len - sizeof(*l) != n * sizeof(l->ranges[0]))
 		return ringdec_bad(d, "launch ranges do not match its length",
 				   RING_REC_LAUNCH, len);
-	err = ringdec_reserve((void **)&d->ranges, &d->ranges_cap, n,
+	err = grow_array((void **)&d->ranges, &d->ranges_cap, n,
 			      sizeof(*d->ranges));
 	if (err == 0)
 		err = ringdec_string(d, l->name, "operator", &op->name);

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "hash.h"
 
 #define ARENA_CHUNK (64 * 1024)
@@ -112,17 +113,15 @@ static uint32_t *blobset_slot(struct blobset *b, const void *p, size_t len,
 static int blobset_grow(struct symtab *t, struct blobset *b)
 {
 	if (b->count == b->cap) {
-		uint32_t cap = b->cap * 2;
-		struct blob *ents;
+		size_t cap = b->cap;
 
-		if (cap == 0)
+		if (b->cap > UINT32_MAX / 2) /* ids and counts are 32-bit */
 			return -E2BIG;
-		ents = realloc(b->ents, cap * sizeof(*ents));
-		if (ents == NULL)
+		if (grow_array((void **)&b->ents, &cap, (size_t)b->count + 1,
+			       sizeof(*b->ents)) < 0)
 			return -ENOMEM;
-		t->bytes += (cap - b->cap) * sizeof(*ents);
-		b->ents = ents;
-		b->cap = cap;
+		t->bytes += (cap - b->cap) * sizeof(*b->ents);
+		b->cap = (uint32_t)cap;
 	}
 	if ((uint64_t)b->count * 2 > b->mask) {
 		uint32_t mask = b->mask * 2 + 1;

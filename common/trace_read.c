@@ -35,6 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "grow.h"
 #include "u64map.h"
 #include "utf8.h"
 
@@ -440,18 +441,7 @@ static int take_num(struct trace_reader *r, enum key k, const char **pp,
 /* Makes room for element `n` of a range array. */
 static int ranges_reserve(struct op_range **v, size_t *cap, size_t n)
 {
-	struct op_range *nv;
-	size_t ncap;
-
-	if (n < *cap)
-		return 0;
-	ncap = *cap ? *cap * 2 : 16;
-	nv = realloc(*v, ncap * sizeof(*nv));
-	if (nv == NULL)
-		return -ENOMEM;
-	*v = nv;
-	*cap = ncap;
-	return 0;
+	return grow_array((void **)v, cap, n + 1, sizeof(**v));
 }
 
 /* The error of the list element at p, which is not a valid element. */
@@ -539,14 +529,9 @@ static int unescape(struct trace_reader *r, const char *p, const char *q,
 {
 	char *o;
 
-	if (r->scratch_cap < r->line_len) {
-		char *s = realloc(r->scratch, r->line_len);
-
-		if (s == NULL)
-			return fail(r, -ENOMEM, "out of memory");
-		r->scratch = s;
-		r->scratch_cap = r->line_len;
-	}
+	if (grow_array((void **)&r->scratch, &r->scratch_cap, r->line_len,
+		       1) < 0)
+		return fail(r, -ENOMEM, "out of memory");
 	o = r->scratch + r->scratch_used;
 	out->p = o;
 	for (; p < q; p++) {
@@ -646,15 +631,9 @@ static int add_frame(struct trace_reader *r, struct fields *f,
 
 	if (f->nframes == OP_MAX_FRAMES) /* as the live path keeps it */
 		return 0;
-	if (f->nframes == r->frames_cap) {
-		size_t cap = r->frames_cap ? r->frames_cap * 2 : 16;
-		uint32_t *v = realloc(r->frames, cap * sizeof(*v));
-
-		if (v == NULL)
-			return fail(r, -ENOMEM, "out of memory");
-		r->frames = v;
-		r->frames_cap = cap;
-	}
+	if (grow_array((void **)&r->frames, &r->frames_cap, f->nframes + 1,
+		       sizeof(*r->frames)) < 0)
+		return fail(r, -ENOMEM, "out of memory");
 	err = symtab_intern(r->syms, s->p, op_cut_string(s->p, s->len), &id);
 	if (err < 0)
 		return fail_symtab(r, err);

@@ -12,10 +12,12 @@
 #include "trace.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "utf8.h"
+#include "grow.h"
+#include "text.h"
 
 /* Pending bytes that send the lines to the stream without a flush. */
 #define TRACE_WRITER_BATCH (256u * 1024)
@@ -36,19 +38,10 @@ struct trace_writer {
 
 static void put(struct trace_writer *w, const char *s, size_t n)
 {
-	if (w->cap - w->len < n) {
-		size_t cap = w->cap ? w->cap : 256;
-		char *buf;
-
-		while (cap - w->len < n)
-			cap *= 2;
-		buf = realloc(w->buf, cap);
-		if (buf == NULL) {
-			w->oom = true;
-			return;
-		}
-		w->buf = buf;
-		w->cap = cap;
+	if (n > SIZE_MAX - w->len ||
+	    grow_array((void **)&w->buf, &w->cap, w->len + n, 1) < 0) {
+		w->oom = true;
+		return;
 	}
 	memcpy(w->buf + w->len, s, n);
 	w->len += n;
@@ -153,27 +146,17 @@ static void put_list(struct trace_writer *w, const char *key,
 }
 
 /*
- * True when the reader takes `s` back unchanged: valid UTF-8 whose only
- * control characters are newline and tab, which quoting escapes.
+ * True when the reader takes `s` back unchanged: every character is one
+ * the trace format carries (text_trace_char(), the one policy).
  */
 static bool str_ok(const char *s, size_t len)
 {
 	const unsigned char *p = (const unsigned char *)s;
-	size_t i = 0;
+	size_t n;
 
-	while (i < len) {
-		unsigned char c = p[i];
-		size_t n;
-
-		if (c < 0x80) {
-			if (c < 0x20 && c != '\n' && c != '\t')
-				return false;
-			i++;
-			continue;
-		}
-		if ((n = utf8_seq(p + i, len - i)) == 0)
+	for (size_t i = 0; i < len; i += n) {
+		if (!text_trace_char(p + i, len - i, &n))
 			return false;
-		i += n;
 	}
 	return true;
 }
@@ -235,19 +218,13 @@ static bool op_ok(const struct trace_writer *w, const struct op *op)
 /* Makes stack_ids hold index `stack`. */
 static int stack_ids_reserve(struct trace_writer *w, uint32_t stack)
 {
-	size_t cap = w->stack_ids_cap ? w->stack_ids_cap : 64;
-	uint32_t *v;
+	size_t old = w->stack_ids_cap;
 
-	if (stack < w->stack_ids_cap)
-		return 0;
-	while (cap <= stack)
-		cap *= 2;
-	v = realloc(w->stack_ids, cap * sizeof(*v));
-	if (v == NULL)
+	if (grow_array((void **)&w->stack_ids, &w->stack_ids_cap,
+		       (size_t)stack + 1, sizeof(*w->stack_ids)) < 0)
 		return -ENOMEM;
-	memset(v + w->stack_ids_cap, 0, (cap - w->stack_ids_cap) * sizeof(*v));
-	w->stack_ids = v;
-	w->stack_ids_cap = cap;
+	memset(w->stack_ids + old, 0,
+	       (w->stack_ids_cap - old) * sizeof(*w->stack_ids));
 	return 0;
 }
 

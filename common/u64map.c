@@ -130,6 +130,22 @@ void u64map_clear(struct u64map *m)
 	m->count = 0;
 }
 
+bool u64map_next(const struct u64map *m, size_t *pos, uint64_t *key,
+		 uint64_t *val)
+{
+	for (size_t i = *pos; m->used != NULL && i <= m->mask; i++) {
+		if (m->used[i]) {
+			if (key != NULL)
+				*key = m->slots[i].key;
+			if (val != NULL)
+				*val = m->slots[i].val;
+			*pos = i + 1;
+			return true;
+		}
+	}
+	return false;
+}
+
 size_t u64map_bytes(const struct u64map *m)
 {
 	return (m->mask + 1) * (sizeof(*m->slots) + 1);

@@ -48,4 +48,13 @@ void u64map_clear(struct u64map *m);
 /* Bytes of memory the map holds. */
 size_t u64map_bytes(const struct u64map *m);
 
+/*
+ * Iterates over the keys in no set order: start with *pos = 0; each call
+ * that returns true gives the next key and its value (either out-pointer
+ * may be NULL), false means none is left. The map must not change during
+ * the walk. A zeroed map (never initialised, or finished) has no keys.
+ */
+bool u64map_next(const struct u64map *m, size_t *pos, uint64_t *key,
+		 uint64_t *val);
+
 #endif

@@ -9,8 +9,11 @@
  *    so a flooding process costs the others one batch of delay, never
  *    more; a thread that found nothing in a round naps period_ms.
  * 2. A process's ring, decoder, symtab and engine are touched only by its
- *    thread. The loop thread only links a new process into a thread's list
- *    and marks one disconnected, both under that thread's mutex.
+ *    thread. The loop thread touches a process only under its thread's
+ *    mutex: it links a new one into the list, looks one up (ingest_find(),
+ *    which reads `gone`), and counts its connections (`conns`: raised by
+ *    a registration again, lowered by a disconnect, which also resets
+ *    `checked_ms`). Its `state` alone it sets without the mutex, atomically.
  * 3. The engine deduplicates. A first occurrence goes to the store at once;
  *    repeats are summed per finding and handed over once per round, so a
  *    finding repeated a million times a second costs the store one upsert
@@ -53,7 +56,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "engine.h"
+#include "grow.h"
 #include "log.h"
 #include "procstat.h"
 #include "ringdec.h"
@@ -144,15 +149,6 @@ static int64_t ingest_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* For durations (the lag), which the wall clock's steps must not bend. */
-static int64_t ingest_mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- findings -------------------------------------------------------- */
 
 /* Frames of symtab stack `id` as strings, into `buf` (at most `max`). */
@@ -227,7 +223,6 @@ static void ingest_finding_cb(const struct finding *f, bool first, void *arg)
 {
 	struct ingest_proc *p = arg;
 	uint64_t *slot;
-	struct finding *grown;
 
 	/* Relaxed: a statistic; nothing is ordered by it. Every occurrence,
 	 * first or repeat, is counted here once. */
@@ -246,16 +241,10 @@ static void ingest_finding_cb(const struct finding *f, bool first, void *arg)
 		p->pending[*slot].count = delta;
 		return;
 	}
-	if (p->npending == p->cap_pending) {
-		size_t cap = p->cap_pending ? p->cap_pending * 2 : 16;
-
-		grown = realloc(p->pending, cap * sizeof(*grown));
-		if (grown == NULL) {
-			ingest_submit(p, f, 1); /* no room to sum: send now */
-			return;
-		}
-		p->pending = grown;
-		p->cap_pending = cap;
+	if (grow_array((void **)&p->pending, &p->cap_pending, p->npending + 1,
+		       sizeof(*p->pending)) < 0) {
+		ingest_submit(p, f, 1); /* no room to sum: send now */
+		return;
 	}
 	if (u64map_put(&p->repeats, f->id, p->npending) < 0) {
 		ingest_submit(p, f, 1);
@@ -322,8 +311,13 @@ static void ingest_gap(struct ingest_proc *p, uint64_t lost)
 
 /*
  * Says once per process that its ring held what no correct agent writes:
- * an undecodable record, a corrupt header, an impossible count. Each is
- * already a gap in its analysis and counted; the log names the process.
+ * an undecodable record, a corrupt header, an impossible count. ringdec
+ * counts a malformed record (and a gap's impossible count) in `malformed`,
+ * and an operation record it could not decode in `lost` too, which it
+ * made a gap of one; a malformed definition is no gap (nothing was
+ * defined: what names it later is counted `undefined`). ringread counts
+ * a corrupt header, or an impossible count met at map, in `corrupt`; what
+ * it skipped comes as a gap. The log names the process.
  */
 static void ingest_check_corrupt(struct ingest_proc *p)
 {
@@ -367,7 +361,9 @@ static int ingest_record_cb(void *arg, unsigned type, const void *payload,
 	struct op op;
 
 	if (ringdec_record(p->dec, type, payload, len, &op) != 1)
-		return 0; /* a definition, or malformed: ringdec counts it */
+		return 0; /* a definition, taken (0) or refused (< 0, counted
+			   * `malformed` by ringdec when it was malformed);
+			   * an operation it cannot decode comes back a gap */
 	/* A gap is no operation of the process's: it is counted apart. */
 	if (op.kind == OP_GAP) {
 		ingest_count_gap(p, &op);
@@ -541,7 +537,8 @@ static struct ingest_proc **ingest_link_of(struct ingest_thread *t,
 /*
  * One round over a thread's processes: a batch from each; a process found
  * gone is finished and freed once a batch drained the last of what it
- * left. The thread's lock guards the list only; draining runs without it.
+ * left. The thread's lock guards the list and what DESIGN 2 names;
+ * draining runs without it.
  * Returns the records taken.
  */
 static unsigned ingest_round(struct ingest_thread *t)
@@ -559,7 +556,9 @@ static unsigned ingest_round(struct ingest_thread *t)
 		n = (unsigned)ingest_drain(p, p->gone ? RINGREAD_DEAD : 0);
 		total += n;
 		ingest_flush_repeats(p);
-		ingest_backlog(p, ingest_mono_ms(), &fill, &lag);
+		/* The lag is a duration, which the wall clock's steps must not
+		 * bend. */
+		ingest_backlog(p, (int64_t)clock_mono_ms(), &fill, &lag);
 		max_fill = fill > max_fill ? fill : max_fill;
 		max_lag = lag > max_lag ? lag : max_lag;
 		now = ingest_now_ms();
@@ -845,7 +844,7 @@ int ingest_register(struct ingest *in, const struct store_process *sp, int fd,
 	if (rc.corrupt != 0) /* how many a dead daemon took: unknown */
 		ingest_gap(p, UINT64_MAX);
 	p->last_ms = ingest_now_ms();
-	p->empty_mono_ms = ingest_mono_ms();
+	p->empty_mono_ms = (int64_t)clock_mono_ms();
 	atomic_fetch_add_explicit(&in->running, 1, memory_order_relaxed);
 	t = ingest_pick(in);
 	p->conns = 1;

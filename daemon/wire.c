@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "text.h"
 
 /* ---- receiving --------------------------------------------------------- */
@@ -273,17 +274,8 @@ int wire_batch_add(struct wire_batch *b, unsigned field,
 
 	if (need > WIRE_BATCH_MAX || b->len + need > WIRE_BATCH_MAX)
 		return -E2BIG;
-	if (b->len + need > b->cap) {
-		size_t cap = b->cap ? b->cap : 4096;
-
-		while (cap < b->len + need)
-			cap *= 2;
-		p = realloc(b->buf, cap);
-		if (p == NULL)
-			return -ENOMEM;
-		b->buf = p;
-		b->cap = cap;
-	}
+	if (grow_array((void **)&b->buf, &b->cap, b->len + need, 1) < 0)
+		return -ENOMEM;
 	p = wire_varint(b->buf + b->len, key);
 	p = wire_varint(p, size);
 	p += protobuf_c_message_pack(m, p);

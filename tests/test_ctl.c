@@ -683,6 +683,32 @@ START_TEST(ctl_bad_values_are_usage_errors)
 }
 END_TEST
 
+/* --job and --pid are parsed once (cli/target.c): every command that takes
+ * --pid refuses a bad one in the same words. */
+START_TEST(ctl_pid_and_job_refused_alike)
+{
+	static const char *const cmds[] = { "list", "findings" };
+	char *err, want[160];
+
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		ck_assert_int_eq(ctl(NULL, &err, cmds[i], "--pid", "4294967296",
+				     NULL),
+				 2);
+		snprintf(want, sizeof(want),
+			 "npusanctl %s: --pid needs a process id, not "
+			 "'4294967296'\nTry 'npusanctl %s --help'.\n",
+			 cmds[i], cmds[i]);
+		ck_assert_str_eq(err, want);
+		free(err);
+	}
+	ck_assert_int_eq(ctl(NULL, &err, "run", "--job", "", "--", "true",
+			     NULL),
+			 2);
+	ck_assert_str_eq(err, "npusanctl run: --job needs a name\n");
+	free(err);
+}
+END_TEST
+
 /* ---- findings ------------------------------------------------------------ */
 
 START_TEST(ctl_findings_json_is_findings_md_exactly)
@@ -1486,6 +1512,7 @@ static Suite *ctl_suite(void)
 	tcase_add_test(tc, ctl_live_daemon_is_not_reported_missing);
 	tcase_add_test(tc, ctl_every_command_has_help_and_refuses_unknown_options);
 	tcase_add_test(tc, ctl_bad_values_are_usage_errors);
+	tcase_add_test(tc, ctl_pid_and_job_refused_alike);
 	tcase_add_test(tc, ctl_findings_json_is_findings_md_exactly);
 	tcase_add_test(tc, ctl_findings_json_matches_analyze_byte_for_byte);
 	tcase_add_test(tc, ctl_findings_json_null_alloc_previous_and_big_pointers);

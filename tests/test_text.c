@@ -70,6 +70,50 @@ START_TEST(text_put_writes_what_clean_makes)
 }
 END_TEST
 
+/* The boundaries of the policy, code point by code point: U+0000-U+001F,
+ * U+007F-U+009F refused, their neighbours shown. */
+START_TEST(text_shown_refuses_c0_del_and_c1_only)
+{
+	for (unsigned cp = 0; cp < 0x800; cp++) {
+		unsigned char s[2];
+		size_t len = 1, n = 0;
+		bool control = cp < 0x20 || (cp >= 0x7f && cp < 0xa0);
+
+		s[0] = (unsigned char)cp;
+		if (cp >= 0x80) {
+			s[0] = (unsigned char)(0xc0 | cp >> 6);
+			s[1] = (unsigned char)(0x80 | (cp & 0x3f));
+			len = 2;
+		}
+		ck_assert_msg(text_shown(s, len, &n) == !control, "U+%04X", cp);
+		ck_assert_uint_eq(n, len);
+	}
+}
+END_TEST
+
+/* Stored as it came (a C1 control a trace carries), yet never raw on a
+ * terminal: what text_keep() keeps, text_put() still cleans. */
+START_TEST(text_kept_controls_never_reach_a_terminal)
+{
+	static const char in[] = "\x1b[2J\xc2\x9b" "2J\xc2\x9d" "0;t\x07\x7f";
+	char kept[32], *buf = NULL;
+	size_t len = 0, n = text_keep(in, sizeof(in) - 1, kept, sizeof(kept));
+	FILE *f = open_memstream(&buf, &len);
+
+	ck_assert_ptr_nonnull(f);
+	/* ESC and BEL become '?'; the C1 controls and DEL are kept. */
+	ck_assert_uint_eq(n, sizeof(in) - 1);
+	ck_assert_str_eq(kept, "?[2J\xc2\x9b" "2J\xc2\x9d" "0;t?\x7f");
+	text_put(f, kept);
+	fclose(f);
+	ck_assert_str_eq(buf, "?[2J?2J?0;t??");
+	for (size_t i = 0; i < len; i++)
+		ck_assert((unsigned char)buf[i] >= 0x20 &&
+			  (unsigned char)buf[i] < 0x7f);
+	free(buf);
+}
+END_TEST
+
 static Suite *text_suite(void)
 {
 	Suite *s = suite_create("text");
@@ -79,6 +123,8 @@ static Suite *text_suite(void)
 	tcase_add_test(tc, text_clean_in_place);
 	tcase_add_test(tc, text_keep_keeps_what_traces_carry);
 	tcase_add_test(tc, text_put_writes_what_clean_makes);
+	tcase_add_test(tc, text_shown_refuses_c0_del_and_c1_only);
+	tcase_add_test(tc, text_kept_controls_never_reach_a_terminal);
 	suite_add_tcase(s, tc);
 	return s;
 }
