@@ -154,11 +154,12 @@ void live_free(uint64_t ptr, live_push_fn push, void *arg)
 static void live_set_walk(struct live_set *s,
 			  void (*cb)(uint64_t id, void *arg), void *arg)
 {
+	size_t pos = 0;
+	uint64_t id;
+
 	pthread_mutex_lock(&s->lock);
-	for (size_t i = 0; s->ids.slots != NULL && i <= s->ids.mask; i++) {
-		if (s->ids.used[i])
-			cb(s->ids.slots[i].key, arg);
-	}
+	while (u64map_next(&s->ids, &pos, &id, NULL))
+		cb(id, arg);
 	pthread_mutex_unlock(&s->lock);
 }
 

@@ -51,10 +51,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agentlog.h"
+#include "clock.h"
 #include "frame.h"
 #include "identity.h"
 #include "npusan.pb-c.h"
 #include "paths.h"
+#include "text.h"
 #include "thread.h"
 
 #ifndef NPUSAN_VERSION
@@ -115,26 +118,8 @@ static uint8_t reg_rx[REG_RX_MAX];
 /* DESIGN 5; taken before the agent's own locks. */
 static pthread_mutex_t reg_step_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void reg_vlog(const char *fmt, va_list ap)
-	__attribute__((format(printf, 1, 0)));
 static void reg_log(enum reg_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-
-/* One line to stderr in one write(), so lines of processes never mix. */
-static void reg_vlog(const char *fmt, va_list ap)
-{
-	char line[512] = "npusan: ";
-	size_t off = strlen(line);
-	int n = vsnprintf(line + off, sizeof(line) - off - 1, fmt, ap);
-
-	if (n < 0)
-		return;
-	off += (size_t)n < sizeof(line) - off - 1 ? (size_t)n :
-						       sizeof(line) - off - 2;
-	line[off++] = '\n';
-	while (write(STDERR_FILENO, line, off) < 0 && errno == EINTR)
-		;
-}
 
 static void reg_log(enum reg_log_level level, const char *fmt, ...)
 {
@@ -144,7 +129,7 @@ static void reg_log(enum reg_log_level level, const char *fmt, ...)
 	if (reg.log < level)
 		return;
 	va_start(ap, fmt);
-	reg_vlog(fmt, ap);
+	agent_vlog(fmt, ap);
 	va_end(ap);
 	errno = saved;
 }
@@ -154,22 +139,9 @@ static const char *reg_strerror(int err, char *buf, size_t len)
 	return strerror_r(err < 0 ? -err : err, buf, len);
 }
 
-/* What the daemon said, cut short and stripped of control characters. */
-static void reg_clean(const char *s, char *out, size_t len)
-{
-	size_t i = 0;
-
-	for (; s != NULL && s[i] != '\0' && i + 1 < len; i++)
-		out[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
-	out[i] = '\0';
-}
-
 static int64_t reg_now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)clock_mono_ms();
 }
 
 static int reg_ms_left(int64_t deadline)
@@ -461,7 +433,8 @@ static void reg_on_reply(const Npusan__RegisterReply *rr)
 		reg_set_pending(false);
 		return;
 	}
-	reg_clean(rr->error, why, sizeof(why));
+	if (text_clean(rr->error, why, sizeof(why)) == NULL)
+		why[0] = '\0';
 	reg_log(REG_LOG_INFO, "registration refused by %s: %s", reg.path,
 		why[0] ? why : "no reason given");
 	reg_close_sock();
