@@ -132,7 +132,8 @@ static void replay_op(struct replay *rp, const struct op *op)
 	case OP_STREAM_SYNC: npusan_stream_sync(op->stream); break;
 	case OP_DEVICE_SYNC: npusan_device_sync(); break;
 	case OP_ALLOC:
-		/* npusan_alloc_graph() takes no stack: the trace's is lost. */
+		/* npusan_alloc_graph() takes no stack: the trace's is lost
+		 * (and no native one is taken, see replay_trace()). */
 		if (op->has_graph)
 			npusan_alloc_graph(op->ptr, op->size,
 					   op->has_stream ? op->stream :
@@ -233,6 +234,9 @@ static int replay_trace(struct replay *rp, struct trace_reader *r)
 	ret = trace_read(r, &op);
 	replay_identity(trace_reader_process(r));
 	setenv("NPUSAN_RING_FULL", "block", 0);
+	/* Every stack comes from the trace: npusan_alloc_graph(), which
+	 * takes none, must not capture this program's own. */
+	setenv("NPUSAN_STACKS", "0", 1);
 	err = npusan_init();
 	if (err < 0) {
 		fprintf(stderr, "npusan-replay: %s: the agent could not start: "
