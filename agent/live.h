@@ -28,8 +28,10 @@ struct live_alloc {
 	uint64_t ptr;
 	uint64_t size;
 	uint64_t stream; /* valid when has_stream */
+	uint64_t graph;  /* valid when has_graph: from that graph's pool */
 	uint32_t stack;
 	bool has_stream;
+	bool has_graph;
 };
 
 /* Runs with the entry's lock held, after the table changed. */

@@ -282,15 +282,18 @@ static struct ring *agent_ring_for(int slot, int level, uint32_t *stack)
 	return r;
 }
 
+/* `op` is a struct ring_op, or the start of a struct ring_op_graph when it
+ * says so (ring_op_size()). */
 static void agent_push_op_to(int slot, int level, const struct ring_op *op)
 {
 	struct ring_slot rs;
 	uint32_t stack = op->stack;
 	struct ring *r = agent_ring_for(slot, level, &stack);
+	size_t len = ring_op_size(op);
 
-	if (r == NULL || ring_reserve(r, RING_REC_OP, sizeof(*op), &rs))
+	if (r == NULL || ring_reserve(r, RING_REC_OP, len, &rs))
 		return;
-	memcpy(rs.payload, op, sizeof(*op));
+	memcpy(rs.payload, op, len);
 	((struct ring_op *)rs.payload)->stack = stack;
 	ring_commit(&rs);
 }
@@ -404,41 +407,49 @@ NPUSAN_EXPORT void npusan_launch(uint64_t stream, uint32_t op,
 		agent_launch(stream, op, reads, nreads, writes, nwrites, stack);
 }
 
-/* The alloc record of `a`: for the allocation itself and for a snapshot. */
-static struct ring_op agent_alloc_op(const struct live_alloc *a)
+/* The alloc record of `a`, for the allocation itself and for a snapshot:
+ * a struct ring_op_graph whose `op` is pushed (ring_op_size()). The pool
+ * is a property of the memory, so a snapshot keeps it, though no graph
+ * travels in a snapshot. */
+static struct ring_op_graph agent_alloc_op(const struct live_alloc *a)
 {
-	struct ring_op op = { .kind = OP_ALLOC, .a = a->ptr, .b = a->size,
-			      .stack = a->stack };
+	struct ring_op_graph g = {
+		.op = { .kind = OP_ALLOC, .a = a->ptr, .b = a->size,
+			.stack = a->stack },
+	};
 
 	if (a->has_stream) {
-		op.flags = RING_OP_HAS_STREAM;
-		op.c = a->stream;
+		g.op.flags |= RING_OP_HAS_STREAM;
+		g.op.c = a->stream;
 	}
-	return op;
+	if (a->has_graph) {
+		g.op.flags |= RING_OP_HAS_GRAPH;
+		g.graph = a->graph;
+	}
+	return g;
 }
 
-static __attribute__((noinline)) void agent_alloc(uint64_t ptr, uint64_t size,
-						  bool has_stream,
-						  uint64_t stream,
+/* `a` less its stack, which is taken here (agent_stack()'s frames). */
+static __attribute__((noinline)) void agent_alloc(struct live_alloc a,
 						  uint32_t stack)
 {
-	struct live_alloc a = { .ptr = ptr, .size = size, .stream = stream,
-				.has_stream = has_stream };
-	struct ring_op op;
+	struct ring_op_graph g;
 
 	a.stack = agent_stack(stack);
-	op = agent_alloc_op(&a);
+	g = agent_alloc_op(&a);
 	if (agent_keeps_lifetimes())
-		live_alloc(&a, agent_push_lifetime_cb, &op);
+		live_alloc(&a, agent_push_lifetime_cb, &g.op);
 	else
-		agent_push_op(&op, AGENT_ATTACHING);
+		agent_push_op(&g.op, AGENT_ATTACHING);
 }
 
 NPUSAN_EXPORT void npusan_alloc(uint64_t ptr, uint64_t size, uint64_t stream,
 				uint32_t stack)
 {
 	if (agent_live())
-		agent_alloc(ptr, size, stream != NPUSAN_NO_STREAM, stream,
+		agent_alloc((struct live_alloc){
+				    .ptr = ptr, .size = size, .stream = stream,
+				    .has_stream = stream != NPUSAN_NO_STREAM },
 			    stack);
 }
 
@@ -446,7 +457,21 @@ NPUSAN_EXPORT void npusan_alloc_on(uint64_t ptr, uint64_t size,
 				   uint64_t stream, uint32_t stack)
 {
 	if (agent_live())
-		agent_alloc(ptr, size, true, stream, stack);
+		agent_alloc((struct live_alloc){ .ptr = ptr, .size = size,
+						 .stream = stream,
+						 .has_stream = true },
+			    stack);
+}
+
+NPUSAN_EXPORT void npusan_alloc_graph(uint64_t ptr, uint64_t size,
+				      uint64_t stream, uint64_t graph)
+{
+	if (agent_live())
+		agent_alloc((struct live_alloc){
+				    .ptr = ptr, .size = size, .stream = stream,
+				    .has_stream = stream != NPUSAN_NO_STREAM,
+				    .graph = graph, .has_graph = true },
+			    NPUSAN_STACK_NATIVE);
 }
 
 NPUSAN_EXPORT void npusan_free(uint64_t ptr)
@@ -516,6 +541,29 @@ NPUSAN_EXPORT void npusan_flush(void)
 	agent_op(OP_FLUSH, 0, 0);
 }
 
+/* Graph ops are device-side work, not lifetimes: like launches, none is
+ * kept while dormant, and a snapshot carries no graph (the gap after it
+ * makes the daemon forget graphs anyway). */
+NPUSAN_EXPORT void npusan_capture_begin(uint64_t stream, uint64_t graph)
+{
+	agent_op(OP_CAPTURE_BEGIN, stream, graph);
+}
+
+NPUSAN_EXPORT void npusan_capture_end(uint64_t stream, uint64_t graph)
+{
+	agent_op(OP_CAPTURE_END, stream, graph);
+}
+
+NPUSAN_EXPORT void npusan_graph_replay(uint64_t graph, uint64_t stream)
+{
+	agent_op(OP_GRAPH_REPLAY, graph, stream);
+}
+
+NPUSAN_EXPORT void npusan_graph_destroy(uint64_t graph)
+{
+	agent_op(OP_GRAPH_DESTROY, graph, 0);
+}
+
 NPUSAN_EXPORT void npusan_gap(uint64_t lost)
 {
 	if (!agent_on())
@@ -570,10 +618,10 @@ static void agent_snap_event_cb(uint64_t event, void *arg)
 
 static void agent_snap_alloc_cb(const struct live_alloc *a, void *arg)
 {
-	struct ring_op op = agent_alloc_op(a);
+	struct ring_op_graph g = agent_alloc_op(a);
 
 	(void)arg;
-	agent_push_op_to(AGENT_DAEMON, AGENT_ATTACHING, &op);
+	agent_push_op_to(AGENT_DAEMON, AGENT_ATTACHING, &g.op);
 }
 
 /* What is live, then a gap of `lost` (NPUSAN_LOST_UNKNOWN: unknown), to the

@@ -23,7 +23,9 @@
  *                            attach sends
  *   NPUSAN_SOCKET=PATH       the daemon's socket (default: the per-user or
  *                            system socket, see the README)
- *   NPUSAN_RECORD=PATH       also write a v1 text trace; "%p" is the pid
+ *   NPUSAN_RECORD=PATH       also write a text trace; "%p" is the pid
+ *                            (format version 1, or 2 once a graph call
+ *                            was made)
  *   NPUSAN_RING_SIZE=BYTES   ring capacity, a power of two, K/M/G allowed
  *                            (default 8M)
  *   NPUSAN_RING_FULL=drop|block   what a full ring does (default drop:
@@ -181,6 +183,24 @@ void npusan_launch(uint64_t stream, uint32_t op,
 		   const struct npusan_range *reads, size_t nreads,
 		   const struct npusan_range *writes, size_t nwrites,
 		   uint32_t stack);
+
+/*
+ * Graph capture and replay (format version 2; CUDA graphs, ACLGraph).
+ * Graph ids are the caller's, any 64-bit number, like stream ids.
+ */
+/* `stream` starts capturing graph `graph`: its work is recorded, not run. */
+void npusan_capture_begin(uint64_t stream, uint64_t graph);
+/* The capture of `graph` that began on `stream` ends. */
+void npusan_capture_end(uint64_t stream, uint64_t graph);
+/* The work captured in `graph` runs once, on `stream`. */
+void npusan_graph_replay(uint64_t graph, uint64_t stream);
+/* `graph` is reset or destroyed. */
+void npusan_graph_destroy(uint64_t graph);
+/* As npusan_alloc(), for memory from the private memory pool of `graph`
+ * (which need not exist yet); its stack is the native one when
+ * NPUSAN_STACKS asks for stacks. Kept while dormant, as allocations are. */
+void npusan_alloc_graph(uint64_t ptr, uint64_t size, uint64_t stream,
+			uint64_t graph);
 
 /* Check every live allocation for a missing record_stream now. */
 void npusan_flush(void);

@@ -21,6 +21,13 @@
  * line of spaces (which readers skip) fills the page first, and every page
  * ends at a line's end. Only a line longer than a page can still be torn,
  * and then readers take it for what it is (common/trace.h).
+ *
+ * The trace is version 1 until the process makes its first graph call;
+ * then the header's version digit is rewritten to 2 in place (both headers
+ * are the same length), after every line before it is in the file and
+ * before the graph op's line is written, so the file is a valid trace at
+ * every moment: a process without graphs leaves a version 1 trace, which
+ * every reader of version 1 reads.
  */
 #include "recorder.h"
 
@@ -59,6 +66,8 @@ struct recorder {
 	struct symtab *syms;
 	struct ringdec *dec;
 	struct trace_writer *w;
+	struct recorder_file *file; /* under f; freed by fclose(f) */
+	bool v2; /* the header says version 2 */
 	struct trace_process proc; /* strings owned by job and name */
 	int err; /* the first write error; the thread's own until joined */
 };
@@ -144,8 +153,9 @@ static int recorder_file_close(void *arg)
 }
 
 /* The stream of a new file at `path`, unbuffered: the writer batches
- * whole lines itself, which stdio must not cut. NULL with errno set. */
-static FILE *recorder_file_open(const char *path)
+ * whole lines itself, which stdio must not cut; the file under it in
+ * *file, which fclose() frees. NULL with errno set. */
+static FILE *recorder_file_open(const char *path, struct recorder_file **file)
 {
 	cookie_io_functions_t io = { .write = recorder_file_write,
 				     .close = recorder_file_close };
@@ -170,6 +180,7 @@ static FILE *recorder_file_open(const char *path)
 		return NULL;
 	}
 	setvbuf(stream, NULL, _IONBF, 0);
+	*file = f;
 	return stream;
 }
 
@@ -190,7 +201,7 @@ static int recorder_open(struct recorder *rec)
 {
 	int err;
 
-	rec->f = recorder_file_open(rec->path);
+	rec->f = recorder_file_open(rec->path, &rec->file);
 	if (rec->f == NULL)
 		return -errno;
 	err = trace_writer_new(rec->f, rec->syms, &rec->proc, &rec->w);
@@ -201,6 +212,25 @@ static int recorder_open(struct recorder *rec)
 	return err;
 }
 
+/* Makes the trace version 2 (see the top): the lines so far to the file,
+ * then the header's digit. 0, or -EIO. */
+static int recorder_upgrade(struct recorder *rec)
+{
+	ssize_t n;
+	int err = trace_writer_flush(rec->w);
+
+	if (err < 0)
+		return err;
+	do
+		n = pwrite(rec->file->fd, "2", 1, TRACE_VERSION_AT);
+	while (n < 0 && errno == EINTR);
+	if (n != 1)
+		return -EIO;
+	trace_writer_upgrade(rec->w);
+	rec->v2 = true;
+	return 0;
+}
+
 static void recorder_write(struct recorder *rec, const struct op *op)
 {
 	int err = 0;
@@ -209,6 +239,8 @@ static void recorder_write(struct recorder *rec, const struct op *op)
 		return;
 	if (rec->w == NULL)
 		err = recorder_open(rec);
+	if (err == 0 && !rec->v2 && op_is_v2(op))
+		err = recorder_upgrade(rec);
 	if (err == 0)
 		err = trace_write_op(rec->w, op);
 	if (err < 0)

@@ -134,7 +134,14 @@ static void replay_op(struct replay *rp, const struct op *op)
 	case OP_STREAM_SYNC: npusan_stream_sync(op->stream); break;
 	case OP_DEVICE_SYNC: npusan_device_sync(); break;
 	case OP_ALLOC:
-		if (op->has_stream)
+		/* npusan_alloc_graph() takes no stack: the trace's is lost
+		 * (and no native one is taken, see replay_trace()). */
+		if (op->has_graph)
+			npusan_alloc_graph(op->ptr, op->size,
+					   op->has_stream ? op->stream :
+							    NPUSAN_NO_STREAM,
+					   op->graph);
+		else if (op->has_stream)
 			npusan_alloc_on(op->ptr, op->size, op->stream,
 					replay_stack(rp, op->stack));
 		else
@@ -152,6 +159,10 @@ static void replay_op(struct replay *rp, const struct op *op)
 		break;
 	case OP_FLUSH: npusan_flush(); break;
 	case OP_GAP: npusan_gap(op->has_lost ? op->lost : NPUSAN_LOST_UNKNOWN); break;
+	case OP_CAPTURE_BEGIN: npusan_capture_begin(op->stream, op->graph); break;
+	case OP_CAPTURE_END: npusan_capture_end(op->stream, op->graph); break;
+	case OP_GRAPH_REPLAY: npusan_graph_replay(op->graph, op->stream); break;
+	case OP_GRAPH_DESTROY: npusan_graph_destroy(op->graph); break;
 	default: break;
 	}
 }
@@ -230,6 +241,9 @@ static int replay_trace(struct replay *rp, struct trace_reader *r)
 	ret = trace_read(r, &op);
 	replay_identity(trace_reader_process(r));
 	setenv("NPUSAN_RING_FULL", "block", 0);
+	/* Every stack comes from the trace: npusan_alloc_graph(), which
+	 * takes none, must not capture this program's own. */
+	setenv("NPUSAN_STACKS", "0", 1);
 	err = npusan_init();
 	if (err < 0) {
 		fprintf(stderr, "npusan-replay: %s: the agent could not start: "

@@ -1,5 +1,5 @@
 /*
- * op.c - names of the operations of trace format v1.
+ * op.c - names of the operations of the trace format (v1 and v2).
  */
 #include "op.h"
 

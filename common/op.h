@@ -17,7 +17,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* X(enum suffix, trace directive) for every operation of trace format v1. */
+/*
+ * X(enum suffix, trace directive) for every operation: those of trace
+ * format v1, then those version 2 adds (graphs). New kinds go at the end:
+ * the numbers are the ring's wire numbers (ringop.h).
+ */
 #define OP_KINDS(X)                        \
 	X(STREAM_CREATE, "stream_create")  \
 	X(EVENT_CREATE, "event_create")    \
@@ -33,7 +37,14 @@
 	X(RECORD_STREAM, "record_stream")  \
 	X(LAUNCH, "launch")                \
 	X(FLUSH, "flush")                  \
-	X(GAP, "gap")
+	X(GAP, "gap")                      \
+	X(CAPTURE_BEGIN, "capture_begin")  \
+	X(CAPTURE_END, "capture_end")      \
+	X(GRAPH_REPLAY, "graph_replay")    \
+	X(GRAPH_DESTROY, "graph_destroy")
+
+/* The first kind of trace format v2: a v1 trace holds only kinds below it. */
+#define OP_FIRST_V2 OP_CAPTURE_BEGIN
 
 enum op_kind {
 #define OP_KIND_ENUM(name, str) OP_##name,
@@ -86,15 +97,19 @@ struct op_range {
  *   event_sync      event
  *   stream_wait     stream (A), on (B)
  *   stream_sync     stream              device_sync    -
- *   alloc           ptr, size, stream when has_stream
+ *   alloc           ptr, size, stream when has_stream, graph when has_graph
  *   free            ptr
  *   record_stream   ptr, stream
  *   launch          stream, name, reads, writes
  *   flush           -
  *   gap             lost when has_lost
+ *   capture_begin   stream, graph       capture_end    stream, graph
+ *   graph_replay    graph, stream       graph_destroy  graph
  *
  * Every kind may carry `stack`. Fields an operation does not use are zero;
- * has_stream is used by alloc only, whose stream is optional.
+ * has_stream and has_graph are used by alloc only, whose stream and graph
+ * (the graph whose private pool the memory comes from) are optional.
+ * op_is_v2() tells whether an op needs trace format version 2.
  */
 struct op {
 	enum op_kind kind;
@@ -102,16 +117,25 @@ struct op {
 	uint32_t name;  /* launch: symtab string id of the operator */
 	bool has_stream;
 	bool has_lost;
+	bool has_graph;
 	uint64_t stream;
 	uint64_t on;
 	uint64_t event;
 	uint64_t ptr;
 	uint64_t size; /* alloc: as written; 0 counts as one byte */
 	uint64_t lost;
+	uint64_t graph;
 	const struct op_range *reads;
 	const struct op_range *writes;
 	size_t nreads;
 	size_t nwrites;
 };
+
+/* Whether `op` needs trace format version 2: a graph kind, or an alloc
+ * from a graph's pool. */
+static inline bool op_is_v2(const struct op *op)
+{
+	return op->kind >= OP_FIRST_V2 || (op->kind == OP_ALLOC && op->has_graph);
+}
 
 #endif

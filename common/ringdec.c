@@ -308,9 +308,31 @@ static void ringdec_fields(const struct ring_op *r, struct op *op)
 		op->has_lost = (r->flags & RING_OP_HAS_LOST) != 0;
 		op->lost = op->has_lost ? r->a : 0;
 		break;
+	case OP_CAPTURE_BEGIN:
+	case OP_CAPTURE_END:
+		op->stream = r->a;
+		op->graph = r->b;
+		break;
+	case OP_GRAPH_REPLAY:
+		op->graph = r->a;
+		op->stream = r->b;
+		break;
+	case OP_GRAPH_DESTROY:
+		op->graph = r->a;
+		break;
 	default:
 		break;
 	}
+}
+
+/* Whether `len` bytes are the length of op record `r`: a ring_op_graph
+ * exactly when it is an alloc from a graph's pool, else a ring_op. */
+static bool ringdec_op_len_ok(const struct ring_op *r, size_t len)
+{
+	if (len == sizeof(struct ring_op))
+		return !(r->flags & RING_OP_HAS_GRAPH);
+	return len == sizeof(struct ring_op_graph) && r->kind == OP_ALLOC &&
+	       (r->flags & RING_OP_HAS_GRAPH);
 }
 
 static int ringdec_op(struct ringdec *d, const void *payload, size_t len,
@@ -318,12 +340,16 @@ static int ringdec_op(struct ringdec *d, const void *payload, size_t len,
 {
 	const struct ring_op *r = payload;
 
-	if (len != sizeof(*r) || r->kind >= OP_KIND_COUNT ||
-	    r->kind == OP_LAUNCH)
+	if (len < sizeof(*r) || !ringdec_op_len_ok(r, len) ||
+	    r->kind >= OP_KIND_COUNT || r->kind == OP_LAUNCH)
 		return ringdec_bad(d, "malformed operation", RING_REC_OP, len);
 	op->kind = r->kind;
 	op->stack = ringdec_stack(d, r->stack);
 	ringdec_fields(r, op);
+	if (len == sizeof(struct ring_op_graph)) {
+		op->has_graph = true;
+		op->graph = ((const struct ring_op_graph *)payload)->graph;
+	}
 	if (op->kind == OP_GAP && op->lost > RINGREAD_MAX_COUNT) {
 		/* Still a gap, of an unknown number: the count is nonsense. */
 		snprintf(d->error, sizeof(d->error),

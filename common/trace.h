@@ -1,5 +1,6 @@
 /*
- * trace.h - reading and writing trace format v1 (docs/trace-format.md).
+ * trace.h - reading and writing the trace format (docs/trace-format.md):
+ * version 1, and version 2, which adds graph capture and replay.
  *
  * The reader is strict: the first deviation from the format stops it with a
  * message "FILE:LINE: what is wrong", and nothing in its input (NUL bytes,
@@ -24,6 +25,14 @@
 
 #include "op.h"
 #include "symtab.h"
+
+/*
+ * A trace's first line is TRACE_MAGIC, a space and the version digit; the
+ * writer puts it at the first byte of its stream, so the digit is byte
+ * TRACE_VERSION_AT of the file (see trace_writer_new_version()).
+ */
+#define TRACE_MAGIC "npusan-trace"
+#define TRACE_VERSION_AT (sizeof(TRACE_MAGIC))
 
 /* The longest line the reader accepts, line ending excluded. */
 #define TRACE_MAX_LINE (64u * 1024 * 1024)
@@ -90,6 +99,10 @@ const char *trace_reader_name(const struct trace_reader *r);
 /* The trace's `process` line as read so far; `present` false when none. */
 const struct trace_process *trace_reader_process(const struct trace_reader *r);
 
+/* The version of the trace's header (1 or 2); 0 before it was read. A
+ * version 2 word (docs/trace-format.md) in a version 1 trace is an error. */
+unsigned trace_reader_version(const struct trace_reader *r);
+
 /* Bytes of input consumed so far. */
 uint64_t trace_reader_offset(const struct trace_reader *r);
 
@@ -108,12 +121,31 @@ int trace_writer_new(FILE *f, const struct symtab *syms,
 		     struct trace_writer **out);
 
 /*
+ * As trace_writer_new(), with a header of `version`, 1 or 2 (-EINVAL
+ * otherwise); trace_writer_new() writes version 1.
+ */
+int trace_writer_new_version(FILE *f, const struct symtab *syms,
+			     const struct trace_process *process,
+			     unsigned version, struct trace_writer **out);
+
+/*
+ * Lets a version 1 writer write version 2 ops from now on, for a caller
+ * that learns only late that it needs them (the agent's recorder). The
+ * header already in the stream is not rewritten: the caller, who owns the
+ * file, first calls trace_writer_flush(), then turns byte TRACE_VERSION_AT
+ * of the file into '2', and only then writes the first version 2 op, so
+ * that the file is a valid trace at every moment.
+ */
+void trace_writer_upgrade(struct trace_writer *w);
+
+/*
  * Writes one op, preceded by the `stack` line of its stack the first time
  * the stack appears; nothing is written for an op it refuses. The lines
  * are kept in the writer and handed to the stream, with the ones before
  * them, in one fwrite() once enough are pending, and by
  * trace_writer_flush() and trace_writer_close(). 0; -EINVAL when the op is
- * not valid (an unknown kind, an empty range, a range past 2^64, an id not
+ * not valid (an unknown kind, a version 2 op on a version 1 writer
+ * (op_is_v2()), an empty range, a range past 2^64, an id not
  * in the symtab, a launch without a name, a string the format cannot
  * carry); -E2BIG when its line would exceed TRACE_MAX_LINE; -ENOMEM; -EIO
  * when handing the pending lines to the stream failed (they are lost).

@@ -1,5 +1,5 @@
 /*
- * trace_write.c - the writer of trace format v1.
+ * trace_write.c - the writer of the trace format, versions 1 and 2.
  *
  * Ops are printed in the canonical form (decimal ids and sizes, lowercase
  * hex pointers, strings bare where the format allows), each stack defined
@@ -28,6 +28,7 @@ struct trace_writer {
 	char *buf; /* whole lines not yet sent, then the op being rendered */
 	size_t len;
 	size_t cap;
+	unsigned version; /* of the header written; 2 takes graph ops */
 	bool oom;
 	bool failed;
 	/* The `stack` id written for each symtab stack id; 0 = not yet. */
@@ -205,6 +206,8 @@ static bool op_ok(const struct trace_writer *w, const struct op *op)
 
 	if ((unsigned)op->kind >= OP_KIND_COUNT || !stack_ok(w, op->stack))
 		return false;
+	if (op_is_v2(op) && w->version < 2)
+		return false;
 	if (op->kind == OP_ALLOC)
 		return op->size <= 1 || op->size - 1 <= UINT64_MAX - op->ptr;
 	if (op->kind != OP_LAUNCH)
@@ -273,6 +276,8 @@ static void put_fields(struct trace_writer *w, const struct op *op)
 		put_num(w, "size", op->size, false);
 		if (op->has_stream)
 			put_num(w, "stream", op->stream, false);
+		if (op->has_graph)
+			put_num(w, "graph", op->graph, false);
 		break;
 	case OP_FREE:
 		put_num(w, "ptr", op->ptr, true);
@@ -291,6 +296,18 @@ static void put_fields(struct trace_writer *w, const struct op *op)
 	case OP_GAP:
 		if (op->has_lost)
 			put_num(w, "lost", op->lost, false);
+		break;
+	case OP_CAPTURE_BEGIN:
+	case OP_CAPTURE_END:
+		put_num(w, "stream", op->stream, false);
+		put_num(w, "graph", op->graph, false);
+		break;
+	case OP_GRAPH_REPLAY:
+		put_num(w, "graph", op->graph, false);
+		put_num(w, "stream", op->stream, false);
+		break;
+	case OP_GRAPH_DESTROY:
+		put_num(w, "graph", op->graph, false);
 		break;
 	default:
 		break;
@@ -370,19 +387,30 @@ int trace_writer_new(FILE *f, const struct symtab *syms,
 		     const struct trace_process *process,
 		     struct trace_writer **out)
 {
+	return trace_writer_new_version(f, syms, process, 1, out);
+}
+
+int trace_writer_new_version(FILE *f, const struct symtab *syms,
+			     const struct trace_process *process,
+			     unsigned version, struct trace_writer **out)
+{
 	bool with_process = process != NULL && process->present;
 	struct trace_writer *w;
 	size_t header_len;
 	int err;
 
-	if (with_process && (!cstr_ok(process->job) || !cstr_ok(process->name)))
+	if ((version != 1 && version != 2) ||
+	    (with_process && (!cstr_ok(process->job) || !cstr_ok(process->name))))
 		return -EINVAL;
 	w = calloc(1, sizeof(*w));
 	if (w == NULL)
 		return -ENOMEM;
 	w->f = f;
 	w->syms = syms;
-	put_s(w, "npusan-trace 1\n");
+	w->version = version;
+	put_s(w, TRACE_MAGIC " ");
+	put_dec(w, version);
+	put_s(w, "\n");
 	header_len = w->len;
 	if (with_process)
 		put_process(w, process);
@@ -398,6 +426,11 @@ int trace_writer_new(FILE *f, const struct symtab *syms,
 	}
 	*out = w;
 	return 0;
+}
+
+void trace_writer_upgrade(struct trace_writer *w)
+{
+	w->version = 2;
 }
 
 int trace_writer_close(struct trace_writer *w)

@@ -2363,6 +2363,12 @@ int engine_feed(struct engine *e, const struct op *op)
 		forget(e);
 		e->st.gaps++;
 		break;
+	case OP_CAPTURE_BEGIN:
+	case OP_CAPTURE_END:
+	case OP_GRAPH_REPLAY:
+	case OP_GRAPH_DESTROY:
+		/* graph semantics: issue 14, next step (an alloc's graph too) */
+		break;
 	default:
 		err = on_sync_op(e, op);
 		break;

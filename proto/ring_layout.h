@@ -207,12 +207,20 @@ enum ring_op_kind {
 	RING_OP_LAUNCH = 12,
 	RING_OP_FLUSH = 13,
 	RING_OP_GAP = 14,
-	RING_OP_KIND_COUNT = 15, /* one past the highest number */
+	/* Trace format v2 (graphs); a consumer that predates them reads
+	 * each as a malformed record, that is one operation lost. */
+	RING_OP_CAPTURE_BEGIN = 15,
+	RING_OP_CAPTURE_END = 16,
+	RING_OP_GRAPH_REPLAY = 17,
+	RING_OP_GRAPH_DESTROY = 18,
+	RING_OP_KIND_COUNT = 19, /* one past the highest number */
 };
 
 /* ring_op.flags */
 #define RING_OP_HAS_STREAM 1u /* alloc: `c` holds the allocation stream */
 #define RING_OP_HAS_LOST 2u   /* gap: `a` holds the number lost */
+#define RING_OP_HAS_GRAPH 4u  /* alloc: a struct ring_op_graph, whose
+				 `graph` holds the pool's graph */
 
 /*
  * Any operation but launch. `kind` is an enum ring_op_kind;
@@ -228,6 +236,18 @@ enum ring_op_kind {
  *   record_stream                    a = ptr, b = stream
  *   gap                              a = lost
  *   device_sync, flush               -
+ *   capture_begin, capture_end       a = stream, b = graph
+ *   graph_replay                     a = graph, b = stream
+ *   graph_destroy                    a = graph
+ *
+ * An alloc from a graph's private pool needs a fourth number: it is a
+ * struct ring_op_graph, a struct ring_op with RING_OP_HAS_GRAPH followed
+ * by the graph id, in a RING_REC_OP record of that length (40 bytes).
+ * Every other op record stays the 32 bytes of layout v1, byte for byte;
+ * the record type is the same, so that `consumed` counts it with no
+ * change (DESIGN 7), and a consumer that predates it finds a RING_REC_OP
+ * of the wrong length, a malformed record, which it counts as one
+ * operation lost rather than mistake for an ordinary alloc.
  */
 struct ring_op {
 	uint8_t kind;
@@ -238,6 +258,20 @@ struct ring_op {
 	uint64_t b;
 	uint64_t c;
 };
+
+/* An alloc with RING_OP_HAS_GRAPH (see above). */
+struct ring_op_graph {
+	struct ring_op op;
+	uint64_t graph;
+};
+
+/* The payload bytes of `op`: a struct ring_op_graph when it carries a
+ * graph, which `op` is then the first member of. */
+static inline size_t ring_op_size(const struct ring_op *op)
+{
+	return op->flags & RING_OP_HAS_GRAPH ? sizeof(struct ring_op_graph) :
+					       sizeof(struct ring_op);
+}
 
 struct ring_range {
 	uint64_t ptr;
@@ -262,6 +296,11 @@ _Static_assert(sizeof(struct ring_string) == 8, "layout v1");
 _Static_assert(sizeof(struct ring_stack) == 8, "layout v1");
 _Static_assert(sizeof(struct ring_op) == 32, "layout v1");
 _Static_assert(sizeof(struct ring_range) == 16, "layout v1");
+_Static_assert(sizeof(struct ring_op_graph) == 40, "graph alloc record");
+_Static_assert(offsetof(struct ring_op_graph, op) == 0,
+	       "a graph alloc starts as any op record");
+_Static_assert(offsetof(struct ring_op_graph, graph) == 32,
+	       "the graph follows a v1 op record");
 _Static_assert(sizeof(struct ring_launch) == 32, "layout v1");
 _Static_assert(offsetof(struct ring_launch, ranges) == 32, "layout v1");
 

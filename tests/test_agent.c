@@ -83,6 +83,9 @@ static void render(const struct symtab *syms, const struct op *op, char *buf,
 	for (size_t i = 0; i < n && o < len; i++)
 		o += (size_t)snprintf(buf + o, len - o, " [%s]",
 				      symtab_str(syms, frames[i], NULL));
+	if ((op->graph != 0 || op->has_graph) && o < len)
+		snprintf(buf + o, len - o, " g=%lu hg=%d",
+			 (unsigned long)op->graph, op->has_graph);
 }
 
 /* Every op of a trace file, rendered, one per line (caller frees). */
@@ -481,6 +484,8 @@ START_TEST(agent_exports_only_its_api)
 	ck_assert_msg(h != NULL, "%s", dlerror());
 	ck_assert_ptr_nonnull(dlsym(h, "npusan_launch"));
 	ck_assert_ptr_nonnull(dlsym(h, "npusan_init"));
+	ck_assert_ptr_nonnull(dlvsym(h, "npusan_capture_begin", "NPUSAN_1.2"));
+	ck_assert_ptr_nonnull(dlvsym(h, "npusan_alloc_graph", "NPUSAN_1.2"));
 	ck_assert_ptr_null(dlsym(h, "ring_create"));
 	ck_assert_ptr_null(dlsym(h, "intern_string"));
 	ck_assert_ptr_null(dlsym(h, "register_start"));
@@ -608,6 +613,63 @@ START_TEST(agent_replay_records_to_a_path_without_pid)
 }
 END_TEST
 
+/* Replays `trace` recorded to `rec`; the recording's bytes. */
+static char *replay_recorded(const char *trace, const char *rec)
+{
+	const char *traces[] = { trace };
+	char *err, *want, *got, *text;
+	size_t size;
+
+	setenv("NPUSAN_RECORD", rec, 1);
+	ck_assert_int_eq(replay(traces, 1, &err), 0);
+	unsetenv("NPUSAN_RECORD");
+	ck_assert_msg(strstr(err, "npusan") == NULL, "%s", err);
+	free(err);
+	want = ops_of(trace, NULL);
+	got = ops_of(rec, NULL);
+	ck_assert_str_eq(got, want);
+	free(want);
+	free(got);
+	text = read_whole(rec, &size);
+	text[size] = '\0';
+	return text;
+}
+
+/* Graph calls through the agent: replayed and recorded as they were, in a
+ * version 2 recording whose header was upgraded after lines of version 1;
+ * a process without graph calls still leaves version 1. */
+START_TEST(agent_records_graph_calls_as_version_2)
+{
+	char *dir = tu_tmpdir(), *text;
+	char *v2 = tu_write_file("g.trace", "npusan-trace 2\n"
+				 "stream_create stream=1\n"
+				 "alloc ptr=0x1000 size=4096 stream=0\n"
+				 "alloc ptr=0x9000 size=4096 stream=1 graph=1\n"
+				 "alloc ptr=0xa000 size=64 graph=2\n"
+				 "capture_begin stream=1 graph=1\n"
+				 "launch stream=1 op=mm read=0x1000+4096\n"
+				 "capture_end stream=1 graph=1\n"
+				 "graph_replay graph=1 stream=0\n"
+				 "graph_destroy graph=1\n");
+	char *v1 = tu_write_file("p.trace", "npusan-trace 1\n"
+				 "alloc ptr=0x1000 size=4096 stream=0\n");
+	char rec[PATH_MAX];
+
+	snprintf(rec, sizeof(rec), "%s/run.trace", dir);
+	text = replay_recorded(v2, rec);
+	ck_assert_msg(strncmp(text, "npusan-trace 2\n", 15) == 0, "%s", text);
+	free(text);
+	unlink(rec);
+	text = replay_recorded(v1, rec);
+	ck_assert_msg(strncmp(text, "npusan-trace 1\n", 15) == 0, "%s", text);
+	free(text);
+	unlink(rec);
+	free(v1);
+	free(v2);
+	free(dir);
+}
+END_TEST
+
 START_TEST(agent_replay_reports_a_bad_trace)
 {
 	char *bad = tu_write_file("bad.trace", "npusan-trace 1\n"
@@ -712,6 +774,7 @@ static Suite *agent_suite(void)
 	tcase_add_test(tc, agent_exports_only_its_api);
 	tcase_add_test(tc, agent_replay_reproduces_each_trace);
 	tcase_add_test(tc, agent_replay_reports_a_bad_trace);
+	tcase_add_test(tc, agent_records_graph_calls_as_version_2);
 	tcase_add_test(tc, agent_replay_records_to_a_path_without_pid);
 	tcase_add_test(tc, agent_daemon_receives_every_operation);
 	suite_add_tcase(s, tc);

@@ -1523,6 +1523,141 @@ START_TEST(ringdec_names_ids_through_the_ring)
 }
 END_TEST
 
+/* Pushes `len` bytes of `rec` as one RING_REC_OP. */
+static void push_op(struct rt *t, const void *rec, size_t len)
+{
+	struct ring_slot s;
+
+	ck_assert_int_eq(ring_reserve(t->p, RING_REC_OP, len, &s), 0);
+	memcpy(s.payload, rec, len);
+	ring_commit(&s);
+}
+
+/* The four graph kinds and a graph-pool alloc, from the producer through
+ * the consumer and the decoder; a v1 alloc beside them is unchanged. */
+START_TEST(ringdec_graph_records_through_the_ring)
+{
+	const struct ring_op ops[] = {
+		{ .kind = RING_OP_CAPTURE_BEGIN, .a = 1, .b = 7 },
+		{ .kind = RING_OP_CAPTURE_END, .a = 1, .b = 7 },
+		{ .kind = RING_OP_GRAPH_REPLAY, .a = 7, .b = 2 },
+		{ .kind = RING_OP_GRAPH_DESTROY, .a = UINT64_MAX },
+		{ .kind = RING_OP_ALLOC, .a = 0x9000, .b = 4096, .c = 3,
+		  .flags = RING_OP_HAS_STREAM },
+	};
+	const struct ring_op_graph pool = {
+		.op = { .kind = RING_OP_ALLOC, .a = 0x9000, .b = 64,
+			.flags = RING_OP_HAS_GRAPH },
+		.graph = UINT64_MAX - 1,
+	};
+	struct ringdec_counters n;
+	struct got g = { 0 };
+	struct dec x;
+	struct rt t;
+
+	dec_open(&x);
+	rt_open(&t, 0, 0, 0 - 64);
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+		push_op(&t, &ops[i], ring_op_size(&ops[i]));
+	ck_assert_uint_eq(ring_op_size(&pool.op), 40);
+	push_op(&t, &pool, ring_op_size(&pool.op));
+	ck_assert_uint_eq(rt_drain(&t, 0, &g), 6);
+	/* Every one is an operation record the consumer accounts for. */
+	ck_assert_uint_eq(ring_load_relaxed(&t.p->hdr->consumed), 6);
+	ck_assert_uint_eq(g.v[4].len, 32); /* layout v1's alloc */
+	ck_assert_uint_eq(g.v[5].len, 40);
+
+	ck_assert_int_eq(dec(&x, g.v[0].type, g.v[0].data, g.v[0].len), 1);
+	ck_assert_int_eq(x.op.kind, OP_CAPTURE_BEGIN);
+	ck_assert_uint_eq(x.op.stream, 1);
+	ck_assert_uint_eq(x.op.graph, 7);
+	ck_assert_int_eq(dec(&x, g.v[1].type, g.v[1].data, g.v[1].len), 1);
+	ck_assert_int_eq(x.op.kind, OP_CAPTURE_END);
+	ck_assert_uint_eq(x.op.stream, 1);
+	ck_assert_uint_eq(x.op.graph, 7);
+	ck_assert_int_eq(dec(&x, g.v[2].type, g.v[2].data, g.v[2].len), 1);
+	ck_assert_int_eq(x.op.kind, OP_GRAPH_REPLAY);
+	ck_assert_uint_eq(x.op.graph, 7);
+	ck_assert_uint_eq(x.op.stream, 2);
+	ck_assert_int_eq(dec(&x, g.v[3].type, g.v[3].data, g.v[3].len), 1);
+	ck_assert_int_eq(x.op.kind, OP_GRAPH_DESTROY);
+	ck_assert_uint_eq(x.op.graph, UINT64_MAX);
+	ck_assert_uint_eq(x.op.stream, 0);
+	ck_assert_int_eq(dec(&x, g.v[4].type, g.v[4].data, g.v[4].len), 1);
+	ck_assert_int_eq(x.op.kind, OP_ALLOC);
+	ck_assert(x.op.has_stream);
+	ck_assert(!x.op.has_graph);
+	ck_assert_uint_eq(x.op.graph, 0);
+	ck_assert_int_eq(dec(&x, g.v[5].type, g.v[5].data, g.v[5].len), 1);
+	ck_assert_int_eq(x.op.kind, OP_ALLOC);
+	ck_assert_uint_eq(x.op.ptr, 0x9000);
+	ck_assert_uint_eq(x.op.size, 64);
+	ck_assert(!x.op.has_stream);
+	ck_assert(x.op.has_graph);
+	ck_assert_uint_eq(x.op.graph, UINT64_MAX - 1);
+	ringdec_counters(x.d, &n);
+	ck_assert_uint_eq(n.ops, 6);
+	ck_assert_uint_eq(n.malformed, 0);
+	got_free(&g);
+	rt_close(&t);
+	dec_close(&x);
+}
+END_TEST
+
+/* A graph record of the wrong shape is one operation lost, named and
+ * counted, never an op made up from its bytes. */
+START_TEST(ringdec_corrupt_graph_record_is_one_op_lost)
+{
+	struct ringdec_counters n;
+	struct ring_op_graph r;
+	union buf u;
+	struct dec x;
+
+	dec_open(&x);
+	memset(&r, 0, sizeof(r));
+	r.op.kind = RING_OP_ALLOC;
+	r.op.a = 0x9000;
+	r.op.b = 16;
+	r.graph = 5;
+	/* 40 bytes without the flag: not a v1 op, not a graph alloc. */
+	dec_lost(&x, RING_REC_OP, &r, sizeof(r));
+	ck_assert_str_eq(ringdec_error(x.d),
+			 "malformed operation (record type 4, 40 bytes)");
+	/* The flag on 32 bytes: the graph would be read past the record. */
+	r.op.flags = RING_OP_HAS_GRAPH;
+	dec_lost(&x, RING_REC_OP, &r, sizeof(r.op));
+	ck_assert_str_eq(ringdec_error(x.d),
+			 "malformed operation (record type 4, 32 bytes)");
+	/* Only an alloc comes from a pool. */
+	r.op.kind = RING_OP_GRAPH_DESTROY;
+	dec_lost(&x, RING_REC_OP, &r, sizeof(r));
+	r.op.kind = RING_OP_FREE;
+	dec_lost(&x, RING_REC_OP, &r, sizeof(r));
+	/* Longer or shorter than either shape. */
+	memset(&u, 0, sizeof(u));
+	memcpy(&u, &r, sizeof(r));
+	u.op.kind = RING_OP_ALLOC;
+	dec_lost(&x, RING_REC_OP, &u, sizeof(r) + 8);
+	dec_lost(&x, RING_REC_OP, &u, sizeof(r) - 4);
+	dec_lost(&x, RING_REC_OP, &u, 4);
+	/* A kind past the newest. */
+	u.op.kind = RING_OP_KIND_COUNT;
+	u.op.flags = 0;
+	dec_lost(&x, RING_REC_OP, &u, sizeof(u.op));
+	/* A good one still decodes after them. */
+	r.op.kind = RING_OP_ALLOC;
+	ck_assert_int_eq(dec(&x, RING_REC_OP, &r, sizeof(r)), 1);
+	ck_assert_int_eq(x.op.kind, OP_ALLOC);
+	ck_assert(x.op.has_graph);
+	ck_assert_uint_eq(x.op.graph, 5);
+	ringdec_counters(x.d, &n);
+	ck_assert_uint_eq(n.malformed, 8);
+	ck_assert_uint_eq(n.lost, 8);
+	ck_assert_uint_eq(n.ops, 9);
+	dec_close(&x);
+}
+END_TEST
+
 static Suite *ring_suite(void)
 {
 	Suite *s = suite_create("ring");
@@ -1571,6 +1706,8 @@ static Suite *ring_suite(void)
 	tcase_add_test(dc, ringdec_names_ids_through_the_ring);
 	tcase_add_test(dc, ringdec_long_string_cut_as_the_agent_cuts);
 	tcase_add_test(dc, ringdec_strings_bounded_by_max_bytes);
+	tcase_add_test(dc, ringdec_graph_records_through_the_ring);
+	tcase_add_test(dc, ringdec_corrupt_graph_record_is_one_op_lost);
 	suite_add_tcase(s, dc);
 	return s;
 }

@@ -66,6 +66,7 @@ static bool same_op(const struct symtab *sa, const struct op *a,
 	       a->has_lost == b->has_lost && a->stream == b->stream &&
 	       a->on == b->on && a->event == b->event && a->ptr == b->ptr &&
 	       a->size == b->size && a->lost == b->lost &&
+	       a->has_graph == b->has_graph && a->graph == b->graph &&
 	       a->nreads == b->nreads && a->nwrites == b->nwrites &&
 	       same_ranges(a->reads, b->reads, a->nreads) &&
 	       same_ranges(a->writes, b->writes, a->nwrites) &&
@@ -99,7 +100,8 @@ static void check_message(const char *msg, const char *name)
 
 /*
  * Reads all of `data` with `syms` and, when `f` is not NULL, writes every op
- * to it. Returns what the last trace_read() returned.
+ * to it, in the version of its header. Returns what the last trace_read()
+ * returned.
  */
 static int copy_trace(const void *data, size_t size, struct symtab *syms,
 		      FILE *f)
@@ -116,8 +118,10 @@ static int copy_trace(const void *data, size_t size, struct symtab *syms,
 			continue;
 		/* The process line precedes every op, so it is complete now. */
 		if (w == NULL)
-			check(trace_writer_new(f, syms, trace_reader_process(r),
-					       &w) == 0, "writer_new");
+			check(trace_writer_new_version(
+				      f, syms, trace_reader_process(r),
+				      trace_reader_version(r), &w) == 0,
+			      "writer_new");
 		check(trace_write_op(w, &op) == 0, "the writer refused an op");
 	}
 	if (rc < 0) {
@@ -127,7 +131,8 @@ static int copy_trace(const void *data, size_t size, struct symtab *syms,
 		check_message(trace_reader_torn(r), "fuzz");
 	}
 	if (rc == 0 && f != NULL && w == NULL) {
-		check(trace_writer_new(f, syms, trace_reader_process(r), &w) ==
+		check(trace_writer_new_version(f, syms, trace_reader_process(r),
+					       trace_reader_version(r), &w) ==
 			      0, "writer_new");
 	}
 	check(trace_writer_close(w) == 0, "writer_close");
@@ -151,6 +156,8 @@ static void compare(const void *a, size_t alen, struct symtab *sa,
 		check(rca == rcb, "written text reads differently");
 		check(rca != 1 || same_op(sa, &oa, sb, &ob), "op changed");
 	} while (rca == 1);
+	check(trace_reader_version(ra) == trace_reader_version(rb),
+	      "version changed");
 	check(same_process(trace_reader_process(ra), trace_reader_process(rb)),
 	      "process changed");
 	trace_reader_close(ra);

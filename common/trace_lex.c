@@ -1,0 +1,535 @@
+/*
+ * trace_lex.c - the fields of one trace line: keys, numbers, strings and
+ * pointer lists, checked and unescaped in place (trace_read.c's DESIGN 1-3
+ * hold here). trace_read.c cuts the input into lines and makes operations
+ * of the fields; this file owns nothing but the reader's lists, frames and
+ * scratch space it grows (freed by trace_reader_close()).
+ */
+#include "trace_int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grow.h"
+#include "utf8.h"
+
+const struct trace__key_def trace__keys[KEY_COUNT] = {
+#define KEY_DEF(name, str, type, version) \
+	[KEY_##name] = { str, sizeof(str) - 1, type, version },
+	TRACE_KEYS(KEY_DEF)
+#undef KEY_DEF
+};
+
+const unsigned char trace__cls[256] = {
+	[' '] = C_BLANK, ['\t'] = C_BLANK, ['#'] = C_HASH, ['='] = C_EQ,
+	['"'] = C_QUOTE,
+};
+
+__attribute__((format(printf, 3, 4)))
+int trace__fail(struct trace_reader *r, int err, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	n = snprintf(r->msg, r->msg_cap, "%s:%lu: ", r->name, r->line);
+	r->msg_prefix = (size_t)n;
+	va_start(ap, fmt);
+	vsnprintf(r->msg + n, r->msg_cap - (size_t)n, fmt, ap);
+	va_end(ap);
+	r->err = err;
+	return err;
+}
+
+int trace__fail_symtab(struct trace_reader *r, int err)
+{
+	if (err == -ENOMEM)
+		return trace__fail(r, err, "out of memory");
+	return trace__fail(r, err, "too many distinct names or stacks");
+}
+
+/*
+ * Input bytes made printable for a message: control characters and DEL
+ * escaped, cut after QUOTE_MAX bytes at a character boundary. Returns `out`,
+ * which holds QUOTE_BUF bytes.
+ */
+const char *trace__quote(char *out, const char *p, size_t len)
+{
+	static const char hex[] = "0123456789abcdef";
+	char *o = out;
+	size_t i;
+
+	for (i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)p[i];
+
+		if (i >= QUOTE_MAX && (c & 0xc0) != 0x80)
+			break;
+		if (c == '\t') {
+			*o++ = '\\';
+			*o++ = 't';
+		} else if (c < 0x20 || c == 0x7f) {
+			*o++ = '\\';
+			*o++ = 'x';
+			*o++ = hex[c >> 4];
+			*o++ = hex[c & 15];
+		} else {
+			*o++ = (char)c;
+		}
+	}
+	if (i < len) {
+		memcpy(o, "...", 3);
+		o += 3;
+	}
+	*o = '\0';
+	return out;
+}
+
+/* True when none of the 8 bytes at p is a control character or non-ASCII. */
+static bool plain8(const unsigned char *p)
+{
+	uint64_t w;
+
+	memcpy(&w, p, sizeof(w));
+	return (((w - 0x2020202020202020ULL) | w) & 0x8080808080808080ULL) == 0;
+}
+
+/* The lexical rules that hold for every byte of a line (DESIGN 2). */
+int trace__line_check(struct trace_reader *r, const char *line, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)line;
+	size_t i = 0;
+
+	while (i < len) {
+		unsigned char c;
+		size_t n;
+
+		while (len - i >= 8 && plain8(p + i))
+			i += 8;
+		if (i == len)
+			break;
+		c = p[i];
+		if ((c >= 0x20 && c < 0x80) || c == '\t') {
+			i++;
+			continue;
+		}
+		if (c == 0)
+			return trace__fail(r, -EINVAL, "NUL byte");
+		if (c < 0x20)
+			return trace__fail(r, -EINVAL,
+					   "control character 0x%02x", c);
+		n = utf8_seq(p + i, len - i);
+		if (n == 0)
+			return trace__fail(r, -EINVAL, "invalid UTF-8 (byte "
+					   "0x%02x at column %zu)", c, i + 1);
+		i += n;
+	}
+	return 0;
+}
+
+/* Hex digit values plus one; 0 for anything else. */
+static const unsigned char hexdig[256] = {
+	['0'] = 1,  ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,
+	['5'] = 6,  ['6'] = 7,  ['7'] = 8,  ['8'] = 9,  ['9'] = 10,
+	['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15,
+	['f'] = 16, ['A'] = 11, ['B'] = 12, ['C'] = 13, ['D'] = 14,
+	['E'] = 15, ['F'] = 16,
+};
+
+/* Whether the decimal digits [p, q), the first not a 0, exceed 2^64 - 1. */
+static bool dec_overflows(const char *p, const char *q)
+{
+	uint64_t v = 0;
+
+	if (q - p != 20)
+		return q - p > 20;
+	/* 19 digits always fit; the 20th may not. */
+	for (; p < q - 1; p++)
+		v = v * 10 + (unsigned)(*p - '0');
+	return v > (UINT64_MAX - (unsigned)(*p - '0')) / 10;
+}
+
+/*
+ * Reads the decimal or 0x-hex digits at p up to the first other byte, whose
+ * position goes to *stop: NUM_OK with the value in *out, NUM_EMPTY when
+ * there is no digit, NUM_RANGE past 2^64 - 1. What may follow the number
+ * is the caller's business, so that a number is scanned only once.
+ */
+static int scan_u64(const char *p, const char *end, uint64_t *out,
+		    const char **stop)
+{
+	const char *digits, *lead;
+	uint64_t v = 0;
+	bool hex = end - p > 2 && p[0] == '0' && p[1] == 'x' &&
+		   hexdig[(unsigned char)p[2]];
+	unsigned d;
+
+	/* Accumulate freely; a count of significant digits tells overflow. */
+	if (hex) {
+		for (digits = p += 2;
+		     p < end && (d = hexdig[(unsigned char)*p]) != 0; p++)
+			v = v << 4 | (d - 1);
+	} else {
+		for (digits = p; p < end && (d = (unsigned)(*p - '0')) <= 9;
+		     p++)
+			v = v * 10 + d;
+	}
+	*stop = p;
+	if (p == digits)
+		return NUM_EMPTY;
+	for (lead = digits; lead < p - 1 && *lead == '0';)
+		lead++;
+	if (hex ? p - lead > 16 : dec_overflows(lead, p))
+		return NUM_RANGE;
+	*out = v;
+	return NUM_OK;
+}
+
+/* The status of all of [p, q) as one number. */
+static int parse_u64(const char *p, const char *q, uint64_t *out)
+{
+	const char *stop;
+	int st = scan_u64(p, q, out, &stop);
+
+	return stop == q ? st : NUM_BAD;
+}
+
+/* The error of the number token [p, q), which is not a valid number. */
+static int num_error(struct trace_reader *r, enum key k, const char *p,
+		     const char *q)
+{
+	char qb[QUOTE_BUF];
+	uint64_t v;
+
+	if (p < q && *p == '"')
+		return trace__fail(r, -EINVAL,
+				   "a number for '%s' must not be quoted",
+				   trace__keys[k].name);
+	switch (parse_u64(p, q, &v)) {
+	case NUM_EMPTY:
+		return trace__fail(r, -EINVAL, "empty number for '%s'",
+				   trace__keys[k].name);
+	case NUM_RANGE:
+		return trace__fail(r, -EINVAL,
+				   "number out of range for '%s': %s",
+				   trace__keys[k].name,
+				   trace__quote(qb, p, (size_t)(q - p)));
+	default:
+		return trace__fail(r, -EINVAL, "invalid number for '%s': %s",
+				   trace__keys[k].name,
+				   trace__quote(qb, p, (size_t)(q - p)));
+	}
+}
+
+static int take_num(struct trace_reader *r, enum key k, const char **pp,
+		    const char *end, uint64_t *out)
+{
+	const char *p = *pp, *q;
+
+	if (scan_u64(p, end, out, &q) == NUM_OK &&
+	    (q == end || trace__ends_token(*q))) {
+		*pp = q;
+		return 0;
+	}
+	return num_error(r, k, p, trace__token_end(p, end));
+}
+
+/* Makes room for element `n` of a range array. */
+static int ranges_reserve(struct op_range **v, size_t *cap, size_t n)
+{
+	return grow_array((void **)v, cap, n + 1, sizeof(**v));
+}
+
+/* The error of the list element at p, which is not a valid element. */
+static int element_error(struct trace_reader *r, enum key k, const char *p,
+			 const char *end)
+{
+	const char *name = trace__keys[k].name, *e = p, *plus;
+	uint64_t ptr = 0, len = 1;
+	char qb[QUOTE_BUF];
+	int st;
+
+	while (e < end && *e != ',' && !trace__ends_token(*e))
+		e++;
+	if (e == p)
+		return trace__fail(r, -EINVAL, "empty element in '%s'", name);
+	plus = memchr(p, '+', (size_t)(e - p));
+	st = parse_u64(p, plus ? plus : e, &ptr);
+	if (st == NUM_OK && plus != NULL)
+		st = parse_u64(plus + 1, e, &len);
+	trace__quote(qb, p, (size_t)(e - p));
+	if (st == NUM_RANGE)
+		return trace__fail(r, -EINVAL,
+				   "number out of range for '%s': %s",
+				   name, qb);
+	if (st != NUM_OK)
+		return trace__fail(r, -EINVAL, "invalid element for '%s': %s",
+				   name,
+				   qb);
+	if (len == 0)
+		return trace__fail(r, -EINVAL, "zero length for '%s': %s", name,
+				   qb);
+	return trace__fail(r, -EINVAL, "range past 2^64 for '%s': %s", name,
+			   qb);
+}
+
+/* The element PTR or PTR+LEN at p into *out, its end into *next. */
+static int take_element(struct trace_reader *r, enum key k, const char *p,
+			const char *end, struct op_range *out,
+			const char **next)
+{
+	const char *q;
+	int st;
+
+	out->len = 1;
+	st = scan_u64(p, end, &out->ptr, &q);
+	if (st == NUM_OK && q < end && *q == '+')
+		st = scan_u64(q + 1, end, &out->len, &q);
+	if (st == NUM_OK && (q == end || *q == ',' || trace__ends_token(*q)) &&
+	    out->len != 0 && trace__range_fits(out->ptr, out->len)) {
+		*next = q;
+		return 0;
+	}
+	return element_error(r, k, p, end);
+}
+
+static int take_list(struct trace_reader *r, enum key k, const char **pp,
+		     const char *end, struct fields *f)
+{
+	bool rd = k == KEY_READ;
+	struct op_range **v = rd ? &r->reads : &r->writes;
+	size_t *cap = rd ? &r->reads_cap : &r->writes_cap;
+	size_t *n = rd ? &f->nreads : &f->nwrites;
+	const char *p = *pp;
+	int err;
+
+	if (p < end && *p == '"')
+		return trace__fail(r, -EINVAL,
+				   "a list for '%s' must not be quoted",
+				   trace__keys[k].name);
+	/* `read=` is the empty list. */
+	if (p == end || trace__ends_token(*p))
+		return 0;
+	for (;;) {
+		if (ranges_reserve(v, cap, *n) < 0)
+			return trace__fail(r, -ENOMEM, "out of memory");
+		err = take_element(r, k, p, end, &(*v)[*n], pp);
+		if (err < 0)
+			return err;
+		(*n)++;
+		if (*pp == end || **pp != ',')
+			return 0;
+		p = *pp + 1;
+	}
+}
+
+/* Unescapes the quoted string [p, q), whose escapes are valid, into
+ * scratch (DESIGN 3). */
+static int unescape(struct trace_reader *r, const char *p, const char *q,
+		    struct str *out)
+{
+	char *o;
+
+	if (grow_array((void **)&r->scratch, &r->scratch_cap, r->line_len,
+		       1) < 0)
+		return trace__fail(r, -ENOMEM, "out of memory");
+	o = r->scratch + r->scratch_used;
+	out->p = o;
+	for (; p < q; p++) {
+		if (*p == '\\') {
+			p++;
+			*o++ = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p;
+		} else {
+			*o++ = *p;
+		}
+	}
+	out->len = (size_t)(o - out->p);
+	r->scratch_used += out->len;
+	return 0;
+}
+
+/* Bytes of the character at p, which trace__line_check() found valid. */
+static size_t char_len(const char *p, const char *end)
+{
+	unsigned char c = (unsigned char)*p;
+	size_t n = c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
+
+	return n < (size_t)(end - p) ? n : (size_t)(end - p);
+}
+
+/* The closing quote of the string opening before p, or an error. */
+static int find_quote_end(struct trace_reader *r, enum key k, const char *p,
+			  const char *end, const char **qend, bool *escaped)
+{
+	char qb[QUOTE_BUF];
+
+	for (; p < end; p++) {
+		if (*p == '"') {
+			*qend = p;
+			return 0;
+		}
+		if (*p != '\\' || p + 1 == end)
+			continue;
+		p++;
+		if (*p != '"' && *p != '\\' && *p != 'n' && *p != 't')
+			return trace__fail(r, -EINVAL,
+					   "invalid escape '%s' in '%s'",
+					   trace__quote(qb, p - 1,
+							1 + char_len(p, end)),
+					   trace__keys[k].name);
+		*escaped = true;
+	}
+	return trace__fail(r, -EINVAL, "unterminated quoted string for '%s'",
+			   trace__keys[k].name);
+}
+
+static int take_quoted(struct trace_reader *r, enum key k, const char **pp,
+		       const char *end, struct str *out)
+{
+	const char *p = *pp + 1, *q = NULL;
+	bool escaped = false;
+	int err;
+
+	err = find_quote_end(r, k, p, end, &q, &escaped);
+	if (err < 0)
+		return err;
+	if (q + 1 < end && !trace__ends_token(q[1]))
+		return trace__fail(r, -EINVAL,
+				   "expected a blank after the closing quote "
+				   "of '%s'", trace__keys[k].name);
+	*pp = q + 1;
+	if (escaped)
+		return unescape(r, p, q, out);
+	out->p = p;
+	out->len = (size_t)(q - p);
+	return 0;
+}
+
+static int take_str(struct trace_reader *r, enum key k, const char **pp,
+		    const char *end, struct str *out)
+{
+	const char *p = *pp, *q;
+	char qb[QUOTE_BUF];
+
+	if (p < end && *p == '"')
+		return take_quoted(r, k, pp, end, out);
+	q = trace__scan_to(p, end, C_BLANK | C_HASH | C_EQ | C_QUOTE);
+	if (q < end && (*q == '"' || *q == '=')) {
+		size_t n = (size_t)(trace__token_end(q, end) - p);
+
+		return trace__fail(r, -EINVAL,
+				   "'%c' in the unquoted value of '%s': %s", *q,
+				   trace__keys[k].name, trace__quote(qb, p, n));
+	}
+	*pp = q;
+	out->p = p;
+	out->len = (size_t)(q - p);
+	return 0;
+}
+
+/* Interns one `frame` value and appends its id to the line's frames. */
+static int add_frame(struct trace_reader *r, struct fields *f,
+		     const struct str *s)
+{
+	uint32_t id;
+	int err;
+
+	if (f->nframes == OP_MAX_FRAMES) /* as the live path keeps it */
+		return 0;
+	if (grow_array((void **)&r->frames, &r->frames_cap, f->nframes + 1,
+		       sizeof(*r->frames)) < 0)
+		return trace__fail(r, -ENOMEM, "out of memory");
+	err = symtab_intern(r->syms, s->p, op_cut_string(s->p, s->len), &id);
+	if (err < 0)
+		return trace__fail_symtab(r, err);
+	r->frames[f->nframes++] = id;
+	return 0;
+}
+
+/* The key [p, p + len), or -1. Each memcmp() has a constant length, so
+ * it compiles to a compare or two. */
+static int find_key(const char *p, size_t len)
+{
+#define KEY_MATCH(name, str, type, v)                   \
+	if (len == sizeof(str) - 1 &&                  \
+	    memcmp(p, str, sizeof(str) - 1) == 0)      \
+		return KEY_##name;
+	TRACE_KEYS(KEY_MATCH)
+#undef KEY_MATCH
+	return -1;
+}
+
+/* Reads the value of key `k` at *pp into f. */
+static int take_value(struct trace_reader *r, enum key k, const char **pp,
+		      const char *end, struct fields *f)
+{
+	int err;
+
+	switch (trace__keys[k].type) {
+	case VAL_NUM:
+		return take_num(r, k, pp, end, &f->num[k]);
+	case VAL_LIST:
+		return take_list(r, k, pp, end, f);
+	default:
+		err = take_str(r, k, pp, end, &f->str[k]);
+		if (err == 0 && k == KEY_FRAME)
+			err = add_frame(r, f, &f->str[k]);
+		return err;
+	}
+}
+
+int trace__parse_fields(struct trace_reader *r, const struct directive *d,
+			const char *p, const char *end, struct fields *f)
+{
+	char qb[QUOTE_BUF];
+	uint32_t missing;
+
+	for (;;) {
+		const char *key;
+		int k, err;
+
+		p = trace__skip_blanks(p, end);
+		if (p == end || *p == '#')
+			break;
+		key = p;
+		p = trace__scan_to(p, end, C_BLANK | C_HASH | C_EQ);
+		if (p == end || *p != '=')
+			return trace__fail(r, -EINVAL,
+					   "expected '=' after '%s'",
+					   trace__quote(qb, key,
+							(size_t)(p - key)));
+		if (p == key)
+			return trace__fail(r, -EINVAL,
+					   "missing key before '='");
+		k = find_key(key, (size_t)(p - key));
+		if (k < 0 || !(d->allowed & 1u << k))
+			return trace__fail(r, -EINVAL,
+					   "unknown key '%s' for %s",
+					   trace__quote(qb, key,
+					   (size_t)(p - key)),
+					   d->word);
+		if (trace__keys[k].version > r->version)
+			return trace__fail(r, -EINVAL,
+					   "'%s' needs trace format version %u "
+					   "(the header says version %u)",
+					   trace__keys[k].name,
+					   trace__keys[k].version, r->version);
+		if ((f->seen & 1u << k) && k != KEY_FRAME)
+			return trace__fail(r, -EINVAL, "duplicate key '%s'",
+					   trace__keys[k].name);
+		f->seen |= 1u << k;
+		p++;
+		err = take_value(r, (enum key)k, &p, end, f);
+		if (err < 0)
+			return err;
+	}
+	missing = d->required & ~f->seen;
+	for (int k = 0; missing != 0; k++) {
+		if (missing & 1u << k)
+			return trace__fail(r, -EINVAL,
+					   "missing key '%s' for %s",
+					   trace__keys[k].name, d->word);
+	}
+	return 0;
+}
