@@ -69,6 +69,20 @@ static void store__q_process_filter(struct store_query *q,
 		store__q_int(q, " AND p.uid = ?", f->uid);
 }
 
+/* A callback's return: its negative errno stops a walk, anything else
+ * goes on. */
+static int store__cb_rc(int rc)
+{
+	return rc < 0 ? rc : 0;
+}
+
+/* A read failed: logs SQLite's reason. Holds rlock. -EIO. */
+static int store__r_fail(struct store *s)
+{
+	store__log(s, LOG_ERROR, "query: %s", sqlite3_errmsg(s->rdb));
+	return -EIO;
+}
+
 /* Prepares `q` on the read connection. Holds rlock. 0; -EIO. */
 static int store__q_prepare(struct store *s, const struct store_query *q,
 			    sqlite3_stmt **out)
@@ -76,10 +90,8 @@ static int store__q_prepare(struct store *s, const struct store_query *q,
 	sqlite3_stmt *st;
 
 	if (sqlite3_prepare_v2(s->rdb, q->sql, (int)q->len + 1, &st, NULL) !=
-	    SQLITE_OK) {
-		store__log(s, LOG_ERROR, "query: %s", sqlite3_errmsg(s->rdb));
-		return -EIO;
-	}
+	    SQLITE_OK)
+		return store__r_fail(s);
 	for (int i = 0; i < q->nargs; i++) {
 		if (q->args[i].text != NULL)
 			sqlite3_bind_text(st, i + 1, q->args[i].text, -1,
@@ -94,10 +106,8 @@ static int store__q_prepare(struct store *s, const struct store_query *q,
 /* One snapshot for a whole walk, stacks included. Holds rlock. */
 static int store__r_begin(struct store *s)
 {
-	if (sqlite3_exec(s->rdb, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
-		store__log(s, LOG_ERROR, "query: %s", sqlite3_errmsg(s->rdb));
-		return -EIO;
-	}
+	if (sqlite3_exec(s->rdb, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)
+		return store__r_fail(s);
 	return 0;
 }
 
@@ -233,10 +243,8 @@ static int store__frames_load(struct store *s, struct store_frames *fr,
 		if (rc < 0)
 			break;
 	}
-	if (rc == 0 && src != SQLITE_DONE) {
-		store__log(s, LOG_ERROR, "query: %s", sqlite3_errmsg(s->rdb));
-		rc = -EIO;
-	}
+	if (rc == 0 && src != SQLITE_DONE)
+		rc = store__r_fail(s);
 	sqlite3_reset(st);
 	return rc;
 }
@@ -364,14 +372,10 @@ static int store__walk_findings(struct store *s, const struct store_query *q,
 			continue;
 		}
 		(*rows)++;
-		rc = cb(arg, &f, &p);
-		if (rc > 0)
-			rc = 0;
+		rc = store__cb_rc(cb(arg, &f, &p));
 	}
-	if (rc == 0 && src != SQLITE_DONE) {
-		store__log(s, LOG_ERROR, "query: %s", sqlite3_errmsg(s->rdb));
-		rc = -EIO;
-	}
+	if (rc == 0 && src != SQLITE_DONE)
+		rc = store__r_fail(s);
 	sqlite3_finalize(st);
 	store__r_end(s);
 	pthread_mutex_unlock(&s->rlock);
@@ -471,14 +475,10 @@ int store_list(struct store *s, const struct store_filter *f,
 
 		if (store__row_process(st, 0, &p) < 0)
 			continue;
-		rc = cb(arg, &p);
-		if (rc > 0)
-			rc = 0;
+		rc = store__cb_rc(cb(arg, &p));
 	}
-	if (rc == 0 && src != SQLITE_DONE) {
-		store__log(s, LOG_ERROR, "query: %s", sqlite3_errmsg(s->rdb));
-		rc = -EIO;
-	}
+	if (rc == 0 && src != SQLITE_DONE)
+		rc = store__r_fail(s);
 	sqlite3_finalize(st);
 	pthread_mutex_unlock(&s->rlock);
 	return rc;
@@ -514,10 +514,8 @@ int store_list_ids(struct store *s, const struct store_filter *f,
 			break;
 		v[k++] = sqlite3_column_int64(st, 0);
 	}
-	if (rc == 0 && src != SQLITE_DONE) {
-		store__log(s, LOG_ERROR, "query: %s", sqlite3_errmsg(s->rdb));
-		rc = -EIO;
-	}
+	if (rc == 0 && src != SQLITE_DONE)
+		rc = store__r_fail(s);
 	sqlite3_finalize(st);
 	pthread_mutex_unlock(&s->rlock);
 	if (rc < 0) {
@@ -539,23 +537,17 @@ int store_list_get(struct store *s, const int64_t *ids, size_t n,
 	if (sqlite3_prepare_v2(s->rdb,
 			       "SELECT " PROCESS_COLS
 			       " FROM processes p WHERE p.id = ?",
-			       -1, &st, NULL) != SQLITE_OK) {
-		store__log(s, LOG_ERROR, "query: %s", sqlite3_errmsg(s->rdb));
-		rc = -EIO;
-	}
+			       -1, &st, NULL) != SQLITE_OK)
+		rc = store__r_fail(s);
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		struct store_process p;
 
 		sqlite3_bind_int64(st, 1, ids[i]);
 		src = sqlite3_step(st);
 		if (src == SQLITE_ROW && store__row_process(st, 0, &p) == 0) {
-			rc = cb(arg, &p);
-			if (rc > 0)
-				rc = 0;
+			rc = store__cb_rc(cb(arg, &p));
 		} else if (src != SQLITE_ROW && src != SQLITE_DONE) {
-			store__log(s, LOG_ERROR, "query: %s",
-				   sqlite3_errmsg(s->rdb));
-			rc = -EIO;
+			rc = store__r_fail(s);
 		}
 		sqlite3_reset(st);
 	}

@@ -251,18 +251,12 @@ static const char *const *store__copy_stack(char ***parr, char **cur,
 	return (const char *const *)arr;
 }
 
-int store_finding_submit(struct store *s, const struct store_finding *f)
+/* The bytes of a finding's item: the item, then f's stacks and texts. */
+static size_t store__finding_bytes(const struct store_finding *f,
+				   size_t anstack, size_t pnstack)
 {
-	struct store_finding *c;
-	struct store_item *it;
-	size_t anstack = f->has_alloc ? f->alloc_nstack : 0;
-	size_t pnstack = f->has_previous ? f->previous.nstack : 0;
-	size_t len = sizeof(*it);
-	char **arr, *cur;
+	size_t len = sizeof(struct store_item);
 
-	if (finding_kind_name(f->kind) == NULL ||
-	    detected_at_name(f->detected_at) == NULL)
-		return -EINVAL;
 	len += store__stack_bytes(f->alloc_stack, anstack);
 	len += store__stack_bytes(f->access.stack, f->access.nstack);
 	len += store__stack_bytes(f->previous.stack, pnstack);
@@ -270,6 +264,22 @@ int store_finding_submit(struct store *s, const struct store_finding *f)
 		len += strlen(f->access.op) + 1;
 	if (f->has_previous && f->previous.op != NULL)
 		len += strlen(f->previous.op) + 1;
+	return len;
+}
+
+int store_finding_submit(struct store *s, const struct store_finding *f)
+{
+	struct store_finding *c;
+	struct store_item *it;
+	size_t anstack = f->has_alloc ? f->alloc_nstack : 0;
+	size_t pnstack = f->has_previous ? f->previous.nstack : 0;
+	size_t len;
+	char **arr, *cur;
+
+	if (finding_kind_name(f->kind) == NULL ||
+	    detected_at_name(f->detected_at) == NULL)
+		return -EINVAL;
+	len = store__finding_bytes(f, anstack, pnstack);
 	it = malloc(len);
 	if (it == NULL)
 		return -ENOMEM;
@@ -451,6 +461,12 @@ void store_get_health(struct store *s, struct store_health *out)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* Where a prune at `now_ms` cuts: processes idle since before it go. */
+static int64_t store__prune_before(const struct store *s, int64_t now_ms)
+{
+	return now_ms - (int64_t)s->retain_days * STORE_MS_PER_DAY;
+}
+
 int store_prune(struct store *s, int64_t now_ms)
 {
 	struct store_item it = { .type = STORE_ITEM_PRUNE };
@@ -458,8 +474,7 @@ int store_prune(struct store *s, int64_t now_ms)
 
 	if (s->retain_days == 0)
 		return 0;
-	it.u.prune_before_ms =
-		now_ms - (int64_t)s->retain_days * STORE_MS_PER_DAY;
+	it.u.prune_before_ms = store__prune_before(s, now_ms);
 	rc = store__enqueue_sync(s, &it);
 	return rc < 0 ? rc : (int)it.result;
 }
@@ -475,8 +490,7 @@ int store_prune_async(struct store *s, int64_t now_ms)
 		return -ENOMEM;
 	it->type = STORE_ITEM_PRUNE;
 	it->bytes = sizeof(*it);
-	it->u.prune_before_ms =
-		now_ms - (int64_t)s->retain_days * STORE_MS_PER_DAY;
+	it->u.prune_before_ms = store__prune_before(s, now_ms);
 	pthread_mutex_lock(&s->lock);
 	store__enqueue_locked(s, it, false);
 	pthread_mutex_unlock(&s->lock);
