@@ -5,18 +5,25 @@
  * onto a private descriptor and log_reopen() dup2()s the new file over it,
  * which is atomic, so a thread writing a line while SIGHUP reopens writes
  * it to the old file or to the new one, never to a closed descriptor.
+ *
+ * Owns the descriptor and the path log_open() copies, until log_close();
+ * a finding's line (log_finding_line()) belongs to its caller.
  */
 #include "log.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "store.h"
 
 atomic_int log__level = LOG_INFO;
 
@@ -35,11 +42,6 @@ static const int log_prio[] = {
 	LOG_LEVELS(LOG_LEVEL_PRIO)
 #undef LOG_LEVEL_PRIO
 };
-
-const char *log_level_name(enum log_level l)
-{
-	return (unsigned)l < LOG_LEVEL_COUNT ? log_names[l] : NULL;
-}
 
 int log_level_parse(const char *s, enum log_level *out)
 {
@@ -161,4 +163,81 @@ void log_write(enum log_level level, const char *fmt, ...)
 	       errno == EINTR)
 		;
 	errno = saved;
+}
+
+/* Appends ` key=value` to `b`: the value bare when it is a non-empty run
+ * of printable ASCII without space, '"', '=' or '\\', else in double
+ * quotes with \\, \", \n, \r, \t and \xNN escapes (bytes from 0x80 as
+ * they are), cut after 200 bytes of output with "..." so that a line of
+ * three such values stays whole within log_write()'s 1 KiB line. */
+static void log_fmt_str(FILE *b, const char *key, const char *v)
+{
+	size_t n = strlen(v), out = 0, i;
+	bool bare = n > 0 && n <= 200;
+
+	for (i = 0; i < n && bare; i++) {
+		unsigned char c = (unsigned char)v[i];
+
+		bare = c > ' ' && c < 0x7f && c != '"' && c != '=' && c != '\\';
+	}
+	fprintf(b, " %s=", key);
+	if (bare) {
+		fputs(v, b);
+		return;
+	}
+	fputc('"', b);
+	for (i = 0; i < n && out < 200; i++) {
+		unsigned char c = (unsigned char)v[i];
+
+		if (c == '"' || c == '\\')
+			out += (size_t)fprintf(b, "\\%c", c);
+		else if (c == '\n')
+			out += (size_t)fprintf(b, "\\n");
+		else if (c == '\r')
+			out += (size_t)fprintf(b, "\\r");
+		else if (c == '\t')
+			out += (size_t)fprintf(b, "\\t");
+		else if (c < ' ' || c == 0x7f)
+			out += (size_t)fprintf(b, "\\x%02x", c);
+		else
+			out += fputc(c, b) != EOF;
+	}
+	fputs(i < n ? "...\"" : "\"", b);
+}
+
+int log_finding_line(int64_t id, const struct store_finding *f,
+		     const struct store_process *p, char **out)
+{
+	char *line = NULL;
+	size_t len = 0;
+	FILE *b = open_memstream(&line, &len);
+
+	if (b == NULL)
+		return -ENOMEM;
+	fprintf(b, "finding id=%" PRId64 " kind=%s", id,
+		finding_kind_name(f->kind));
+	if (p != NULL) {
+		if (p->job != NULL)
+			log_fmt_str(b, "job", p->job);
+		if (p->has_rank)
+			fprintf(b, " rank=%" PRIu32, p->rank);
+		fprintf(b, " pid=%" PRIu32, p->pid);
+	}
+	if (f->access.op != NULL)
+		log_fmt_str(b, "op", f->access.op);
+	if (f->has_previous && f->previous.op != NULL)
+		log_fmt_str(b, "previous_op", f->previous.op);
+	fprintf(b, " stream=%" PRIu64, f->access.stream);
+	if (f->has_previous)
+		fprintf(b, " previous_stream=%" PRIu64, f->previous.stream);
+	else if (f->has_alloc && f->alloc_has_stream)
+		fprintf(b, " alloc_stream=%" PRIu64, f->alloc_stream);
+	fprintf(b, " ptr=0x%" PRIx64 " detected_at=%s", f->ptr,
+		detected_at_name(f->detected_at));
+	if (fclose(b) != 0) {
+		free(line);
+		return -ENOMEM;
+	}
+	*out = line;
+	return 0;
 }

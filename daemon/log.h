@@ -11,6 +11,10 @@
 #define NPUSAN_DAEMON_LOG_H
 
 #include <stdatomic.h>
+#include <stdint.h>
+
+struct store_finding;
+struct store_process;
 
 /* X(enum suffix, name on the command line, syslog priority) */
 #define LOG_LEVELS(X)          \
@@ -25,9 +29,6 @@ enum log_level {
 #undef LOG_LEVEL_ENUM
 	LOG_LEVEL_COUNT
 };
-
-/* The name of `l`, NULL when out of range. */
-const char *log_level_name(enum log_level l);
 
 /* The level named `s` into *out. 0; -EINVAL for an unknown name. */
 int log_level_parse(const char *s, enum log_level *out);
@@ -66,5 +67,15 @@ void log_write(enum log_level level, const char *fmt, ...)
 #define log_warn(...) log_at(LOG_WARN, __VA_ARGS__)
 #define log_info(...) log_at(LOG_INFO, __VA_ARGS__)
 #define log_debug(...) log_at(LOG_DEBUG, __VA_ARGS__)
+
+/*
+ * The info line of new finding `id` (daemon/README.md): "finding id=7
+ * kind=... job=... rank=... pid=... op=..." in logfmt, its process's
+ * fields from `p` (none when `p` is NULL: a process not found), into *out
+ * (caller frees; pass it to log_write(LOG_INFO, "%s", ...)). Callers
+ * check the level first. 0; -ENOMEM.
+ */
+int log_finding_line(int64_t id, const struct store_finding *f,
+		     const struct store_process *p, char **out);
 
 #endif

@@ -1,12 +1,16 @@
 /*
  * store.h - the daemon's database: the processes it watches and the
- * findings it made, in SQLite. Only store.c speaks SQL.
+ * findings it made, in SQLite. Only the store's files (store.c,
+ * store_writer.c, store_query.c) speak SQL.
  *
  * Writes are queued and committed in batches by the store's own writer
  * thread, on its own connection, so the threads that drain rings and run
- * the engines never wait for the disk. Reads run on a second connection
- * (WAL lets them proceed while the writer commits), from the thread that
- * serves queries; they see what has been committed.
+ * the engines, and the loop that registers processes asynchronously,
+ * never wait for the disk; store_flush(), store_process_register(),
+ * store_prune() and store_close() do wait for the writer. Reads run on a
+ * second connection (WAL lets them proceed while the writer commits), on
+ * the caller's thread, which waits for the disk; they see what has been
+ * committed. store.c lists which call waits for what.
  *
  * Caller owns the struct store; release with store_close(), which commits
  * everything queued first and accepts NULL. Every struct passed in is
