@@ -1,12 +1,15 @@
 /*
  * paths.c - resolving the daemon's socket (see paths.h for the order) and
- * its defaults for an ordinary user.
+ * its defaults for an ordinary user: the one definition of where the
+ * socket and the database live, for npusand, npusanctl and the agent.
+ * Every function writes into the caller's buffer; nothing is allocated.
  */
 #include "paths.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -78,6 +81,20 @@ int paths_user_run_dir(const char *xdg_runtime_dir, unsigned uid, char *buf,
 	return 0;
 }
 
+int paths_user_socket(const char *xdg_runtime_dir, unsigned uid, char *buf,
+		      size_t len)
+{
+	char dir[PATHS_SOCKET_MAX + 1];
+	int err = paths_user_run_dir(xdg_runtime_dir, uid, dir, sizeof(dir));
+
+	if (err < 0) {
+		if (len > 0)
+			buf[0] = '\0';
+		return err;
+	}
+	return paths_put(buf, len, dir, "/" PATHS_SOCKET_NAME);
+}
+
 int paths_user_state_dir(const char *xdg_state_home, const char *home,
 			 char *buf, size_t len)
 {
@@ -95,6 +112,34 @@ int paths_user_state_dir(const char *xdg_state_home, const char *home,
 		return -ENAMETOOLONG;
 	}
 	return 0;
+}
+
+int paths_user_db(const char *xdg_state_home, const char *home, char *buf,
+		  size_t len)
+{
+	int err = paths_user_state_dir(xdg_state_home, home, buf, len);
+	size_t n;
+
+	if (err < 0)
+		return err;
+	n = strlen(buf);
+	if (snprintf(buf + n, len - n, "/" PATHS_DB_NAME) >= (int)(len - n)) {
+		buf[0] = '\0';
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+void paths_dir_of(const char *path, char *buf, size_t len)
+{
+	const char *slash = strrchr(path, '/');
+
+	if (slash == NULL)
+		snprintf(buf, len, ".");
+	else if (slash == path)
+		snprintf(buf, len, "/");
+	else
+		snprintf(buf, len, "%.*s", (int)(slash - path), path);
 }
 
 int paths_private_dir(const char *dir, unsigned uid)

@@ -63,6 +63,14 @@ int paths_user_run_dir(const char *xdg_runtime_dir, unsigned uid, char *buf,
 		       size_t len);
 
 /*
+ * The socket an ordinary user's daemon binds by default, into `buf`:
+ * paths_user_run_dir()'s directory and PATHS_SOCKET_NAME in it.
+ * 0; -ENAMETOOLONG as paths_user_run_dir().
+ */
+int paths_user_socket(const char *xdg_runtime_dir, unsigned uid, char *buf,
+		      size_t len);
+
+/*
  * The directory of an ordinary user's database, into `buf`:
  * $XDG_STATE_HOME/npusan when `xdg_state_home` is absolute, else
  * HOME/.local/state/npusan when `home` is absolute.
@@ -70,6 +78,17 @@ int paths_user_run_dir(const char *xdg_runtime_dir, unsigned uid, char *buf,
  */
 int paths_user_state_dir(const char *xdg_state_home, const char *home,
 			 char *buf, size_t len);
+
+/*
+ * An ordinary user's database, into `buf`: PATHS_DB_NAME in
+ * paths_user_state_dir()'s directory. 0; the errors of
+ * paths_user_state_dir(), and -ENAMETOOLONG when the name does not fit.
+ */
+int paths_user_db(const char *xdg_state_home, const char *home, char *buf,
+		  size_t len);
+
+/* The directory part of `path` into `buf`: "." when it has no slash. */
+void paths_dir_of(const char *path, char *buf, size_t len);
 
 /*
  * Whether `dir` is a directory (not a link to one) owned by `uid` that no
