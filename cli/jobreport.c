@@ -23,6 +23,7 @@
 
 #include "cli.h"
 #include "client.h"
+#include "grow.h"
 #include "jobreport.h"
 #include "settle.h"
 #include "table.h"
@@ -94,7 +95,7 @@ struct jr_proc {
 	bool launcher;    /* no rank, and did nothing */
 	uint64_t events, lost;
 	size_t *finds; /* indexes into jr.finds */
-	size_t nfinds;
+	size_t nfinds, finds_cap;
 };
 
 struct jr {
@@ -118,21 +119,19 @@ struct jr {
 	/* Processes that exited but the daemon had not stored in time. */
 	size_t unstored;
 	Npusan__FromDaemon **msgs; /* every reply, kept for its strings */
-	size_t nmsgs;
+	size_t nmsgs, msgs_cap;
 	const Npusan__Finding **finds;
-	size_t nfinds;
+	size_t nfinds, finds_cap;
 	struct jr_proc *procs;
-	size_t nprocs;
+	size_t nprocs, procs_cap;
 	bool answered;
 };
 
 static int jr_keep(struct jr *r, Npusan__FromDaemon *m)
 {
-	Npusan__FromDaemon **v = realloc(r->msgs, (r->nmsgs + 1) * sizeof(*v));
-
-	if (v == NULL)
+	if (grow_array((void **)&r->msgs, &r->msgs_cap, r->nmsgs + 1,
+		       sizeof(*r->msgs)) < 0)
 		return -ENOMEM;
-	r->msgs = v;
 	r->msgs[r->nmsgs++] = m;
 	return 0;
 }
@@ -141,7 +140,6 @@ static int jr_findings_cb(void *arg, Npusan__FromDaemon *m)
 {
 	struct jr *r = arg;
 	const Npusan__FindingsReply *fr = m->findings;
-	const Npusan__Finding **v;
 	struct report_finding f;
 
 	if (m->msg_case != NPUSAN__FROM_DAEMON__MSG_FINDINGS)
@@ -150,14 +148,12 @@ static int jr_findings_cb(void *arg, Npusan__FromDaemon *m)
 		if (client_finding(fr->findings[i], &f) < 0)
 			goto bad;
 	}
-	v = realloc(r->finds, (r->nfinds + fr->n_findings + 1) * sizeof(*v));
-	if (v == NULL || jr_keep(r, m) < 0) {
-		if (v != NULL)
-			r->finds = v;
+	if (grow_array((void **)&r->finds, &r->finds_cap,
+		       r->nfinds + fr->n_findings + 1, sizeof(*r->finds)) < 0 ||
+	    jr_keep(r, m) < 0) {
 		npusan__from_daemon__free_unpacked(m, NULL);
 		return -ENOMEM;
 	}
-	r->finds = v;
 	for (size_t i = 0; i < fr->n_findings; i++)
 		r->finds[r->nfinds++] = fr->findings[i];
 	return fr->has_done && fr->done ? CLIENT_DONE : CLIENT_MORE;
@@ -168,13 +164,11 @@ bad:
 
 static struct jr_proc *jr_add_proc(struct jr *r)
 {
-	struct jr_proc *v = realloc(r->procs, (r->nprocs + 1) * sizeof(*v));
-
-	if (v == NULL)
+	if (grow_array((void **)&r->procs, &r->procs_cap, r->nprocs + 1,
+		       sizeof(*r->procs)) < 0)
 		return NULL;
-	r->procs = v;
-	memset(&v[r->nprocs], 0, sizeof(v[0]));
-	return &v[r->nprocs++];
+	memset(&r->procs[r->nprocs], 0, sizeof(r->procs[0]));
+	return &r->procs[r->nprocs++];
 }
 
 static int jr_list_cb(void *arg, Npusan__FromDaemon *m)
@@ -316,7 +310,6 @@ static int jr_assign(struct jr *r)
 	for (size_t i = 0; i < r->nfinds; i++) {
 		const Npusan__Finding *f = r->finds[i];
 		struct jr_proc *p = NULL;
-		size_t *v;
 
 		for (size_t j = 0; j < r->nprocs && p == NULL; j++) {
 			if (jr_owns(&r->procs[j], f))
@@ -333,10 +326,9 @@ static int jr_assign(struct jr *r)
 			p->has_pid = f->has_pid;
 			p->pid = f->pid;
 		}
-		v = realloc(p->finds, (p->nfinds + 1) * sizeof(*v));
-		if (v == NULL)
+		if (grow_array((void **)&p->finds, &p->finds_cap,
+			       p->nfinds + 1, sizeof(*p->finds)) < 0)
 			return -ENOMEM;
-		p->finds = v;
 		p->finds[p->nfinds++] = i;
 	}
 	if (r->nprocs > 1) /* qsort() takes no NULL, even for none */

@@ -195,19 +195,13 @@ static int run_locate(struct run *r)
  * the directory apply. */
 static int run_private_socket(struct run *r)
 {
-	char dir[PATH_MAX];
-
 	if (geteuid() == 0) {
 		snprintf(r->socket, sizeof(r->socket), "%s",
 			 PATHS_SYSTEM_SOCKET);
 		return 0;
 	}
-	if (paths_user_run_dir(getenv("XDG_RUNTIME_DIR"),
-			       (unsigned)getuid(), dir, sizeof(dir)) < 0 ||
-	    snprintf(r->socket, sizeof(r->socket), "%s/%s", dir,
-		     PATHS_SOCKET_NAME) >= (int)sizeof(r->socket))
-		return -ENAMETOOLONG;
-	return 0;
+	return paths_user_socket(getenv("XDG_RUNTIME_DIR"), (unsigned)getuid(),
+				 r->socket, sizeof(r->socket));
 }
 
 /* A datagram socket for READY=1 under an abstract name, into *fd and
