@@ -27,7 +27,7 @@
  *    at build time (finding kinds, process states, the version), never
  *    from what agents send (jobs, ranks, pids, operators, paths). Per-job
  *    or per-rank series are allowed only for jobs with a running process,
- *    at most METRICS_MAX_JOBS of them, and must disappear when the job
+ *    at most a fixed number of them, and must disappear when the job
  *    ends; there are none yet. Everything else is aggregated per node.
  * 4. No client holds HTTP for long: at most METRICS_MAX_CONNS connections,
  *    METRICS_PER_IP_CONNS from one address, each idle at most
@@ -56,17 +56,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
 
+#include "clock.h"
 #include "engine.h"
 #include "log.h"
 
 #define METRICS_RENDER_MS 1000
 #define METRICS_FILE_MS 2000
-#define METRICS_MAX_JOBS 64         /* DESIGN 3, for per-job series */
 #define METRICS_MAX_CONNS 256       /* HTTP connections at once */
 #define METRICS_PER_IP_CONNS 64     /* from one address: a quarter */
 #define METRICS_TIMEOUT_S 10        /* an idle HTTP connection's life */
@@ -167,6 +166,72 @@ static void metrics_head(FILE *f, const char *name, const char *type,
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* What ingest counts: findings, operations, rings. */
+static void metrics_render_ingest(FILE *f, const struct ingest_stats *is)
+{
+	metrics_head(f, "npusan_findings_total", "counter",
+		     "Findings detected since npusand started, every "
+		     "occurrence counted (a repeat of a known finding too).");
+	for (int k = 0; k < FINDING_KIND_COUNT; k++)
+		fprintf(f, "npusan_findings_total{kind=\"%s\"} %" PRIu64 "\n",
+			finding_kind_name((enum finding_kind)k),
+			is->findings[k]);
+	metrics_head(f, "npusan_operations_analysed_total", "counter",
+		     "Stream operations analysed since npusand started.");
+	fprintf(f, "npusan_operations_analysed_total %" PRIu64 "\n",
+		is->events);
+	metrics_head(f, "npusan_operations_lost_total", "counter",
+		     "Stream operations lost (dropped by agents on full rings, "
+		     "or left unfinished) since npusand started.");
+	fprintf(f, "npusan_operations_lost_total %" PRIu64 "\n", is->lost);
+	metrics_head(f, "npusan_ring_fill_ratio", "gauge",
+		     "The fullest ring being drained, (head - tail) / capacity "
+		     "after its latest drain round, 0 to 1.");
+	fprintf(f, "npusan_ring_fill_ratio %.6f\n", is->ring_fill);
+	metrics_head(f, "npusan_analysis_lag_seconds", "gauge",
+		     "Over the rings being drained, the longest time since a "
+		     "drain found the ring empty right after draining it; 0 "
+		     "when every ring was empty at its latest drain.");
+	fprintf(f, "npusan_analysis_lag_seconds %.3f\n", is->lag_s);
+}
+
+/* The store's writer: whether it commits, and what waits or was dropped. */
+static void metrics_render_health(FILE *f, const struct store_health *sh)
+{
+	metrics_head(f, "npusan_store_commits_failing", "gauge",
+		     "1 while the database takes no writes (a full disk, a "
+		     "lock another program holds): writes wait in memory.");
+	fprintf(f, "npusan_store_commits_failing %d\n", sh->failing ? 1 : 0);
+	metrics_head(f, "npusan_store_writes_waiting", "gauge",
+		     "Writes (findings, counters, registrations) waiting to "
+		     "be committed to the database.");
+	fprintf(f, "npusan_store_writes_waiting %" PRIu64 "\n", sh->queued);
+	metrics_head(f, "npusan_store_findings_dropped_total", "counter",
+		     "Finding occurrences dropped since npusand started "
+		     "because too many waited for the database; their "
+		     "operations are counted lost.");
+	fprintf(f, "npusan_store_findings_dropped_total %" PRIu64 "\n",
+		sh->findings_dropped);
+}
+
+/* What the database holds: processes by state, findings, its size. */
+static void metrics_render_store(FILE *f, const struct store_stats *ss)
+{
+	metrics_head(f, "npusan_processes", "gauge",
+		     "Processes in the database, by state (running: "
+		     "being watched).");
+	for (int s = 0; s < STORE_STATE_COUNT; s++)
+		fprintf(f, "npusan_processes{state=\"%s\"} %" PRIu32 "\n",
+			store_state_name((enum store_state)s),
+			ss->processes[s]);
+	metrics_head(f, "npusan_database_findings", "gauge",
+		     "Distinct findings kept in the database.");
+	fprintf(f, "npusan_database_findings %" PRIu64 "\n", ss->findings);
+	metrics_head(f, "npusan_database_size_bytes", "gauge",
+		     "Size of the SQLite database and its WAL.");
+	fprintf(f, "npusan_database_size_bytes %" PRIu64 "\n", ss->db_bytes);
+}
+
 /* The exposition, as a malloc'd string in *out (length *len). The job's,
  * or the loop's when no job runs (DESIGN 1). 0; -ENOMEM. */
 static int metrics_render(struct metrics *m, char **out, size_t *len)
@@ -192,61 +257,10 @@ static int metrics_render(struct metrics *m, char **out, size_t *len)
 		     "Seconds since npusand started.");
 	fprintf(f, "npusan_uptime_seconds %.3f\n",
 		(double)(uv_hrtime() - m->start_ns) / 1e9);
-	metrics_head(f, "npusan_findings_total", "counter",
-		     "Findings detected since npusand started, every "
-		     "occurrence counted (a repeat of a known finding too).");
-	for (int k = 0; k < FINDING_KIND_COUNT; k++)
-		fprintf(f, "npusan_findings_total{kind=\"%s\"} %" PRIu64 "\n",
-			finding_kind_name((enum finding_kind)k),
-			is.findings[k]);
-	metrics_head(f, "npusan_operations_analysed_total", "counter",
-		     "Stream operations analysed since npusand started.");
-	fprintf(f, "npusan_operations_analysed_total %" PRIu64 "\n",
-		is.events);
-	metrics_head(f, "npusan_operations_lost_total", "counter",
-		     "Stream operations lost (dropped by agents on full rings, "
-		     "or left unfinished) since npusand started.");
-	fprintf(f, "npusan_operations_lost_total %" PRIu64 "\n", is.lost);
-	metrics_head(f, "npusan_ring_fill_ratio", "gauge",
-		     "The fullest ring being drained, (head - tail) / capacity "
-		     "after its latest drain round, 0 to 1.");
-	fprintf(f, "npusan_ring_fill_ratio %.6f\n", is.ring_fill);
-	metrics_head(f, "npusan_analysis_lag_seconds", "gauge",
-		     "Over the rings being drained, the longest time since a "
-		     "drain found the ring empty right after draining it; 0 "
-		     "when every ring was empty at its latest drain.");
-	fprintf(f, "npusan_analysis_lag_seconds %.3f\n", is.lag_s);
-	metrics_head(f, "npusan_store_commits_failing", "gauge",
-		     "1 while the database takes no writes (a full disk, a "
-		     "lock another program holds): writes wait in memory.");
-	fprintf(f, "npusan_store_commits_failing %d\n", sh.failing ? 1 : 0);
-	metrics_head(f, "npusan_store_writes_waiting", "gauge",
-		     "Writes (findings, counters, registrations) waiting to "
-		     "be committed to the database.");
-	fprintf(f, "npusan_store_writes_waiting %" PRIu64 "\n", sh.queued);
-	metrics_head(f, "npusan_store_findings_dropped_total", "counter",
-		     "Finding occurrences dropped since npusand started "
-		     "because too many waited for the database; their "
-		     "operations are counted lost.");
-	fprintf(f, "npusan_store_findings_dropped_total %" PRIu64 "\n",
-		sh.findings_dropped);
-	if (have_store) {
-		metrics_head(f, "npusan_processes", "gauge",
-			     "Processes in the database, by state (running: "
-			     "being watched).");
-		for (int s = 0; s < STORE_STATE_COUNT; s++)
-			fprintf(f, "npusan_processes{state=\"%s\"} %" PRIu32
-				"\n", store_state_name((enum store_state)s),
-				ss.processes[s]);
-		metrics_head(f, "npusan_database_findings", "gauge",
-			     "Distinct findings kept in the database.");
-		fprintf(f, "npusan_database_findings %" PRIu64 "\n",
-			ss.findings);
-		metrics_head(f, "npusan_database_size_bytes", "gauge",
-			     "Size of the SQLite database and its WAL.");
-		fprintf(f, "npusan_database_size_bytes %" PRIu64 "\n",
-			ss.db_bytes);
-	}
+	metrics_render_ingest(f, &is);
+	metrics_render_health(f, &sh);
+	if (have_store)
+		metrics_render_store(f, &ss);
 	if (fclose(f) != 0 || buf == NULL) {
 		free(buf);
 		return -ENOMEM;
@@ -312,19 +326,12 @@ static int metrics_write_file(struct metrics *m)
 	return err;
 }
 
-static int64_t metrics_mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Shuts down the connections past METRICS_REQUEST_MS (DESIGN 4). Loop
  * thread. */
 static void metrics_cut_slow(struct metrics *m)
 {
-	int64_t now = metrics_mono_ms();
+	/* Signed: MHD's thread may stamp a since_ms later than `now`. */
+	int64_t now = (int64_t)clock_mono_ms();
 	unsigned cut = 0;
 
 	pthread_mutex_lock(&m->conns_lock);
@@ -494,7 +501,7 @@ static void metrics_conn_cb(void *cls, struct MHD_Connection *connection,
 			return;
 		}
 		c->fd = info->connect_fd;
-		c->since_ms = metrics_mono_ms();
+		c->since_ms = (int64_t)clock_mono_ms();
 		pthread_mutex_lock(&m->conns_lock);
 		c->next = m->conns;
 		if (m->conns != NULL)
@@ -534,7 +541,7 @@ static void metrics_completed_cb(void *cls, struct MHD_Connection *connection,
 	if (c == NULL)
 		return;
 	pthread_mutex_lock(&m->conns_lock);
-	c->since_ms = metrics_mono_ms();
+	c->since_ms = (int64_t)clock_mono_ms();
 	pthread_mutex_unlock(&m->conns_lock);
 }
 

@@ -4,10 +4,11 @@
  * from the store, and pushing new findings to followers.
  *
  * Everything runs on the libuv loop's thread but the store reads of
- * queries, which run on libuv's thread pool (server.c, DESIGN 7), so the
- * loop never waits for SQLite; the store's writer thread reaches it only
- * through server_on_commit(), which the caller calls from a uv_async_t. Caller owns the struct server: server_stop(), run the loop
- * until it returns, then server_free().
+ * queries, which run on libuv's thread pool (rpc.c; server_int.h, DESIGN
+ * 8), so the loop never waits for SQLite; the store's writer thread
+ * reaches it only through server_on_commit(), which the caller calls from
+ * a uv_async_t. Caller owns the struct server: server_stop(), run the
+ * loop until it returns, then server_free().
  */
 #ifndef NPUSAN_DAEMON_SERVER_H
 #define NPUSAN_DAEMON_SERVER_H
