@@ -54,7 +54,8 @@ class Gen:
         self.live = []          # (ptr, size) as the generator believes
         self.capturing = {}     # origin stream -> graph
         self.members = {}       # stream -> graph it captures into
-        self.graphs = set()
+        self.used = {}          # graph -> [(read, write)] it captured
+        self.last_lists = ('', '')
         self.streams = [0, 1, 2, 3]
 
     def ptr(self):
@@ -84,9 +85,11 @@ class Gen:
     def e(self):
         return self.r.randint(1, 3)
 
-    def launch(self, s):
-        rd = self.rng_list(self.r.choice([0, 1, 1, 2, 3]))
-        wr = self.rng_list(self.r.choice([0, 1, 1, 2]))
+    def launch(self, s, rd=None, wr=None):
+        if rd is None:
+            rd = self.rng_list(self.r.choice([0, 1, 1, 2, 3]))
+            wr = self.rng_list(self.r.choice([0, 1, 1, 2]))
+            self.last_lists = (rd, wr)
         f = 'launch stream=%d op=%s' % (s, self.r.choice(OPS))
         if rd:
             f += ' read=' + rd
@@ -142,7 +145,7 @@ class Gen:
 
     def v2_op(self):
         r, s, g = self.r.random(), self.s(), self.r.randint(1, 3)
-        if r < 0.06:
+        if r < 0.02:
             return 'capture_begin stream=%d graph=%d' % (s, g)
         if r < 0.10 and self.capturing_pairs():
             o, cg = self.r.choice(self.capturing_pairs())
@@ -153,6 +156,8 @@ class Gen:
             return 'graph_replay graph=%d stream=%d' % (g, s)
         if r < 0.18:
             return 'graph_destroy graph=%d' % g
+        if r < 0.195:
+            return 'gap'
         return self.v1_op()
 
     def capture_block(self):
@@ -161,13 +166,14 @@ class Gen:
         operations and replays of other graphs in between."""
         r, g = self.r, r_graph(self.r)
         origin = self.s()
-        members = [origin]
+        members, used = [origin], []
         out = ['capture_begin stream=%d graph=%d' % (origin, g)]
         for _ in range(r.randint(1, 9)):
             x = r.random()
             t = r.choice(members)
             if x < 0.4:
                 out.append(self.launch(t))
+                used.append(self.last_lists)
             elif x < 0.6:
                 new = r.choice([u for u in self.streams if u != t] or [t])
                 if r.random() < 0.5:
@@ -200,6 +206,8 @@ class Gen:
         x = r.random()
         if x < 0.85:
             out.append('capture_end stream=%d graph=%d' % (origin, g))
+            if used:
+                self.used[g] = used
         elif x < 0.93:
             out.append('graph_destroy graph=%d' % g)
         return out
@@ -207,15 +215,44 @@ class Gen:
     def replay_block(self):
         """A replay with eager work around it, sometimes ordered."""
         r, g, s = self.r, r_graph(self.r), self.s()
+        if self.used and r.random() < 0.8:
+            g = r.choice(sorted(self.used))
         out = []
         if r.random() < 0.3:
             out.append(r.choice([self.free, self.alloc])())
+        elif r.random() < 0.3:
+            out.append(self.drop_used(g))
+        if r.random() < 0.1:
+            out.append('gap')
         out.append('graph_replay graph=%d stream=%d' % (g, s))
+        if r.random() < 0.2:
+            out.append(self.drop_used(g))
         t = self.s()
         if r.random() < 0.5:
             out.append('stream_wait stream=%d on=%d' % (t, s))
-        out.append(self.launch(t))
+        if g in self.used and r.random() < 0.6:
+            rd, wr = r.choice(self.used[g])
+            out.append(self.launch(t, *r.choice([(wr, rd), (rd, wr)])))
+        else:
+            out.append(self.launch(t))
         return out
+
+    def drop_used(self, g):
+        """Frees (or allocates over) an allocation that graph g used,
+        when the generator can tell one, else any."""
+        starts = [int(x.split('+')[0], 16) for rd, wr in self.used.get(g, [])
+                  for x in (rd + ',' + wr).split(',') if x]
+        hit = [(p, z) for p, z in self.live
+               if any(p <= x < p + max(z, 1) for x in starts)]
+        if not hit or self.r.random() < 0.2:
+            return self.free()
+        p, z = self.r.choice(hit)
+        if self.r.random() < 0.7:
+            self.live.remove((p, z))
+            return 'free ptr=0x%x' % p
+        self.live = [(q, y) for q, y in self.live if (q, y) != (p, z)]
+        self.live.append((p + 8, 64))
+        return 'alloc ptr=0x%x size=64 stream=%d' % (p + 8, self.s())
 
     def capturing_pairs(self):
         return sorted(self.capturing.items())
