@@ -399,7 +399,25 @@ def check_one(ctl, lines, tmp):
         return None
 
 
+def smaller_lines(line):
+    """Each version of `line` with one list element or one stack= less."""
+    words = line.split(' ')
+    for k, w in enumerate(words):
+        if w.startswith('stack=') and k > 0:
+            yield ' '.join(words[:k] + words[k + 1:])
+        for key in ('read=', 'write='):
+            if w.startswith(key):
+                els = w[len(key):].split(',')
+                for j in range(len(els)):
+                    rest = ','.join(els[:j] + els[j + 1:])
+                    new = words[:k] + ([key + rest] if rest else []) \
+                        + words[k + 1:]
+                    yield ' '.join(new)
+
+
 def shrink(ctl, lines, tmp):
+    """Drops lines, then list elements and stack= fields, while the
+    mismatch stays, until nothing more can go."""
     keep = 2    # header and process line
     changed = True
     while changed:
@@ -410,6 +428,13 @@ def shrink(ctl, lines, tmp):
             if check_one(ctl, cand, tmp):
                 lines = cand
                 changed = True
+            else:
+                for small in smaller_lines(lines[i]):
+                    cand = lines[:i] + [small] + lines[i + 1:]
+                    if check_one(ctl, cand, tmp):
+                        lines = cand
+                        changed = True
+                        break
             i -= 1
     return lines
 

@@ -503,7 +503,7 @@ class Model:
             if cb is c:
                 merge(c.cstate[a], c.cstate[b])
         elif cb is not None:
-            self.join(cb, a, c_clock(cb, b))
+            self.join(cb, a, cb.cstate[b])
         else:
             merge(self.state[a], self.state[b])
 
@@ -612,10 +612,6 @@ class Model:
             row.update((k, fd[k]) for k in order)
             out.append(row)
         return out
-
-
-def c_clock(c, b):
-    return c.cstate[b]
 
 
 def _acc_key(a):
