@@ -10,6 +10,22 @@ is a dict per byte, vector clocks are dicts, nothing is clever.
 
 It reads valid traces; it checks little of the lexical rules (the engine's
 parser has its own tests) and stops with an error on what it cannot read.
+
+Where the specs are silent, it assumes (npusanctl agrees on all the version
+1 points):
+- order of findings within one operation: a launch checks its read elements,
+  then its write elements, each in listing order, and meets the previous
+  accesses scanning bytes upwards; a free reports usage streams in the order
+  of their first use; a flush goes through allocations by address; a replay
+  reports a launch's stale allocations before running it; capture_end
+  reports members in the order they joined;
+- a deduplicated row shows its first occurrence; detected_at is not part of
+  the key; missing_record_stream's key holds the allocation's stream and
+  stack; `alloc.size` is printed as written (size=0 too);
+- the wait by which a stream joins a capture is captured: it changes no
+  version 1 state of that stream;
+- a stale_graph_address carries the sequence number its launch then takes;
+- replaying into a capture needs a captured graph, as an eager replay does.
 """
 import json
 import sys
@@ -622,12 +638,16 @@ def _acc_key(a):
 
 def dedup_key(fd):
     """findings.md's key: kind, both accesses (stream, op, type, stack,
-    graph) without pointer or seq; for missing_record_stream and
-    stale_graph_address also the allocation's stream and stack."""
+    graph) without pointer or seq; for missing_record_stream also the
+    allocation's stream and stack (the allocation stream is its second
+    stream, its stack its second stack: npusanctl does so), for
+    stale_graph_address the captured allocation's stack (graphs.md)."""
     al = fd['alloc']
     alk = None
-    if fd['kind'] in ('missing_record_stream', 'stale_graph_address'):
+    if fd['kind'] == 'missing_record_stream':
         alk = (al['stream'], tuple(al['stack']))
+    elif fd['kind'] == 'stale_graph_address':
+        alk = tuple(al['stack'])
     return (fd['kind'], _acc_key(fd['access']), _acc_key(fd['previous']),
             alk)
 
