@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
+
 /* ---- byte accounting ------------------------------------------------- */
 
 size_t pool__bytes(const struct engine *e)
@@ -58,20 +60,23 @@ void pool__free(struct engine *e, void *p, size_t size)
 	free(p);
 }
 
-/* Grows *arr to hold at least `need` items of `size` bytes. */
+/*
+ * grow_array() of common/grow.h with the bytes counted: grows *arr, of
+ * *cap items of `size` bytes, to hold at least `need` items. 0, or -ENOMEM
+ * (also past max_bytes) with *arr and *cap unchanged.
+ */
 int pool__grow_array(struct engine *e, void **arr, size_t *cap, size_t need,
 		     size_t size)
 {
-	size_t ncap = *cap ? *cap : 8;
+	size_t ncap = grow_capacity(*cap, need, size);
 	void *p;
 
-	if (need <= *cap)
+	assert(size > 0);
+	if (ncap == *cap)
 		return 0;
-	while (ncap < need) {
-		if (ncap > SIZE_MAX / 2 / size)
-			return -ENOMEM;
-		ncap *= 2;
-	}
+	if (ncap == 0)
+		return -ENOMEM;
+	assert(ncap >= need);
 	p = pool__realloc(e, *arr, *cap * size, ncap * size);
 	if (p == NULL)
 		return -ENOMEM;
