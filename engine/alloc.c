@@ -43,6 +43,7 @@ static int alloc_hash_grow(struct engine *e)
 	size_t n = e->amask + 1, nn = n * 2;
 	struct alloc **b = pool__realloc(e, NULL, 0, nn * sizeof(*b));
 
+	assert((n & (n - 1)) == 0);
 	if (b == NULL)
 		return -ENOMEM;
 	memset(b, 0, nn * sizeof(*b));
@@ -118,6 +119,7 @@ static void alloc_link(struct engine *e, struct alloc *a,
 	struct rb_node **link = &e->allocs.node, *parent = NULL;
 	struct alloc **bucket = alloc__bucket(e, a->start);
 
+	assert(a->start <= a->last);
 	if (slot != NULL) {
 		parent = slot->parent;
 		link = slot->link;
@@ -149,6 +151,7 @@ struct usage *alloc__usage_get(struct engine *e, struct alloc *a, uint16_t s)
 	size_t n = a->nusage;
 	struct usage *u;
 
+	assert(s < e->nstreams);
 	for (size_t i = 0; i < n; i++) {
 		if (a->usages[i].sidx == s)
 			return &a->usages[i];
@@ -160,6 +163,7 @@ struct usage *alloc__usage_get(struct engine *e, struct alloc *a, uint16_t s)
 			return NULL;
 		a->usages = u;
 	}
+	assert(n < e->nstreams); /* one usage per stream at most */
 	u = &a->usages[a->nusage++];
 	memset(u, 0, sizeof(*u));
 	u->sidx = s;
@@ -202,6 +206,7 @@ static void alloc_check_record_stream(struct engine *e, struct alloc *a,
 {
 	const int64_t *cstate;
 
+	assert(a->sidx == STREAM_NONE || a->sidx < e->nstreams);
 	if (a->exempt || a->sidx == STREAM_NONE)
 		return;
 	cstate = e->streams[a->sidx].state;

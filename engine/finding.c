@@ -185,6 +185,7 @@ void finding__emit(struct engine *e, struct finding *f)
 	struct finding_key k;
 	bool first = true;
 
+	assert((unsigned)f->kind < FINDING_KIND_COUNT);
 	e->st.occurrences++;
 	if (e->o.dedup) {
 		finding_key(f, NULL, &k);
@@ -221,6 +222,7 @@ void finding__fill_alloc(const struct engine *e, const struct alloc *a,
 void finding__fill_access(const struct engine *e, const struct access *a,
 			  struct finding_access *out)
 {
+	assert(a->sidx < e->nstreams && a->site < e->nsites);
 	out->stream = e->streams[a->sidx].id;
 	out->seq = a->seq;
 	out->write = a->write;

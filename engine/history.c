@@ -21,6 +21,7 @@
 
 void history__access_put(struct engine *e, struct access *a)
 {
+	assert(a == NULL || a->refs > 0);
 	if (a != NULL && --a->refs == 0) {
 		pool__put(e, &e->access_pool, a);
 		e->st.accesses--;
@@ -51,6 +52,7 @@ static void history_hist_clear(struct engine *e, struct hist *h)
 static void history_hist_set_write(struct engine *e, struct hist *h,
 				   struct access *acc)
 {
+	assert(acc->write && acc->refs > 0);
 	history_hist_clear(e, h);
 	h->write = acc;
 	acc->refs++;
@@ -120,6 +122,8 @@ static void history_hist_prune_reads(struct engine *e, struct hist *h)
 static int history_hist_add_read(struct engine *e, struct hist *h,
 				 struct access *acc)
 {
+	assert(!acc->write && acc->refs > 0);
+	assert(h->cap == 0 ? h->nreads <= 1 : h->nreads <= h->cap);
 	if (h->cap == 0 && h->nreads == 0) {
 		h->rd.one = acc;
 	} else {
@@ -204,6 +208,7 @@ static struct seg *history_seg_new(struct engine *e, uint64_t start,
 {
 	struct seg *g = pool__get(e, &e->seg_pool);
 
+	assert(start <= last);
 	if (g == NULL)
 		return NULL;
 	memset(g, 0, sizeof(*g));
@@ -244,6 +249,7 @@ static struct seg *history_seg_split(struct engine *e, struct rb_root *root,
 {
 	struct seg *h = history_seg_new(e, at, g->last);
 
+	assert(g->start < at && at <= g->last);
 	if (h == NULL)
 		return NULL;
 	if (history_hist_copy(e, &h->h, &g->h) < 0) {
@@ -265,6 +271,7 @@ int history__segs_drop(struct engine *e, struct rb_root *root, uint64_t a,
 {
 	struct seg *g = history_seg_first_from(root, a), *next;
 
+	assert(a <= b);
 	if (g != NULL && g->start < a && g->last > b) {
 		if (history_seg_split(e, root, g, b + 1) == NULL)
 			return -ENOMEM;
@@ -303,6 +310,7 @@ static int history_segs_add_read(struct engine *e, struct rb_root *root,
 	uint64_t cur = a;
 	bool done = false;
 
+	assert(a <= b);
 	if (g != NULL && g->start < a) {
 		if (history_seg_split(e, root, g, a) == NULL)
 			return -ENOMEM;
@@ -340,6 +348,7 @@ static int history_segs_set_write(struct engine *e, struct rb_root *root,
 {
 	struct seg *g = history_seg_first_from(root, a);
 
+	assert(a <= b);
 	if (g == NULL || g->start != a || g->last != b) {
 		if ((g = history_seg_new(e, a, b)) == NULL)
 			return -ENOMEM;
@@ -362,6 +371,7 @@ static int history_alloc_to_tree(struct engine *e, struct alloc *a)
 	struct hist one = a->whole;
 	struct seg *g = NULL;
 
+	assert(!a->tree);
 	if (!history__empty(&one)) {
 		if ((g = history_seg_new(e, a->start, a->last)) == NULL)
 			return -ENOMEM;
@@ -405,6 +415,8 @@ void history__walk_init(const struct engine *e, struct region_walk *w,
 {
 	struct alloc *below;
 
+	assert(start <= last);
+	assert(in == NULL || (in->start <= start && start <= in->last));
 	w->cur = start;
 	w->last = last;
 	w->in = in;
@@ -487,6 +499,7 @@ int history__region_set_write(struct engine *e, const struct region *r,
 {
 	struct alloc *a = r->alloc;
 
+	assert(acc->write);
 	if (history_region_whole(r)) {
 		/* A write of the whole allocation makes its history one
 		 * record again, however it was cut before. */
@@ -506,6 +519,7 @@ int history__region_add_read(struct engine *e, const struct region *r,
 {
 	struct alloc *a = r->alloc;
 
+	assert(!acc->write);
 	if (a != NULL && !a->tree && history_region_whole(r))
 		return history_hist_add_read(e, &a->whole, acc);
 	if (a != NULL && !a->tree && history_alloc_to_tree(e, a) < 0)

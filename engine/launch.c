@@ -27,6 +27,7 @@ static struct alloc *launch_alloc_for(struct engine *e, const struct elem *el,
 static bool launch_ordered(const struct engine *e, uint16_t s,
 			   const struct access *p)
 {
+	assert(s < e->nstreams && p->sidx < e->nstreams);
 	return (int64_t)p->seq <= e->streams[s].state[p->sidx];
 }
 
@@ -278,6 +279,7 @@ static int launch_read_pieces(struct engine *e, struct elem *r, size_t nunion,
 	uint64_t cur = r->start;
 	bool covered = false;
 
+	assert(r->start <= r->last);
 	while (lo < hi) { /* the first span ending at or after r->start */
 		size_t mid = lo + (hi - lo) / 2;
 
@@ -406,6 +408,7 @@ static struct access *launch_access_new(struct engine *e, uint16_t s,
 {
 	struct access *a = pool__get(e, &e->access_pool);
 
+	assert(s < e->nstreams && site < e->nsites);
 	if (a == NULL)
 		return NULL;
 	*a = (struct access){ .ptr = ptr, .seq = e->seq, .sidx = s,
@@ -438,6 +441,7 @@ static int launch_update(struct engine *e, uint16_t s, uint32_t site,
 	size_t nw = op->nwrites, n = nw + op->nreads;
 	int err = 0;
 
+	assert(s < e->nstreams && site < e->nsites);
 	for (size_t i = 0; i < n && err == 0; i++) {
 		struct elem *el = &e->elems[i];
 		bool write = i < nw;

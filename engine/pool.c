@@ -42,6 +42,7 @@ void *pool__realloc(struct engine *e, void *p, size_t old, size_t new)
 {
 	void *q;
 
+	assert(p != NULL || old == 0);
 	if (new > old && pool_over_limit(e, new - old))
 		return NULL;
 	q = realloc(p, new);
@@ -54,6 +55,7 @@ void *pool__realloc(struct engine *e, void *p, size_t old, size_t new)
 
 void pool__free(struct engine *e, void *p, size_t size)
 {
+	assert(e->bytes >= size);
 	if (p == NULL)
 		return;
 	e->bytes -= size;
@@ -116,6 +118,7 @@ static struct chunk *pool_chunk_new(struct engine *e, struct pool *p)
 	size_t first = (sizeof(struct chunk) + 15) & ~(size_t)15;
 	struct chunk *c;
 
+	assert(p->size >= sizeof(void *) && p->size <= POOL_CHUNK / 4);
 	if (pool_over_limit(e, POOL_CHUNK) ||
 	    (c = aligned_alloc(POOL_CHUNK, POOL_CHUNK)) == NULL)
 		return NULL;
@@ -140,6 +143,7 @@ static struct chunk *pool_chunk_new(struct engine *e, struct pool *p)
 static void pool_chunk_release(struct engine *e, struct pool *p,
 			       struct chunk *c)
 {
+	assert(c->nfree == c->cap && c != p->empty);
 	pool_partial_del(p, c);
 	if (c->prev != NULL)
 		c->prev->next = c->next;
@@ -160,6 +164,7 @@ void *pool__get(struct engine *e, struct pool *p)
 		return NULL;
 	if (c == p->empty)
 		p->empty = NULL;
+	assert(c->nfree > 0 && c->free != NULL);
 	o = c->free;
 	memcpy(&c->free, o, sizeof(void *));
 	if (--c->nfree == 0)
@@ -171,6 +176,7 @@ void pool__put(struct engine *e, struct pool *p, void *o)
 {
 	struct chunk *c = pool_chunk_of(o);
 
+	assert(c->nfree < c->cap);
 	memcpy(o, &c->free, sizeof(void *));
 	c->free = o;
 	if (c->nfree++ == 0)

@@ -58,6 +58,7 @@ static int sync_grow_clocks(struct engine *e)
 	struct stream *streams;
 	int64_t **fresh;
 
+	assert(e->nstreams == e->scap);
 	if (ncap > ENGINE_MAX_STREAMS)
 		ncap = ENGINE_MAX_STREAMS;
 	size = ncap * sizeof(int64_t);
@@ -101,6 +102,7 @@ int sync__stream_create(struct engine *e, uint64_t id, uint16_t *out)
 	int64_t *state;
 	int err;
 
+	assert(e->nstreams <= e->scap);
 	if (s == ENGINE_MAX_STREAMS)
 		return -E2BIG;
 	if (s == e->scap && (err = sync_grow_clocks(e)) < 0)
@@ -205,6 +207,7 @@ static int sync_event_record(struct engine *e, uint64_t id, uint16_t s)
 	size_t size = e->nstreams * sizeof(int64_t);
 	int64_t *rec;
 
+	assert(s < e->nstreams);
 	if (ev == NULL) {
 		ev = pool__realloc(e, NULL, 0, sizeof(*ev));
 		if (ev == NULL)
@@ -229,6 +232,7 @@ static int sync_event_record(struct engine *e, uint64_t id, uint16_t s)
 static void sync_all_streams_merge(struct engine *e, const int64_t *src,
 				   uint32_t n)
 {
+	assert(n <= e->scap);
 	for (uint32_t s = 0; s < e->nstreams; s++)
 		sync_merge(e->streams[s].state, src, n);
 	sync_merge(e->host, src, n);
