@@ -14,9 +14,10 @@
 #include <string.h>
 
 /*
- * Tests run engine_check() after each operation, so that a bookkeeping slip (an overlapping segment, a lost
- * reference, a count that drifts) fails where it happens rather than as
- * a wrong finding many operations later.
+ * Tests run engine_check() after each operation, so that a bookkeeping
+ * slip (an overlapping segment, a lost reference, a count that drifts)
+ * fails where it happens rather than as a wrong finding many operations
+ * later.
  */
 struct check {
 	const struct engine *e;

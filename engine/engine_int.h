@@ -69,6 +69,7 @@
 #ifndef NPUSAN_ENGINE_INT_H
 #define NPUSAN_ENGINE_INT_H
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -313,8 +314,8 @@ size_t pool__bytes(const struct engine *e);
 void pool__note(struct engine *e, size_t add);
 void *pool__realloc(struct engine *e, void *p, size_t old, size_t new);
 void pool__free(struct engine *e, void *p, size_t size);
-int pool__grow_array(struct engine *e, void **arr, size_t *cap, size_t need,
-		     size_t size);
+int pool__grow(struct engine *e, void **arr, size_t *cap, size_t need,
+	       size_t size);
 void *pool__get(struct engine *e, struct pool *p);
 void pool__put(struct engine *e, struct pool *p, void *o);
 void pool__fini(struct pool *p);
@@ -357,15 +358,9 @@ void alloc__fini(struct engine *e);
 void history__access_put(struct engine *e, struct access *a);
 void history__alloc_clear(struct engine *e, struct alloc *a);
 void history__forget(struct engine *e);
-void history__walk_init(const struct engine *e, struct region_walk *w,
-			uint64_t start, uint64_t last, struct alloc *in);
-bool history__walk_next(struct region_walk *w, struct region *r);
-struct hist *history__region_hist(struct engine *e, const struct region *r,
-				  struct seg **cursor, bool first);
-int history__region_set_write(struct engine *e, const struct region *r,
-			      struct access *acc);
-int history__region_add_read(struct engine *e, const struct region *r,
-			     struct access *acc);
+struct seg *history__seg_first_from(const struct rb_root *root, uint64_t ptr);
+int history__record(struct engine *e, uint64_t start, uint64_t last,
+		    struct alloc *in, struct access *acc);
 void history__drop_starting_at(struct engine *e, uint64_t p);
 int history__segs_drop(struct engine *e, struct rb_root *root, uint64_t a,
 		       uint64_t b);
@@ -374,6 +369,14 @@ void history__fini(struct engine *e);
 /* launch.c */
 int launch__on_op(struct engine *e, const struct op *op);
 void launch__fini(struct engine *e);
+
+/* pool__grow() when *cap holds fewer than `need` items: most calls, from
+ * every launch, find the array big enough. */
+static inline int pool__grow_array(struct engine *e, void **arr, size_t *cap,
+				   size_t need, size_t size)
+{
+	return need <= *cap ? 0 : pool__grow(e, arr, cap, need, size);
+}
 
 static inline struct alloc *alloc__of(struct rb_node *n)
 {
@@ -393,6 +396,94 @@ static inline bool history__empty(const struct hist *h)
 static inline struct seg *history__seg_of(struct rb_node *n)
 {
 	return n != NULL ? rb_container_of(n, struct seg, node) : NULL;
+}
+
+/* ---- regions, inline: every access of every launch walks them ---------- */
+
+static inline struct seg *history__seg_next(struct seg *g)
+{
+	return history__seg_of(rb_next(&g->node));
+}
+
+/* `in` must be the allocation containing `start`, or NULL when none does. */
+static inline void history__walk_init(const struct engine *e,
+				      struct region_walk *w, uint64_t start,
+				      uint64_t last, struct alloc *in)
+{
+	struct alloc *below;
+
+	assert(start <= last);
+	assert(in == NULL || (in->start <= start && start <= in->last));
+	w->cur = start;
+	w->last = last;
+	w->in = in;
+	w->next = NULL;
+	w->done = false;
+	if (in == NULL)
+		alloc__neighbors(e, start, &below, &w->next, NULL);
+}
+
+static inline bool history__walk_next(struct region_walk *w, struct region *r)
+{
+	uint64_t end;
+
+	if (w->done)
+		return false;
+	r->alloc = w->in;
+	if (w->in != NULL)
+		end = w->in->last;
+	else
+		end = w->next != NULL ? w->next->start - 1 : UINT64_MAX;
+	r->start = w->cur;
+	r->last = end < w->last ? end : w->last;
+	if (r->last == w->last) {
+		w->done = true;
+		return true;
+	}
+	w->cur = r->last + 1;
+	if (w->in != NULL) {
+		struct alloc *n = alloc__of(rb_next(&w->in->node));
+
+		w->in = n != NULL && n->start == w->cur ? n : NULL;
+		w->next = w->in == NULL ? n : NULL;
+	} else {
+		w->in = w->next; /* which starts at cur */
+		w->next = NULL;
+	}
+	return true;
+}
+
+/* The tree holding the region's history, or NULL when the region is (part
+ * of) an allocation whose history is one whole-allocation record. */
+static inline struct rb_root *history__region_tree(struct engine *e,
+						   const struct region *r)
+{
+	if (r->alloc == NULL)
+		return &e->outside;
+	return r->alloc->tree ? &r->alloc->segs : NULL;
+}
+
+/*
+ * Iterates over the histories that hold bytes of `r`: the allocation's
+ * whole-allocation record, or the segments of its tree that overlap.
+ * `*cursor` carries the position; start it NULL.
+ */
+static inline struct hist *history__region_hist(struct engine *e,
+						const struct region *r,
+						struct seg **cursor, bool first)
+{
+	struct rb_root *tree = history__region_tree(e, r);
+
+	if (tree == NULL) {
+		if (!first || history__empty(&r->alloc->whole))
+			return NULL;
+		return &r->alloc->whole;
+	}
+	*cursor = first ? history__seg_first_from(tree, r->start)
+			: history__seg_next(*cursor);
+	if (*cursor == NULL || (*cursor)->start > r->last)
+		return NULL;
+	return &(*cursor)->h;
 }
 
 /*

@@ -218,7 +218,7 @@ static struct seg *history_seg_new(struct engine *e, uint64_t start,
 }
 
 /* The first segment of `root` with a byte at or after `ptr`. */
-static struct seg *history_seg_first_from(const struct rb_root *root,
+struct seg *history__seg_first_from(const struct rb_root *root,
 					  uint64_t ptr)
 {
 	struct rb_node *n = root->node, *best = NULL, *after = NULL;
@@ -235,11 +235,6 @@ static struct seg *history_seg_first_from(const struct rb_root *root,
 	if (best != NULL && history__seg_of(best)->last >= ptr)
 		return history__seg_of(best);
 	return history__seg_of(after);
-}
-
-static struct seg *history_seg_next(struct seg *g)
-{
-	return history__seg_of(rb_next(&g->node));
 }
 
 /* Splits `g` so that `at` (start < at <= last) begins a new segment with
@@ -269,7 +264,7 @@ static struct seg *history_seg_split(struct engine *e, struct rb_root *root,
 int history__segs_drop(struct engine *e, struct rb_root *root, uint64_t a,
 		       uint64_t b)
 {
-	struct seg *g = history_seg_first_from(root, a), *next;
+	struct seg *g = history__seg_first_from(root, a), *next;
 
 	assert(a <= b);
 	if (g != NULL && g->start < a && g->last > b) {
@@ -280,10 +275,10 @@ int history__segs_drop(struct engine *e, struct rb_root *root, uint64_t a,
 	}
 	if (g != NULL && g->start < a) {
 		g->last = a - 1;
-		g = history_seg_next(g);
+		g = history__seg_next(g);
 	}
 	while (g != NULL && g->start <= b) {
-		next = history_seg_next(g);
+		next = history__seg_next(g);
 		if (g->last > b) {
 			/* Its start moves up past b, staying below next's. */
 			g->start = b + 1;
@@ -306,7 +301,7 @@ static void history_segs_clear(struct engine *e, struct rb_root *root)
 static int history_segs_add_read(struct engine *e, struct rb_root *root,
 				 uint64_t a, uint64_t b, struct access *acc)
 {
-	struct seg *g = history_seg_first_from(root, a), *h;
+	struct seg *g = history__seg_first_from(root, a), *h;
 	uint64_t cur = a;
 	bool done = false;
 
@@ -314,7 +309,7 @@ static int history_segs_add_read(struct engine *e, struct rb_root *root,
 	if (g != NULL && g->start < a) {
 		if (history_seg_split(e, root, g, a) == NULL)
 			return -ENOMEM;
-		g = history_seg_next(g);
+		g = history__seg_next(g);
 	}
 	while (!done && g != NULL && g->start <= b) {
 		if (g->start > cur) {
@@ -330,7 +325,7 @@ static int history_segs_add_read(struct engine *e, struct rb_root *root,
 			return -ENOMEM;
 		done = g->last >= b;
 		cur = g->last + 1;
-		g = history_seg_next(g);
+		g = history__seg_next(g);
 	}
 	if (!done) {
 		if ((h = history_seg_new(e, cur, b)) == NULL)
@@ -346,7 +341,7 @@ static int history_segs_add_read(struct engine *e, struct rb_root *root,
 static int history_segs_set_write(struct engine *e, struct rb_root *root,
 				  uint64_t a, uint64_t b, struct access *acc)
 {
-	struct seg *g = history_seg_first_from(root, a);
+	struct seg *g = history__seg_first_from(root, a);
 
 	assert(a <= b);
 	if (g == NULL || g->start != a || g->last != b) {
@@ -409,92 +404,13 @@ void history__forget(struct engine *e)
 
 /* ---- regions: where the history of a byte range lives ------------------- */
 
-/* `in` must be the allocation containing `start`, or NULL when none does. */
-void history__walk_init(const struct engine *e, struct region_walk *w,
-			uint64_t start, uint64_t last, struct alloc *in)
-{
-	struct alloc *below;
-
-	assert(start <= last);
-	assert(in == NULL || (in->start <= start && start <= in->last));
-	w->cur = start;
-	w->last = last;
-	w->in = in;
-	w->next = NULL;
-	w->done = false;
-	if (in == NULL)
-		alloc__neighbors(e, start, &below, &w->next, NULL);
-}
-
-bool history__walk_next(struct region_walk *w, struct region *r)
-{
-	uint64_t end;
-
-	if (w->done)
-		return false;
-	r->alloc = w->in;
-	if (w->in != NULL)
-		end = w->in->last;
-	else
-		end = w->next != NULL ? w->next->start - 1 : UINT64_MAX;
-	r->start = w->cur;
-	r->last = end < w->last ? end : w->last;
-	if (r->last == w->last) {
-		w->done = true;
-		return true;
-	}
-	w->cur = r->last + 1;
-	if (w->in != NULL) {
-		struct alloc *n = alloc__of(rb_next(&w->in->node));
-
-		w->in = n != NULL && n->start == w->cur ? n : NULL;
-		w->next = w->in == NULL ? n : NULL;
-	} else {
-		w->in = w->next; /* which starts at cur */
-		w->next = NULL;
-	}
-	return true;
-}
-
-/* The tree holding the region's history, or NULL when the region is (part
- * of) an allocation whose history is one whole-allocation record. */
-static struct rb_root *history_region_tree(struct engine *e,
-					   const struct region *r)
-{
-	if (r->alloc == NULL)
-		return &e->outside;
-	return r->alloc->tree ? &r->alloc->segs : NULL;
-}
-
 static bool history_region_whole(const struct region *r)
 {
 	return r->alloc != NULL && r->start == r->alloc->start &&
 	       r->last == r->alloc->last;
 }
 
-/*
- * Iterates over the histories that hold bytes of `r`: the allocation's
- * whole-allocation record, or the segments of its tree that overlap.
- * `*cursor` carries the position; start it NULL.
- */
-struct hist *history__region_hist(struct engine *e, const struct region *r,
-				  struct seg **cursor, bool first)
-{
-	struct rb_root *tree = history_region_tree(e, r);
-
-	if (tree == NULL) {
-		if (!first || history__empty(&r->alloc->whole))
-			return NULL;
-		return &r->alloc->whole;
-	}
-	*cursor = first ? history_seg_first_from(tree, r->start)
-			: history_seg_next(*cursor);
-	if (*cursor == NULL || (*cursor)->start > r->last)
-		return NULL;
-	return &(*cursor)->h;
-}
-
-int history__region_set_write(struct engine *e, const struct region *r,
+static int history_region_set_write(struct engine *e, const struct region *r,
 			      struct access *acc)
 {
 	struct alloc *a = r->alloc;
@@ -510,11 +426,11 @@ int history__region_set_write(struct engine *e, const struct region *r,
 	}
 	if (a != NULL && !a->tree && history_alloc_to_tree(e, a) < 0)
 		return -ENOMEM;
-	return history_segs_set_write(e, history_region_tree(e, r), r->start,
+	return history_segs_set_write(e, history__region_tree(e, r), r->start,
 				      r->last, acc);
 }
 
-int history__region_add_read(struct engine *e, const struct region *r,
+static int history_region_add_read(struct engine *e, const struct region *r,
 			     struct access *acc)
 {
 	struct alloc *a = r->alloc;
@@ -524,8 +440,30 @@ int history__region_add_read(struct engine *e, const struct region *r,
 		return history_hist_add_read(e, &a->whole, acc);
 	if (a != NULL && !a->tree && history_alloc_to_tree(e, a) < 0)
 		return -ENOMEM;
-	return history_segs_add_read(e, history_region_tree(e, r), r->start,
+	return history_segs_add_read(e, history__region_tree(e, r), r->start,
 				     r->last, acc);
+}
+
+/*
+ * Records `acc` in the history of [start, last]: as the last write of those
+ * bytes, or as one more read of them. `in` is the allocation containing
+ * start, or NULL when none does. 0, or -ENOMEM part way (DESIGN 7).
+ */
+int history__record(struct engine *e, uint64_t start, uint64_t last,
+		    struct alloc *in, struct access *acc)
+{
+	struct region_walk w;
+	struct region r;
+	int err = 0;
+
+	history__walk_init(e, &w, start, last, in);
+	while (err == 0 && history__walk_next(&w, &r)) {
+		if (acc->write)
+			err = history_region_set_write(e, &r, acc);
+		else
+			err = history_region_add_read(e, &r, acc);
+	}
+	return err;
 }
 
 /*
@@ -544,16 +482,16 @@ void history__drop_starting_at(struct engine *e, uint64_t p)
 		return;
 	history__walk_init(e, &w, p, end, alloc__containing(e, p));
 	while (history__walk_next(&w, &r)) {
-		struct rb_root *tree = history_region_tree(e, &r);
+		struct rb_root *tree = history__region_tree(e, &r);
 		struct seg *g, *next;
 
 		if (tree == NULL) {
 			history_hist_drop_starting_at(e, &r.alloc->whole, p);
 			continue;
 		}
-		for (g = history_seg_first_from(tree, r.start);
+		for (g = history__seg_first_from(tree, r.start);
 		     g != NULL && g->start <= r.last; g = next) {
-			next = history_seg_next(g);
+			next = history__seg_next(g);
 			if (history_hist_drop_starting_at(e, &g->h, p))
 				history_seg_remove(e, tree, g);
 		}

@@ -306,7 +306,6 @@ static int launch_read_pieces(struct engine *e, struct elem *r, size_t nunion,
 	return 0;
 }
 
-
 /*
  * Lays out a launch's elements in e->elems (writes first, then reads, in
  * listed order), marks duplicates, cuts each read down to the bytes no
@@ -417,19 +416,16 @@ static struct access *launch_access_new(struct engine *e, uint16_t s,
 	return a;
 }
 
-static int launch_update_range(struct engine *e, const struct elem *el,
-			       uint64_t start, uint64_t last)
+/* Records read `el` in the history of the bytes it kept (its pieces). */
+static int launch_record_read(struct engine *e, const struct elem *el)
 {
-	struct region_walk w;
-	struct region r;
 	int err = 0;
 
-	history__walk_init(e, &w, start, last, launch_alloc_for(e, el, start));
-	while (err == 0 && history__walk_next(&w, &r)) {
-		if (el->acc->write)
-			err = history__region_set_write(e, &r, el->acc);
-		else
-			err = history__region_add_read(e, &r, el->acc);
+	for (uint32_t j = 0; j < el->npieces && err == 0; j++) {
+		const struct span *p = &e->pieces[el->piece0 + j];
+		struct alloc *in = launch_alloc_for(e, el, p->start);
+
+		err = history__record(e, p->start, p->last, in, el->acc);
 	}
 	return err;
 }
@@ -451,20 +447,15 @@ static int launch_update(struct engine *e, uint16_t s, uint32_t site,
 		el->acc = launch_access_new(e, s, site, el->start, write);
 		if (el->acc == NULL)
 			return -ENOMEM;
-		if (write) {
-			err = launch_update_range(e, el, el->start, el->last);
-		} else {
-			for (uint32_t j = 0; j < el->npieces && err == 0; j++) {
-				const struct span *p = &e->pieces[el->piece0 + j];
-
-				err = launch_update_range(e, el, p->start,
-							  p->last);
-			}
-		}
+		if (write)
+			err = history__record(e, el->start, el->last, el->alloc,
+					      el->acc);
+		else
+			err = launch_record_read(e, el);
 		if (err == 0)
 			err = launch_note_usage(e, el, s, site);
-		history__access_put(
-			e, el->acc); /* the history holds its own refs */
+		/* the history holds its own references */
+		history__access_put(e, el->acc);
 	}
 	for (size_t i = 0; i < nw && err == 0; i++) {
 		if (!e->elems[i].dup)

@@ -67,8 +67,8 @@ void pool__free(struct engine *e, void *p, size_t size)
  * *cap items of `size` bytes, to hold at least `need` items. 0, or -ENOMEM
  * (also past max_bytes) with *arr and *cap unchanged.
  */
-int pool__grow_array(struct engine *e, void **arr, size_t *cap, size_t need,
-		     size_t size)
+int pool__grow(struct engine *e, void **arr, size_t *cap, size_t need,
+	       size_t size)
 {
 	size_t ncap = grow_capacity(*cap, need, size);
 	void *p;
