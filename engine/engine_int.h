@@ -21,8 +21,8 @@
  * a vector clock per stream, one per recorded event and one for the host.
  * The access history follows its TensorInfo, but per byte range instead of
  * per data pointer, and the record_stream check follows torch_npu's
- * NPUEventHandler. docs/trace-format.md is the contract; the
- * comments below name the rule of it that each piece implements.
+ * NPUEventHandler. docs/trace-format.md is the contract; the comments in
+ * the parts name the rule of it that each piece implements.
  *
  * DESIGN
  *  1. Streams are numbered densely in order of first mention; a clock is an
@@ -322,14 +322,14 @@ void pool__fini(struct pool *p);
 
 /* sync.c: streams, events, clocks. */
 int sync__stream_create(struct engine *e, uint64_t id, uint16_t *out);
-int sync__stream_get(struct engine *e, uint64_t id, uint16_t *out);
+int sync__stream_get_slow(struct engine *e, uint64_t id, uint16_t *out);
 const int64_t *sync__floor(struct engine *e);
 int sync__on_op(struct engine *e, const struct op *op);
 void sync__fini(struct engine *e);
 
 /* finding.c: sites and findings. */
-int finding__site_get(struct engine *e, uint32_t op, uint32_t stack,
-		      uint32_t *out);
+int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
+			   uint32_t *out);
 void finding__fill_alloc(const struct engine *e, const struct alloc *a,
 			 struct finding *f);
 void finding__fill_access(const struct engine *e, const struct access *a,
@@ -369,6 +369,32 @@ void history__fini(struct engine *e);
 /* launch.c */
 int launch__on_op(struct engine *e, const struct op *op);
 void launch__fini(struct engine *e);
+
+/*
+ * The number of stream `id`, created on the spot when new ("backfill").
+ * Inline for its one-entry cache: nearly every op names the stream the last
+ * one named.
+ */
+static inline int sync__stream_get(struct engine *e, uint64_t id, uint16_t *out)
+{
+	if (id == e->last_stream_id) {
+		*out = e->last_sidx;
+		return 0;
+	}
+	return sync__stream_get_slow(e, id, out);
+}
+
+/* The id of the (operator, stack) pair, interned on first use; inline for
+ * its one-entry cache, as sync__stream_get(). */
+static inline int finding__site_get(struct engine *e, uint32_t op,
+				    uint32_t stack, uint32_t *out)
+{
+	if (e->nsites > 0 && ((uint64_t)op << 32 | stack) == e->last_site_key) {
+		*out = e->last_site;
+		return 0;
+	}
+	return finding__site_get_slow(e, op, stack, out);
+}
 
 /* pool__grow() when *cap holds fewer than `need` items: most calls, from
  * every launch, find the array big enough. */

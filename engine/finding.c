@@ -44,18 +44,15 @@ const char *detected_at_name(enum detected_at at)
 
 /* ---- sites ------------------------------------------------------------- */
 
-/* The id of the (operator, stack) pair, interned on first use. */
-int finding__site_get(struct engine *e, uint32_t op, uint32_t stack,
-		      uint32_t *out)
+/* finding__site_get() past its one-entry cache: looks the pair up, and
+ * interns it on first use. 0; -E2BIG or -ENOMEM with *out unwritten. */
+int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
+			   uint32_t *out)
 {
 	uint64_t key = (uint64_t)op << 32 | stack;
 	const uint64_t *v;
 	int err;
 
-	if (e->nsites > 0 && key == e->last_site_key) {
-		*out = e->last_site;
-		return 0;
-	}
 	if ((v = u64map_get(&e->site_ids, key)) != NULL) {
 		*out = (uint32_t)*v;
 	} else {

@@ -141,15 +141,12 @@ static int sync_stream_find(const struct engine *e, uint64_t id)
 	return v != NULL ? (int)*v : -1;
 }
 
-/* The number of stream `id`, created on the spot when new ("backfill"). */
-int sync__stream_get(struct engine *e, uint64_t id, uint16_t *out)
+/* sync__stream_get() past its one-entry cache: finds the stream, or
+ * creates it ("backfill"). 0; -E2BIG or -ENOMEM with *out unwritten. */
+int sync__stream_get_slow(struct engine *e, uint64_t id, uint16_t *out)
 {
 	int s, err;
 
-	if (id == e->last_stream_id) {
-		*out = e->last_sidx;
-		return 0;
-	}
 	if ((s = sync_stream_find(e, id)) >= 0)
 		*out = (uint16_t)s;
 	else if ((err = sync__stream_create(e, id, out)) < 0)
