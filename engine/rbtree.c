@@ -19,29 +19,29 @@
 
 #define RB_BLACK ((uintptr_t)1)
 
-static bool is_red(const struct rb_node *n)
+static bool rb_is_red(const struct rb_node *n)
 {
 	return n != NULL && !(n->parent_color & RB_BLACK);
 }
 
-static void set_black(struct rb_node *n)
+static void rb_set_black(struct rb_node *n)
 {
 	n->parent_color |= RB_BLACK;
 }
 
-static void set_red(struct rb_node *n)
+static void rb_set_red(struct rb_node *n)
 {
 	n->parent_color &= ~RB_BLACK;
 }
 
-static void set_parent(struct rb_node *n, struct rb_node *p)
+static void rb_set_parent(struct rb_node *n, struct rb_node *p)
 {
 	n->parent_color = (n->parent_color & RB_BLACK) | (uintptr_t)p;
 }
 
 /* Makes `new` take `old`'s place under `parent` (or at the root). */
-static void replace_child(struct rb_root *root, struct rb_node *parent,
-			  struct rb_node *old, struct rb_node *new)
+static void rb_replace_child(struct rb_root *root, struct rb_node *parent,
+			     struct rb_node *old, struct rb_node *new)
 {
 	if (parent == NULL)
 		root->node = new;
@@ -51,32 +51,32 @@ static void replace_child(struct rb_root *root, struct rb_node *parent,
 		parent->right = new;
 }
 
-static void rotate_left(struct rb_root *root, struct rb_node *x)
+static void rb_rotate_left(struct rb_root *root, struct rb_node *x)
 {
 	struct rb_node *y = x->right;
 	struct rb_node *p = rb_parent(x);
 
 	x->right = y->left;
 	if (y->left != NULL)
-		set_parent(y->left, x);
-	set_parent(y, p);
-	replace_child(root, p, x, y);
+		rb_set_parent(y->left, x);
+	rb_set_parent(y, p);
+	rb_replace_child(root, p, x, y);
 	y->left = x;
-	set_parent(x, y);
+	rb_set_parent(x, y);
 }
 
-static void rotate_right(struct rb_root *root, struct rb_node *x)
+static void rb_rotate_right(struct rb_root *root, struct rb_node *x)
 {
 	struct rb_node *y = x->left;
 	struct rb_node *p = rb_parent(x);
 
 	x->left = y->right;
 	if (y->right != NULL)
-		set_parent(y->right, x);
-	set_parent(y, p);
-	replace_child(root, p, x, y);
+		rb_set_parent(y->right, x);
+	rb_set_parent(y, p);
+	rb_replace_child(root, p, x, y);
 	y->right = x;
-	set_parent(x, y);
+	rb_set_parent(x, y);
 }
 
 void rb_insert(struct rb_root *root, struct rb_node *node,
@@ -88,113 +88,113 @@ void rb_insert(struct rb_root *root, struct rb_node *node,
 	node->left = node->right = NULL;
 	*link = node;
 
-	while ((p = rb_parent(node)) != NULL && is_red(p)) {
+	while ((p = rb_parent(node)) != NULL && rb_is_red(p)) {
 		g = rb_parent(p); /* p is red, so not the root */
 		if (p == g->left) {
 			u = g->right;
-			if (is_red(u)) {
-				set_black(p);
-				set_black(u);
-				set_red(g);
+			if (rb_is_red(u)) {
+				rb_set_black(p);
+				rb_set_black(u);
+				rb_set_red(g);
 				node = g;
 				continue;
 			}
 			if (node == p->right) {
-				rotate_left(root, p);
+				rb_rotate_left(root, p);
 				node = p;
 				p = rb_parent(node);
 			}
-			set_black(p);
-			set_red(g);
-			rotate_right(root, g);
+			rb_set_black(p);
+			rb_set_red(g);
+			rb_rotate_right(root, g);
 		} else {
 			u = g->left;
-			if (is_red(u)) {
-				set_black(p);
-				set_black(u);
-				set_red(g);
+			if (rb_is_red(u)) {
+				rb_set_black(p);
+				rb_set_black(u);
+				rb_set_red(g);
 				node = g;
 				continue;
 			}
 			if (node == p->left) {
-				rotate_right(root, p);
+				rb_rotate_right(root, p);
 				node = p;
 				p = rb_parent(node);
 			}
-			set_black(p);
-			set_red(g);
-			rotate_left(root, g);
+			rb_set_black(p);
+			rb_set_red(g);
+			rb_rotate_left(root, g);
 		}
 	}
-	set_black(root->node);
+	rb_set_black(root->node);
 }
 
 /*
  * Restores invariant 2 after a black node was removed from above `x`,
  * which may be NULL; hence `parent` is passed explicitly.
  */
-static void erase_fixup(struct rb_root *root, struct rb_node *x,
-			struct rb_node *parent)
+static void rb_erase_fixup(struct rb_root *root, struct rb_node *x,
+			   struct rb_node *parent)
 {
 	struct rb_node *w;
 
-	while (x != root->node && !is_red(x)) {
+	while (x != root->node && !rb_is_red(x)) {
 		if (x == parent->left) {
 			w = parent->right;
-			if (is_red(w)) {
-				set_black(w);
-				set_red(parent);
-				rotate_left(root, parent);
+			if (rb_is_red(w)) {
+				rb_set_black(w);
+				rb_set_red(parent);
+				rb_rotate_left(root, parent);
 				w = parent->right;
 			}
-			if (!is_red(w->left) && !is_red(w->right)) {
-				set_red(w);
+			if (!rb_is_red(w->left) && !rb_is_red(w->right)) {
+				rb_set_red(w);
 				x = parent;
 				parent = rb_parent(x);
 				continue;
 			}
-			if (!is_red(w->right)) {
-				set_black(w->left);
-				set_red(w);
-				rotate_right(root, w);
+			if (!rb_is_red(w->right)) {
+				rb_set_black(w->left);
+				rb_set_red(w);
+				rb_rotate_right(root, w);
 				w = parent->right;
 			}
 			w->parent_color = (w->parent_color & ~RB_BLACK) |
 					  (parent->parent_color & RB_BLACK);
-			set_black(parent);
-			set_black(w->right);
-			rotate_left(root, parent);
+			rb_set_black(parent);
+			rb_set_black(w->right);
+			rb_rotate_left(root, parent);
 		} else {
 			w = parent->left;
-			if (is_red(w)) {
-				set_black(w);
-				set_red(parent);
-				rotate_right(root, parent);
+			if (rb_is_red(w)) {
+				rb_set_black(w);
+				rb_set_red(parent);
+				rb_rotate_right(root, parent);
 				w = parent->left;
 			}
-			if (!is_red(w->left) && !is_red(w->right)) {
-				set_red(w);
+			if (!rb_is_red(w->left) && !rb_is_red(w->right)) {
+				rb_set_red(w);
 				x = parent;
 				parent = rb_parent(x);
 				continue;
 			}
-			if (!is_red(w->left)) {
-				set_black(w->right);
-				set_red(w);
-				rotate_left(root, w);
+			if (!rb_is_red(w->left)) {
+				rb_set_black(w->right);
+				rb_set_red(w);
+				rb_rotate_left(root, w);
 				w = parent->left;
 			}
 			w->parent_color = (w->parent_color & ~RB_BLACK) |
 					  (parent->parent_color & RB_BLACK);
-			set_black(parent);
-			set_black(w->left);
-			rotate_right(root, parent);
+			rb_set_black(parent);
+			rb_set_black(w->left);
+			rb_rotate_right(root, parent);
 		}
 		x = root->node;
 		break;
 	}
 	if (x != NULL)
-		set_black(x);
+		rb_set_black(x);
 }
 
 void rb_erase(struct rb_root *root, struct rb_node *z)
@@ -207,8 +207,8 @@ void rb_erase(struct rb_root *root, struct rb_node *z)
 		parent = rb_parent(z);
 		removed_color = z->parent_color & RB_BLACK;
 		if (child != NULL)
-			set_parent(child, parent);
-		replace_child(root, parent, z, child);
+			rb_set_parent(child, parent);
+		rb_replace_child(root, parent, z, child);
 	} else {
 		/* Two children: z's successor y, which has no left child,
 		 * takes z's place and colour; y's old spot loses a node. */
@@ -222,18 +222,18 @@ void rb_erase(struct rb_root *root, struct rb_node *z)
 			parent = y;
 		} else {
 			if (child != NULL)
-				set_parent(child, parent);
+				rb_set_parent(child, parent);
 			parent->left = child;
 			y->right = z->right;
-			set_parent(z->right, y);
+			rb_set_parent(z->right, y);
 		}
 		y->parent_color = z->parent_color;
 		y->left = z->left;
-		set_parent(z->left, y);
-		replace_child(root, rb_parent(z), z, y);
+		rb_set_parent(z->left, y);
+		rb_replace_child(root, rb_parent(z), z, y);
 	}
 	if (removed_color == RB_BLACK)
-		erase_fixup(root, child, parent);
+		rb_erase_fixup(root, child, parent);
 }
 
 struct rb_node *rb_first(const struct rb_root *root)
@@ -288,7 +288,8 @@ struct rb_node *rb_prev(const struct rb_node *n)
 	return p;
 }
 
-static int check_subtree(const struct rb_node *n, const struct rb_node *parent)
+static int rb_check_subtree(const struct rb_node *n,
+			    const struct rb_node *parent)
 {
 	int lh, rh;
 
@@ -296,18 +297,18 @@ static int check_subtree(const struct rb_node *n, const struct rb_node *parent)
 		return 1;
 	if (rb_parent(n) != parent)
 		return -1;
-	if (is_red(n) && (is_red(n->left) || is_red(n->right)))
+	if (rb_is_red(n) && (rb_is_red(n->left) || rb_is_red(n->right)))
 		return -1;
-	lh = check_subtree(n->left, n);
-	rh = check_subtree(n->right, n);
+	lh = rb_check_subtree(n->left, n);
+	rh = rb_check_subtree(n->right, n);
 	if (lh < 0 || rh < 0 || lh != rh)
 		return -1;
-	return lh + !is_red(n);
+	return lh + !rb_is_red(n);
 }
 
 int rb_check(const struct rb_root *root)
 {
-	if (is_red(root->node))
+	if (rb_is_red(root->node))
 		return -1;
-	return check_subtree(root->node, NULL);
+	return rb_check_subtree(root->node, NULL);
 }

@@ -11,7 +11,7 @@ those tests with a timeout, and puts the original back. It prints each
 mutant's fate and, at the end, the kill rate over the mutants that
 compiled and every survivor as FILE:LINE: ORIGINAL -> MUTANT.
 
-    tools/mutate.py engine/engine.c --tests 'test_engine|fuzz_engine'
+    tools/mutate.py engine/launch.c --tests 'test_engine|fuzz_engine'
     tools/mutate.py daemon/store.c --tests 'test_store|test_server' --max 40
 
 Not part of the suite: it rebuilds and reruns tests once per mutant, which

@@ -1,0 +1,388 @@
+/*
+ * alloc.c - the allocation table (DESIGN 3): live allocations as disjoint
+ * ranges in a red-black tree keyed by start, plus a hash by exact start;
+ * each allocation's usages (what streams other than its own did with it)
+ * and the record_stream check over them at free and flush (DESIGN 6); and
+ * the ops alloc, free, record_stream and flush.
+ *
+ * Owns every struct alloc (from e->alloc_pool) with its usage array, the
+ * hash buckets and the pending list; alloc__fini() frees them all. The
+ * history an allocation holds belongs to history.c, which clears it when
+ * the allocation goes.
+ */
+#include "engine_int.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hash.h"
+
+/* ---- allocations ------------------------------------------------------- */
+
+struct alloc **alloc__bucket(const struct engine *e, uint64_t start)
+{
+	return &e->abuckets[hash_u64(start) & e->amask];
+}
+
+/* The allocation that starts exactly at `start`, if any. */
+struct alloc *alloc__at(const struct engine *e, uint64_t start)
+{
+	struct alloc *a = *alloc__bucket(e, start);
+
+	while (a != NULL && a->start != start)
+		a = a->hnext;
+	return a;
+}
+
+/* Doubles the exact-start hash so that chains stay two long on average:
+ * a bucket costs as much as two allocations' chain links. */
+static int alloc_hash_grow(struct engine *e)
+{
+	size_t n = e->amask + 1, nn = n * 2;
+	struct alloc **b = pool__realloc(e, NULL, 0, nn * sizeof(*b));
+
+	assert((n & (n - 1)) == 0);
+	if (b == NULL)
+		return -ENOMEM;
+	memset(b, 0, nn * sizeof(*b));
+	for (size_t i = 0; i < n; i++) {
+		struct alloc *a = e->abuckets[i], *next;
+
+		for (; a != NULL; a = next) {
+			size_t j = hash_u64(a->start) & (nn - 1);
+
+			next = a->hnext;
+			a->hnext = b[j];
+			b[j] = a;
+		}
+	}
+	pool__free(e, e->abuckets, n * sizeof(*b));
+	e->abuckets = b;
+	e->amask = nn - 1;
+	return 0;
+}
+
+/*
+ * One descent: the allocation with the greatest start <= ptr and the one
+ * with the least start > ptr, either NULL when there is none, and in *slot
+ * (when not NULL) where an allocation starting at ptr would be linked.
+ */
+void alloc__neighbors(const struct engine *e, uint64_t ptr,
+		      struct alloc **below, struct alloc **above,
+		      struct alloc_slot *slot)
+{
+	struct rb_node *const *link = &e->allocs.node;
+	struct rb_node *n, *parent = NULL, *lo = NULL, *hi = NULL;
+
+	while ((n = *link) != NULL) {
+		parent = n;
+		if (alloc__of(n)->start <= ptr) {
+			lo = n;
+			link = &n->right;
+		} else {
+			hi = n;
+			link = &n->left;
+		}
+	}
+	*below = alloc__of(lo);
+	*above = alloc__of(hi);
+	if (slot != NULL)
+		*slot = (struct alloc_slot){ parent, (struct rb_node **)link };
+}
+
+/* The allocation containing ptr: the one starting there (a hash probe),
+ * else the last one found (views of one tensor come in runs), else the
+ * tree's. */
+struct alloc *alloc__containing(struct engine *e, uint64_t ptr)
+{
+	struct alloc *a = alloc__at(e, ptr), *above;
+
+	if (a != NULL)
+		return a;
+	a = e->last_view;
+	if (a != NULL && ptr >= a->start && ptr <= a->last)
+		return a;
+	alloc__neighbors(e, ptr, &a, &above, NULL);
+	if (a == NULL || ptr > a->last)
+		return NULL;
+	e->last_view = a;
+	return a;
+}
+
+/* Links `a` at `slot` when given (found by alloc__neighbors() with no
+ * change to the tree since), else where it belongs. */
+static void alloc_link(struct engine *e, struct alloc *a,
+		       const struct alloc_slot *slot)
+{
+	struct rb_node **link = &e->allocs.node, *parent = NULL;
+	struct alloc **bucket = alloc__bucket(e, a->start);
+
+	assert(a->start <= a->last);
+	if (slot != NULL) {
+		parent = slot->parent;
+		link = slot->link;
+	}
+	while (*link != NULL) {
+		parent = *link;
+		link = a->start < alloc__of(parent)->start ? &parent->left
+							   : &parent->right;
+	}
+	rb_insert(&e->allocs, &a->node, parent, link);
+	a->hnext = *bucket;
+	*bucket = a;
+	e->st.live_allocs++;
+}
+
+/* Usage arrays hold 2, 4, 8... entries: the capacity follows the count. */
+static size_t alloc_usage_cap(size_t n)
+{
+	size_t cap = 2;
+
+	while (cap < n)
+		cap *= 2;
+	return n == 0 ? 0 : cap;
+}
+
+/* The usage entry of stream `s` in `a`, added when new. */
+struct usage *alloc__usage_get(struct engine *e, struct alloc *a, uint16_t s)
+{
+	size_t n = a->nusage;
+	struct usage *u;
+
+	assert(s < e->nstreams);
+	for (size_t i = 0; i < n; i++) {
+		if (a->usages[i].sidx == s)
+			return &a->usages[i];
+	}
+	if (alloc_usage_cap(n) == n) {
+		u = pool__realloc(e, a->usages, alloc_usage_cap(n) * sizeof(*u),
+				  alloc_usage_cap(n + 1) * sizeof(*u));
+		if (u == NULL)
+			return NULL;
+		a->usages = u;
+	}
+	assert(n < e->nstreams); /* one usage per stream at most */
+	u = &a->usages[a->nusage++];
+	memset(u, 0, sizeof(*u));
+	u->sidx = s;
+	return u;
+}
+
+void alloc__usages_free(struct engine *e, struct alloc *a)
+{
+	pool__free(e, a->usages,
+		   alloc_usage_cap(a->nusage) * sizeof(*a->usages));
+	a->usages = NULL;
+	a->nusage = 0;
+}
+
+
+/* Forgets allocation `a` with its history and usages. */
+static void alloc_unlink(struct engine *e, struct alloc *a)
+{
+	struct alloc **p = alloc__bucket(e, a->start);
+
+	while (*p != a)
+		p = &(*p)->hnext;
+	*p = a->hnext;
+	if (e->last_view == a)
+		e->last_view = NULL;
+	rb_erase(&e->allocs, &a->node);
+	history__alloc_clear(e, a);
+	alloc__usages_free(e, a);
+	pool__put(e, &e->alloc_pool, a);
+	e->st.live_allocs--;
+}
+
+/*
+ * The record_stream check at free or flush: every usage (U, n) of a
+ * stream not named by record_stream, with not n <= state[C][U], is a
+ * finding, once per allocation and usage stream.
+ */
+static void alloc_check_record_stream(struct engine *e, struct alloc *a,
+				      enum detected_at at)
+{
+	const int64_t *cstate;
+
+	assert(a->sidx == STREAM_NONE || a->sidx < e->nstreams);
+	if (a->exempt || a->sidx == STREAM_NONE)
+		return;
+	cstate = e->streams[a->sidx].state;
+	for (size_t i = 0; i < a->nusage; i++) {
+		struct usage *u = &a->usages[i];
+		struct finding f = { .kind = FINDING_MISSING_RECORD_STREAM,
+				     .detected_at = at };
+
+		if ((u->flags & (USAGE_USED | USAGE_RECORDED |
+				 USAGE_REPORTED)) != USAGE_USED)
+			continue;
+		if ((int64_t)u->seq <= cstate[u->sidx])
+			continue;
+		u->flags |= USAGE_REPORTED;
+		f.ptr = a->start;
+		finding__fill_alloc(e, a, &f);
+		f.access.stream = e->streams[u->sidx].id;
+		f.access.seq = u->seq;
+		f.access.write = (u->flags & USAGE_WROTE) != 0;
+		f.access.op = e->sites[u->site].op;
+		f.access.stack = e->sites[u->site].stack;
+		finding__emit(e, &f);
+	}
+}
+
+/* DESIGN 6: `a` has a use the next flush must check. Past twice the live
+ * allocations (or without memory) the list gives way to a walk of all. */
+void alloc__pending_add(struct engine *e, struct alloc *a)
+{
+	if (a->pending)
+		return;
+	a->pending = 1;
+	if (e->pending_all)
+		return;
+	if (e->npending >= 2 * e->st.live_allocs + 64 ||
+	    pool__grow_array(e, (void **)&e->pending, &e->pending_cap,
+			     e->npending + 1, sizeof(*e->pending)) < 0) {
+		e->pending_all = true;
+		e->npending = 0;
+		return;
+	}
+	e->pending[e->npending++] = a->start;
+}
+
+
+/* ---- memory operations ------------------------------------------------- */
+
+int alloc__on_alloc(struct engine *e, const struct op *op)
+{
+	uint64_t last = op->ptr + (op->size ? op->size - 1 : 0);
+	struct alloc *a, *old, *above;
+	struct alloc_slot slot;
+	bool moved = false;
+	uint16_t s = STREAM_NONE;
+	int err;
+
+	if (e->st.live_allocs >= 2 * (e->amask + 1) &&
+	    (err = alloc_hash_grow(e)) < 0)
+		return err;
+	if ((a = pool__get(e, &e->alloc_pool)) == NULL)
+		return -ENOMEM;
+	if (op->has_stream && (err = sync__stream_get(e, op->stream, &s)) < 0) {
+		pool__put(e, &e->alloc_pool, a);
+		return err;
+	}
+	/* Live allocations it overlaps were freed unseen: release them
+	 * silently, dropping their history as a free would. */
+	alloc__neighbors(e, op->ptr, &old, &above, &slot);
+	if (old == NULL || old->last < op->ptr)
+		old = above;
+	while (old != NULL && old->start <= last) {
+		struct alloc *next = alloc__of(rb_next(&old->node));
+
+		alloc_unlink(e, old);
+		old = next;
+		moved = true;
+	}
+	if (history__segs_drop(e, &e->outside, op->ptr, last) < 0) {
+		pool__put(e, &e->alloc_pool, a);
+		history__forget(e);
+		return -ENOMEM;
+	}
+	*a = (struct alloc){ .start = op->ptr, .last = last,
+			     .stack = op->stack, .sidx = s,
+			     .size0 = op->size == 0 };
+	alloc_link(e, a, moved ? NULL : &slot);
+	return 0;
+}
+
+int alloc__on_free(struct engine *e, const struct op *op)
+{
+	struct alloc *a = alloc__at(e, op->ptr);
+
+	if (a == NULL) {
+		history__drop_starting_at(e, op->ptr);
+		return 0;
+	}
+	alloc_check_record_stream(e, a, DETECTED_AT_FREE);
+	alloc_unlink(e, a);
+	return 0;
+}
+
+int alloc__on_record_stream(struct engine *e, const struct op *op)
+{
+	struct alloc *a;
+	struct usage *u;
+	uint16_t s;
+	int err;
+
+	if ((err = sync__stream_get(e, op->stream, &s)) < 0)
+		return err;
+	a = alloc__containing(e, op->ptr);
+	if (a == NULL)
+		return 0;
+	if ((u = alloc__usage_get(e, a, s)) == NULL) {
+		/* a lost record_stream must not become a false finding */
+		history__forget(e);
+		return -ENOMEM;
+	}
+	u->flags |= USAGE_RECORDED;
+	return 0;
+}
+
+static int alloc_u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void alloc_flush_one(struct engine *e, struct alloc *a)
+{
+	alloc_check_record_stream(e, a, DETECTED_AT_FLUSH);
+	a->pending = 0;
+}
+
+/* DESIGN 6: the pending allocations, in address order. A start listed
+ * twice, or whose allocation was freed (and perhaps another made there),
+ * names no pending allocation the second time. */
+void alloc__on_flush(struct engine *e)
+{
+	if (e->pending_all) {
+		for (struct rb_node *n = rb_first(&e->allocs); n;
+		     n = rb_next(n))
+			alloc_flush_one(e, alloc__of(n));
+		e->pending_all = false;
+	} else if (e->npending > 0) {
+		qsort(e->pending, e->npending, sizeof(*e->pending),
+		      alloc_u64_cmp);
+		for (size_t i = 0; i < e->npending; i++) {
+			struct alloc *a = alloc__at(e, e->pending[i]);
+
+			if (a != NULL && a->pending)
+				alloc_flush_one(e, a);
+		}
+	}
+	e->npending = 0;
+}
+
+/* The empty table of a new engine. 0 or -ENOMEM. */
+int alloc__init(struct engine *e)
+{
+	e->amask = 63;
+	e->abuckets =
+		pool__realloc(e, NULL, 0, (e->amask + 1) * sizeof(void *));
+	if (e->abuckets == NULL)
+		return -ENOMEM;
+	memset(e->abuckets, 0, (e->amask + 1) * sizeof(void *));
+	return 0;
+}
+
+/* Frees every allocation with its history and usages, then the table. */
+void alloc__fini(struct engine *e)
+{
+	while (e->allocs.node != NULL)
+		alloc_unlink(e, alloc__of(e->allocs.node));
+	free(e->abuckets);
+	free(e->pending);
+}

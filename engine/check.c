@@ -1,0 +1,238 @@
+/*
+ * check.c - engine_check(): walks everything the engine keeps and compares
+ * it with what every operation promises to leave behind (the DESIGN
+ * invariants of engine_int.h and the counts of engine_get_stats()).
+ *
+ * Owns nothing beyond one walk: the map of references it builds is freed
+ * before it returns.
+ */
+#include "engine_int.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * Tests run engine_check() after each operation, so that a bookkeeping
+ * slip (an overlapping segment, a lost reference, a count that drifts)
+ * fails where it happens rather than as a wrong finding many operations
+ * later.
+ */
+struct check {
+	const struct engine *e;
+	struct u64map refs; /* access address -> references seen */
+	bool compare;	    /* second pass: compare refs with the counts */
+	uint64_t accesses;  /* distinct, first pass */
+	uint64_t segments;  /* first pass */
+	const char *why;
+};
+
+static void check_fail(struct check *c, const char *why)
+{
+	if (c->why == NULL)
+		c->why = why;
+}
+
+static void check_access_ref(struct check *c, const struct access *a)
+{
+	uint64_t *n;
+
+	if (a->sidx >= c->e->nstreams || a->seq > c->e->seq ||
+	    a->site >= c->e->nsites)
+		check_fail(c, "an access names a stream, launch or site that "
+			      "does not exist");
+	n = u64map_get(&c->refs, (uintptr_t)a);
+	if (c->compare) {
+		if (n == NULL || *n != a->refs)
+			check_fail(c, "an access's reference count differs "
+				      "from the histories that hold it");
+	} else if (n != NULL) {
+		(*n)++;
+	} else if (u64map_put(&c->refs, (uintptr_t)a, 1) < 0) {
+		check_fail(c, "out of memory while checking");
+	} else {
+		c->accesses++;
+	}
+}
+
+static void check_hist(struct check *c, const struct hist *h)
+{
+	struct access *const *r = h->cap == 0 ? &h->rd.one : h->rd.many;
+
+	if (h->cap == 0 ? h->nreads > 1 : h->nreads > h->cap)
+		check_fail(c, "a read list holds more than its capacity");
+	if (h->write != NULL)
+		check_access_ref(c, h->write);
+	for (uint32_t i = 0; i < h->nreads; i++) {
+		if (r[i] == NULL) {
+			check_fail(c, "a read list holds a null access");
+			continue;
+		}
+		if (!r[i]->write)
+			check_access_ref(c, r[i]);
+		else
+			check_fail(c, "a write is in a read list");
+	}
+	if (h->write != NULL && h->write->write == 0)
+		check_fail(c, "a read is a segment's last write");
+}
+
+/* The segments of `root`: ordered, disjoint, within [lo, hi], none empty. */
+static void check_segs(struct check *c, const struct rb_root *root,
+		       uint64_t lo, uint64_t hi)
+{
+	const struct seg *prev = NULL;
+
+	if (rb_check(root) < 0)
+		check_fail(c, "a history tree is not a red-black tree");
+	for (struct rb_node *n = rb_first(root); n != NULL; n = rb_next(n)) {
+		const struct seg *g = history__seg_of(n);
+
+		if (g->start > g->last || g->start < lo || g->last > hi)
+			check_fail(c, "a history segment lies outside its "
+				      "allocation or ends before it starts");
+		if (prev != NULL && g->start <= prev->last)
+			check_fail(c, "history segments overlap or are out of "
+				      "order");
+		if (history__empty(&g->h))
+			check_fail(c, "an empty history segment is kept");
+		check_hist(c, &g->h);
+		c->segments += !c->compare;
+		prev = g;
+	}
+}
+
+static void check_usages(struct check *c, const struct alloc *a)
+{
+	for (size_t i = 0; i < a->nusage; i++) {
+		const struct usage *u = &a->usages[i];
+
+		if (u->sidx >= c->e->nstreams)
+			check_fail(c, "a usage names a stream that does not "
+				      "exist");
+		if ((u->flags & USAGE_USED) &&
+		    (u->sidx == a->sidx || a->exempt || u->seq > c->e->seq))
+			check_fail(c, "a usage is recorded that the "
+				      "record_stream rule never records");
+		for (size_t j = 0; j < i; j++) {
+			if (a->usages[j].sidx == u->sidx)
+				check_fail(c, "two usages of one stream");
+		}
+	}
+}
+
+/* DESIGN 6: an allocation a flush would skip has nothing to report. */
+static void check_pending(struct check *c, const struct alloc *a)
+{
+	const struct engine *e = c->e;
+	bool listed = false;
+
+	if (e->pending_all)
+		return;
+	if (a->pending) {
+		for (size_t i = 0; i < e->npending && !listed; i++)
+			listed = e->pending[i] == a->start;
+		if (!listed)
+			check_fail(c, "a pending allocation is not listed");
+		return;
+	}
+	if (a->exempt || a->sidx == STREAM_NONE)
+		return;
+	for (size_t i = 0; i < a->nusage; i++) {
+		const struct usage *u = &a->usages[i];
+
+		if ((u->flags & (USAGE_USED | USAGE_RECORDED |
+				 USAGE_REPORTED)) == USAGE_USED &&
+		    (int64_t)u->seq > e->streams[a->sidx].state[u->sidx])
+			check_fail(c, "an allocation a flush would skip has an "
+				      "unordered use to report");
+	}
+}
+
+static void check_allocs(struct check *c)
+{
+	const struct engine *e = c->e;
+	const struct alloc *prev = NULL;
+	uint64_t live = 0;
+
+	if (rb_check(&e->allocs) < 0)
+		check_fail(c, "the allocation tree is not a red-black tree");
+	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n)) {
+		const struct alloc *a = alloc__of(n);
+		const struct alloc *h = *alloc__bucket(e, a->start);
+
+		while (h != NULL && h != a)
+			h = h->hnext;
+		if (h == NULL)
+			check_fail(c, "a live allocation is missing from the "
+				      "start hash");
+		if (a->start > a->last ||
+		    (prev != NULL && a->start <= prev->last))
+			check_fail(c, "live allocations overlap or are out of "
+				      "order");
+		if (a->sidx != STREAM_NONE && a->sidx >= e->nstreams)
+			check_fail(c, "an allocation names a stream that does "
+				      "not exist");
+		if (a->tree)
+			check_segs(c, &a->segs, a->start, a->last);
+		else
+			check_hist(c, &a->whole);
+		check_usages(c, a);
+		check_pending(c, a);
+		live++;
+		prev = a;
+	}
+	if (!c->compare && live != e->st.live_allocs)
+		check_fail(c, "live_allocs differs from the allocation tree");
+}
+
+/* Bytes no allocation covers keep their history outside; never both. */
+static void check_outside(struct check *c)
+{
+	const struct engine *e = c->e;
+
+	check_segs(c, &e->outside, 0, UINT64_MAX);
+	for (struct rb_node *n = rb_first(&e->outside); n; n = rb_next(n)) {
+		const struct seg *g = history__seg_of(n);
+		struct alloc *a =
+			alloc__containing((struct engine *)e, g->start);
+		struct rb_node *after;
+
+		if (a == NULL) {
+			after = rb_first(&e->allocs);
+			while (after != NULL &&
+			       alloc__of(after)->last < g->start)
+				after = rb_next(after);
+			a = after != NULL ? alloc__of(after) : NULL;
+		}
+		if (a != NULL && a->start <= g->last && a->last >= g->start)
+			check_fail(c, "bytes of a live allocation have history "
+				      "outside it");
+	}
+}
+
+const char *engine_check(const struct engine *e)
+{
+	struct check c = { .e = e };
+
+	if (u64map_init(&c.refs) < 0)
+		return "out of memory while checking";
+	for (uint32_t s = 0; s < e->nstreams; s++) {
+		if (e->streams[s].state[s] > (int64_t)e->seq)
+			check_fail(&c, "a stream is ahead of the last launch");
+	}
+	check_allocs(&c);
+	check_outside(&c);
+	if (c.segments != e->st.segments)
+		check_fail(&c, "the segments count differs from the trees");
+	if (c.accesses != e->st.accesses)
+		check_fail(&c, "the accesses count differs from the accesses "
+			       "the histories hold");
+	/* The same walk again, now comparing each access's references. */
+	c.compare = true;
+	check_allocs(&c);
+	check_segs(&c, &e->outside, 0, UINT64_MAX);
+	u64map_fini(&c.refs);
+	return c.why;
+}

@@ -1,0 +1,524 @@
+/*
+ * engine_int.h - what the files of the engine share and nothing else sees:
+ * its structs, its limits and the functions one part calls in another (named
+ * part__name, as libuv's uv__ internals are). engine.h is the public side.
+ *
+ * The engine is the happens-before analysis of one accelerator process, cut
+ * into parts that each own one kind of state:
+ *   pool.c     memory: byte accounting, max_bytes, slabs of small objects
+ *   sync.c     streams, events and their vector clocks; the sync ops
+ *   finding.c  sites (operator, stack), findings, their deduplication
+ *   alloc.c    the allocation table, usages and the record_stream check;
+ *              alloc, free, record_stream and flush
+ *   history.c  the access history of byte ranges (hists, segments, regions)
+ *   launch.c   a launch: checks its accesses, then updates the history
+ *   check.c    engine_check(), the invariants below walked in full
+ *   engine.c   engine_feed()'s dispatch over op kinds, and the lifetime
+ * Everything the engine holds is counted by pool.c and freed by the part that
+ * owns it, from engine_free().
+ *
+ * The sync state follows torch.cuda._sanitizer's StreamSynchronizations:
+ * a vector clock per stream, one per recorded event and one for the host.
+ * The access history follows its TensorInfo, but per byte range instead of
+ * per data pointer, and the record_stream check follows torch_npu's
+ * NPUEventHandler. docs/trace-format.md is the contract; the comments in
+ * the parts name the rule of it that each piece implements.
+ *
+ * DESIGN
+ *  1. Streams are numbered densely in order of first mention; a clock is an
+ *     array of int64 indexed by stream number, -1 meaning "missing". Merges
+ *     are element-wise max, so a missing entry behaves exactly like the
+ *     dictionaries' .get(stream, -1).
+ *  2. The history of some bytes is their last write and the reads since,
+ *     as pointers to refcounted access records ("hist"); a launch's access
+ *     is one record however many histories hold it. Bytes without a hist
+ *     have no history.
+ *  3. Allocations are disjoint ranges in an rbtree keyed by start, plus a
+ *     hash by exact start, which is what nearly every access and every
+ *     free names. An allocation whose bytes all share one history (the
+ *     usual whole-tensor use) keeps it inline; once part of it is used on
+ *     its own, it keeps a tree of disjoint byte ranges ("segments") until
+ *     a write of the whole allocation makes it uniform again. A global
+ *     tree of segments holds the history of bytes no allocation covers.
+ *     So the history of a byte lives in exactly one place, a whole-tensor
+ *     access costs one hash probe, and a free drops its history without
+ *     searching. An access belongs to the allocation containing its first
+ *     byte as written.
+ *  4. A launch first checks all its accesses against the history from
+ *     before it and only then updates the history, so it never conflicts
+ *     with itself and overlapping writes all see the same past.
+ *  5. A read (T, n) is dead once n <= floor[T] = min(host[T], state[S][T]
+ *     for every S): clocks only grow and new streams copy the host, so no
+ *     later access can conflict with it. Dead reads are dropped when a read
+ *     list grows. Past READS_COALESCE live reads on one range, older reads
+ *     that repeat a newer read's stream, operator and stack are merged into
+ *     it: that bounds memory in loops that never synchronize, and can only
+ *     lower the occurrence count of a finding, never hide a distinct one.
+ *  6. A flush checks only the allocations with a use that may still be
+ *     unsettled: a usage found ordered stays ordered (clocks only grow), and
+ *     a reported or recorded one never reports again, so an allocation
+ *     needs a check only after a launch gave it a new latest use. Such an
+ *     allocation is `pending`, its start in e->pending; flush checks those
+ *     in address order, as a walk of every allocation would. When the list
+ *     outgrows the live allocations, the next flush walks them all instead.
+ *  7. Every allocation of memory that could fail happens before the state
+ *     it would change is touched, except while updating the history after
+ *     a launch; a failure there forgets the history as `gap` does, which
+ *     can only lose findings, never invent them.
+ */
+#ifndef NPUSAN_ENGINE_INT_H
+#define NPUSAN_ENGINE_INT_H
+
+#include <assert.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "op.h"
+#include "rbtree.h"
+#include "u64map.h"
+
+#define STREAM_NONE UINT16_MAX
+/* Small slabs: after a step frees its activations, the fewer objects a
+ * slab holds, the likelier it empties and goes back to malloc. */
+#define POOL_CHUNK (4 * 1024)
+#define READS_COALESCE 64
+#define SEQ_MAX ((UINT64_C(1) << 48) - 1)
+#define SEEN_LIST 16
+
+_Static_assert(ENGINE_MAX_STREAMS < STREAM_NONE, "stream numbers fit u16");
+
+/*
+ * One access of one launch, shared by the histories of the bytes it
+ * touched. 24 bytes: the history holds a few per live allocation, so their
+ * size is much of the engine's memory. Sequence numbers get 48 bits: 2^48
+ * launches is centuries of a process's life.
+ */
+struct access {
+	uint64_t ptr; /* start of the element as written */
+	uint64_t seq : 48;
+	uint64_t sidx : 15;
+	uint64_t write : 1;
+	uint32_t refs;
+	uint32_t site; /* operator and stack, see finding__site_get() */
+};
+
+_Static_assert(sizeof(struct access) == 24, "access records stay small");
+_Static_assert(ENGINE_MAX_STREAMS <= (1 << 15), "stream numbers fit sidx");
+
+/* The history of some bytes: their last write and the reads since. */
+struct hist {
+	struct access *write;
+	union {
+		struct access *one;   /* cap == 0 */
+		struct access **many; /* cap > 0 */
+	} rd;
+	uint32_t nreads;
+	uint32_t cap;
+};
+
+/* The history of the bytes [start, last], in a tree of such ranges. */
+struct seg {
+	struct rb_node node;
+	uint64_t start;
+	uint64_t last;
+	struct hist h;
+};
+
+enum {
+	USAGE_USED = 1,
+	USAGE_WROTE = 2,
+	USAGE_RECORDED = 4,
+	USAGE_REPORTED = 8,
+};
+
+/* What one stream other than the allocation stream did with an allocation. */
+struct usage {
+	uint64_t seq;
+	uint32_t site;
+	uint16_t sidx;
+	uint8_t flags;
+};
+
+struct alloc {
+	struct rb_node node;
+	struct alloc *hnext; /* chain in the exact-start hash */
+	uint64_t start;
+	uint64_t last;
+	struct usage *usages; /* alloc_usage_cap(nusage) entries */
+	union {                 /* the history of its bytes (DESIGN 3) */
+		struct hist whole;   /* tree == 0: one record for all */
+		struct rb_root segs; /* tree == 1: segments */
+	};
+	uint32_t stack;
+	uint16_t sidx; /* STREAM_NONE when unknown */
+	uint16_t nusage : 12;
+	uint16_t pending : 1; /* DESIGN 6 */
+	uint16_t tree : 1;
+	uint16_t exempt : 1; /* live across a gap: no record_stream check */
+	uint16_t size0 : 1;  /* allocated with size=0 */
+};
+
+_Static_assert(sizeof(struct alloc) == 88, "one per live allocation");
+_Static_assert(ENGINE_MAX_STREAMS < (1 << 12), "usage count fits nusage");
+
+struct stream {
+	uint64_t id;
+	int64_t *state;
+};
+
+struct event {
+	int64_t *rec;
+	uint32_t n;
+};
+
+/*
+ * A slab of POOL_CHUNK bytes, aligned to its size so that an object finds
+ * its chunk by masking its address. Chunks that become empty go back to
+ * malloc (all but one per pool), so the engine's memory follows the live
+ * working set down as well as up.
+ */
+struct chunk {
+	struct chunk *next; /* every chunk of the pool */
+	struct chunk *prev;
+	struct chunk *pnext; /* chunks with a free object */
+	struct chunk *pprev;
+	void *free;
+	uint32_t nfree;
+	uint32_t cap;
+};
+
+struct pool {
+	size_t size;
+	struct chunk *all;
+	struct chunk *partial;
+	struct chunk *empty; /* the one empty chunk kept for reuse */
+};
+
+/* An operator and a stack: what an access reports besides where and when. */
+struct site {
+	uint32_t op;
+	uint32_t stack;
+};
+
+/* One element of a launch's read or write list. */
+struct elem {
+	uint64_t start;
+	uint64_t last;
+	struct alloc *alloc; /* the allocation containing start, if any */
+	struct access *acc;
+	uint32_t piece0; /* reads: first of its pieces in e->pieces */
+	uint32_t npieces;
+	uint8_t dup;
+};
+
+struct span {
+	uint64_t start;
+	uint64_t last;
+	uint32_t pos; /* index of the element it came from */
+};
+
+/* A stretch of bytes within one allocation, or within no allocation. */
+struct region {
+	struct alloc *alloc; /* NULL: the bytes are in no allocation */
+	uint64_t start;
+	uint64_t last;
+};
+
+/* Cuts [cur, last] into regions, in address order. */
+struct region_walk {
+	uint64_t cur;
+	uint64_t last;
+	struct alloc *in;   /* the allocation containing cur, or NULL */
+	struct alloc *next; /* when `in` is NULL: the first one after cur */
+	bool done;
+};
+
+struct dent {
+	struct finding_key key;
+	uint64_t id;
+	uint64_t count;
+	uint8_t used;
+};
+
+struct engine {
+	struct engine_opts o;
+	uint64_t seq;
+
+	struct stream *streams;
+	uint32_t nstreams;
+	uint32_t scap; /* length of every clock array */
+	int64_t *host;
+	int64_t *floor; /* DESIGN 5 */
+	bool floor_stale;
+	struct u64map stream_ids;
+	uint64_t last_stream_id; /* one-entry cache in front of stream_ids */
+	uint16_t last_sidx;
+	struct u64map events; /* id -> struct event * */
+
+	struct rb_root allocs;
+	struct alloc *last_view; /* see alloc__containing() */
+	struct alloc **abuckets; /* exact-start hash (DESIGN 3) */
+	size_t amask;
+	struct rb_root outside; /* history of bytes no allocation covers */
+	uint64_t *pending;	/* DESIGN 6: starts of pending allocations */
+	size_t npending;
+	size_t pending_cap;
+	bool pending_all;	/* the list overflowed: flush walks them all */
+	struct pool access_pool;
+	struct pool seg_pool;
+	struct pool alloc_pool;
+	uint64_t max_access_len;
+
+	struct elem *elems; /* launch scratch: writes, then reads */
+	size_t elems_cap;
+	struct span *spans; /* launch scratch: sorted elements, write union */
+	size_t spans_cap;
+	struct span *pieces; /* launch scratch: bytes each read keeps */
+	size_t pieces_cap;
+
+	struct site *sites; /* site id -> operator and stack */
+	size_t nsites;
+	size_t sites_cap;
+	struct u64map site_ids; /* op << 32 | stack -> site id */
+	uint64_t last_site_key;
+	uint32_t last_site;
+
+	/* The previous accesses already paired with the current one: a list,
+	 * and past SEEN_LIST entries also a hash set of them. */
+	const struct access **seen;
+	size_t nseen;
+	size_t seen_cap;
+	const struct access **seen_set;
+	size_t seen_mask;
+
+	struct dent *dedup;
+	size_t dedup_mask;
+	size_t dedup_count;
+
+	struct engine_stats st;
+	size_t bytes;
+};
+
+/* Where an allocation starting at some address goes in the tree. */
+struct alloc_slot {
+	struct rb_node *parent;
+	struct rb_node **link;
+};
+
+/* ---- what the parts call in one another ------------------------------ */
+
+/* pool.c: the memory the engine holds, and what may still be taken. */
+size_t pool__bytes(const struct engine *e);
+void pool__note(struct engine *e, size_t add);
+void *pool__realloc(struct engine *e, void *p, size_t old, size_t new);
+void pool__free(struct engine *e, void *p, size_t size);
+int pool__grow(struct engine *e, void **arr, size_t *cap, size_t need,
+	       size_t size);
+void *pool__get(struct engine *e, struct pool *p);
+void pool__put(struct engine *e, struct pool *p, void *o);
+void pool__fini(struct pool *p);
+
+/* sync.c: streams, events, clocks. */
+int sync__stream_create(struct engine *e, uint64_t id, uint16_t *out);
+int sync__stream_get_slow(struct engine *e, uint64_t id, uint16_t *out);
+const int64_t *sync__floor(struct engine *e);
+int sync__on_op(struct engine *e, const struct op *op);
+void sync__fini(struct engine *e);
+
+/* finding.c: sites and findings. */
+int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
+			   uint32_t *out);
+void finding__fill_alloc(const struct engine *e, const struct alloc *a,
+			 struct finding *f);
+void finding__fill_access(const struct engine *e, const struct access *a,
+			  struct finding_access *out);
+void finding__emit(struct engine *e, struct finding *f);
+void finding__fini(struct engine *e);
+
+/* alloc.c: the allocation table and the ops on it. */
+int alloc__init(struct engine *e);
+struct alloc **alloc__bucket(const struct engine *e, uint64_t start);
+struct alloc *alloc__at(const struct engine *e, uint64_t start);
+void alloc__neighbors(const struct engine *e, uint64_t ptr,
+		      struct alloc **below, struct alloc **above,
+		      struct alloc_slot *slot);
+struct alloc *alloc__containing(struct engine *e, uint64_t ptr);
+struct usage *alloc__usage_get(struct engine *e, struct alloc *a, uint16_t s);
+void alloc__usages_free(struct engine *e, struct alloc *a);
+void alloc__pending_add(struct engine *e, struct alloc *a);
+int alloc__on_alloc(struct engine *e, const struct op *op);
+int alloc__on_free(struct engine *e, const struct op *op);
+int alloc__on_record_stream(struct engine *e, const struct op *op);
+void alloc__on_flush(struct engine *e);
+void alloc__fini(struct engine *e);
+
+/* history.c: the access history and the regions it lives in. */
+void history__access_put(struct engine *e, struct access *a);
+void history__alloc_clear(struct engine *e, struct alloc *a);
+void history__forget(struct engine *e);
+struct seg *history__seg_first_from(const struct rb_root *root, uint64_t ptr);
+int history__record(struct engine *e, uint64_t start, uint64_t last,
+		    struct alloc *in, struct access *acc);
+void history__drop_starting_at(struct engine *e, uint64_t p);
+int history__segs_drop(struct engine *e, struct rb_root *root, uint64_t a,
+		       uint64_t b);
+void history__fini(struct engine *e);
+
+/* launch.c */
+int launch__on_op(struct engine *e, const struct op *op);
+void launch__fini(struct engine *e);
+
+/*
+ * The number of stream `id`, created on the spot when new ("backfill").
+ * Inline for its one-entry cache: nearly every op names the stream the last
+ * one named.
+ */
+static inline int sync__stream_get(struct engine *e, uint64_t id, uint16_t *out)
+{
+	if (id == e->last_stream_id) {
+		*out = e->last_sidx;
+		return 0;
+	}
+	return sync__stream_get_slow(e, id, out);
+}
+
+/* The id of the (operator, stack) pair, interned on first use; inline for
+ * its one-entry cache, as sync__stream_get(). */
+static inline int finding__site_get(struct engine *e, uint32_t op,
+				    uint32_t stack, uint32_t *out)
+{
+	if (e->nsites > 0 && ((uint64_t)op << 32 | stack) == e->last_site_key) {
+		*out = e->last_site;
+		return 0;
+	}
+	return finding__site_get_slow(e, op, stack, out);
+}
+
+/* pool__grow() when *cap holds fewer than `need` items: most calls, from
+ * every launch, find the array big enough. */
+static inline int pool__grow_array(struct engine *e, void **arr, size_t *cap,
+				   size_t need, size_t size)
+{
+	return need <= *cap ? 0 : pool__grow(e, arr, cap, need, size);
+}
+
+static inline struct alloc *alloc__of(struct rb_node *n)
+{
+	return n != NULL ? rb_container_of(n, struct alloc, node) : NULL;
+}
+
+static inline struct access **history__reads(struct hist *h)
+{
+	return h->cap == 0 ? &h->rd.one : h->rd.many;
+}
+
+static inline bool history__empty(const struct hist *h)
+{
+	return h->write == NULL && h->nreads == 0;
+}
+
+static inline struct seg *history__seg_of(struct rb_node *n)
+{
+	return n != NULL ? rb_container_of(n, struct seg, node) : NULL;
+}
+
+/* ---- regions, inline: every access of every launch walks them ---------- */
+
+static inline struct seg *history__seg_next(struct seg *g)
+{
+	return history__seg_of(rb_next(&g->node));
+}
+
+/* `in` must be the allocation containing `start`, or NULL when none does. */
+static inline void history__walk_init(const struct engine *e,
+				      struct region_walk *w, uint64_t start,
+				      uint64_t last, struct alloc *in)
+{
+	struct alloc *below;
+
+	assert(start <= last);
+	assert(in == NULL || (in->start <= start && start <= in->last));
+	w->cur = start;
+	w->last = last;
+	w->in = in;
+	w->next = NULL;
+	w->done = false;
+	if (in == NULL)
+		alloc__neighbors(e, start, &below, &w->next, NULL);
+}
+
+static inline bool history__walk_next(struct region_walk *w, struct region *r)
+{
+	uint64_t end;
+
+	if (w->done)
+		return false;
+	r->alloc = w->in;
+	if (w->in != NULL)
+		end = w->in->last;
+	else
+		end = w->next != NULL ? w->next->start - 1 : UINT64_MAX;
+	r->start = w->cur;
+	r->last = end < w->last ? end : w->last;
+	if (r->last == w->last) {
+		w->done = true;
+		return true;
+	}
+	w->cur = r->last + 1;
+	if (w->in != NULL) {
+		struct alloc *n = alloc__of(rb_next(&w->in->node));
+
+		w->in = n != NULL && n->start == w->cur ? n : NULL;
+		w->next = w->in == NULL ? n : NULL;
+	} else {
+		w->in = w->next; /* which starts at cur */
+		w->next = NULL;
+	}
+	return true;
+}
+
+/* The tree holding the region's history, or NULL when the region is (part
+ * of) an allocation whose history is one whole-allocation record. */
+static inline struct rb_root *history__region_tree(struct engine *e,
+						   const struct region *r)
+{
+	if (r->alloc == NULL)
+		return &e->outside;
+	return r->alloc->tree ? &r->alloc->segs : NULL;
+}
+
+/*
+ * Iterates over the histories that hold bytes of `r`: the allocation's
+ * whole-allocation record, or the segments of its tree that overlap.
+ * `*cursor` carries the position; start it NULL.
+ */
+static inline struct hist *history__region_hist(struct engine *e,
+						const struct region *r,
+						struct seg **cursor, bool first)
+{
+	struct rb_root *tree = history__region_tree(e, r);
+
+	if (tree == NULL) {
+		if (!first || history__empty(&r->alloc->whole))
+			return NULL;
+		return &r->alloc->whole;
+	}
+	*cursor = first ? history__seg_first_from(tree, r->start)
+			: history__seg_next(*cursor);
+	if (*cursor == NULL || (*cursor)->start > r->last)
+		return NULL;
+	return &(*cursor)->h;
+}
+
+/*
+ * Iterates over the histories that hold bytes of region `r`, `cursor` (a
+ * struct seg *) carrying the position; see history__region_hist().
+ */
+#define history__for_each_hist(e, r, h, cursor)                      \
+	for ((h) = history__region_hist((e), (r), &(cursor), true);   \
+	     (h) != NULL;                                             \
+	     (h) = history__region_hist((e), (r), &(cursor), false))
+
+#endif

@@ -1,0 +1,235 @@
+/*
+ * finding.c - what the engine reports: the names of finding kinds, the
+ * sites (an operator and a stack, interned so that an access names them in
+ * 32 bits), the deduplication key of findings.md and the dedup table that
+ * merges occurrences, and finding__emit(), the one way out to the caller's
+ * callback.
+ *
+ * Owns e->sites, e->site_ids and e->dedup, freed by finding__fini(). A
+ * finding handed to the callback lives on the caller's stack.
+ */
+#include "engine_int.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "hash.h"
+
+static const char *const finding_kind_names[] = {
+#define FINDING_KIND_NAME(name, str) str,
+	FINDING_KINDS(FINDING_KIND_NAME)
+#undef FINDING_KIND_NAME
+};
+
+static const char *const detected_at_names[] = {
+#define DETECTED_AT_NAME(name, str) str,
+	DETECTED_AT(DETECTED_AT_NAME)
+#undef DETECTED_AT_NAME
+};
+
+const char *finding_kind_name(enum finding_kind kind)
+{
+	return (unsigned)kind < FINDING_KIND_COUNT ? finding_kind_names[kind]
+						   : NULL;
+}
+
+const char *detected_at_name(enum detected_at at)
+{
+	return (unsigned)at < DETECTED_AT_COUNT ? detected_at_names[at] : NULL;
+}
+
+/* ---- sites ------------------------------------------------------------- */
+
+/* finding__site_get() past its one-entry cache: looks the pair up, and
+ * interns it on first use. 0; -E2BIG or -ENOMEM with *out unwritten. */
+int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
+			   uint32_t *out)
+{
+	uint64_t key = (uint64_t)op << 32 | stack;
+	const uint64_t *v;
+	int err;
+
+	if ((v = u64map_get(&e->site_ids, key)) != NULL) {
+		*out = (uint32_t)*v;
+	} else {
+		if (e->nsites == UINT32_MAX)
+			return -E2BIG;
+		if ((err = pool__grow_array(e, (void **)&e->sites,
+					    &e->sites_cap, e->nsites + 1,
+					    sizeof(*e->sites))) < 0 ||
+		    (err = u64map_put(&e->site_ids, key, e->nsites)) < 0)
+			return err;
+		e->sites[e->nsites] = (struct site){ op, stack };
+		*out = (uint32_t)e->nsites++;
+	}
+	e->last_site_key = key;
+	e->last_site = *out;
+	return 0;
+}
+
+/* ---- findings ----------------------------------------------------------- */
+
+static uint64_t finding_dkey_hash(const struct finding_key *k)
+{
+	return hash_bytes(k, sizeof(*k));
+}
+
+/* The dedup row of `k`, inserted with count 0 when new; NULL when the table
+ * cannot grow, in which case the occurrence is reported undeduplicated. */
+static struct dent *finding_dedup_row(struct engine *e,
+				      const struct finding_key *k)
+{
+	size_t i;
+
+	if ((e->dedup_count + 1) * 2 > e->dedup_mask + 1) {
+		size_t nmask = e->dedup_mask ? e->dedup_mask * 2 + 1 : 63;
+		struct dent *t =
+			pool__realloc(e, NULL, 0, (nmask + 1) * sizeof(*t));
+
+		if (t == NULL)
+			return NULL;
+		memset(t, 0, (nmask + 1) * sizeof(*t));
+		for (size_t j = 0; e->dedup && j <= e->dedup_mask; j++) {
+			if (!e->dedup[j].used)
+				continue;
+			i = finding_dkey_hash(&e->dedup[j].key) & nmask;
+			while (t[i].used)
+				i = (i + 1) & nmask;
+			t[i] = e->dedup[j];
+		}
+		if (e->dedup != NULL)
+			pool__free(e, e->dedup,
+				   (e->dedup_mask + 1) * sizeof(*t));
+		e->dedup = t;
+		e->dedup_mask = nmask;
+	}
+	i = finding_dkey_hash(k) & e->dedup_mask;
+	while (e->dedup[i].used && memcmp(&e->dedup[i].key, k, sizeof(*k)) != 0)
+		i = (i + 1) & e->dedup_mask;
+	if (!e->dedup[i].used) {
+		e->dedup[i].used = 1;
+		e->dedup[i].key = *k;
+		e->dedup_count++;
+	}
+	return &e->dedup[i];
+}
+
+void finding_key(const struct finding *f, const struct finding_text *t,
+		 struct finding_key *k)
+{
+	struct finding_text own = {
+		.op = f->access.op,
+		.stack = f->access.stack,
+		.prev_op = f->previous.op,
+		.prev_stack = f->previous.stack,
+		.alloc_stack = f->alloc.stack,
+	};
+
+	if (t == NULL)
+		t = &own;
+	memset(k, 0, sizeof(*k));
+	k->kind = (uint8_t)f->kind;
+	k->s1 = f->access.stream;
+	k->op1 = t->op;
+	k->st1 = t->stack;
+	k->w1 = f->access.write;
+	k->has_previous = f->has_previous;
+	if (f->has_previous) {
+		k->s2 = f->previous.stream;
+		k->has_s2 = 1;
+		k->op2 = t->prev_op;
+		k->st2 = t->prev_stack;
+		k->w2 = f->previous.write;
+	} else if (f->has_alloc) {
+		k->s2 = f->alloc.has_stream ? f->alloc.stream : 0;
+		k->has_s2 = f->alloc.has_stream;
+		k->st2 = t->alloc_stack;
+	}
+}
+
+int finding_key_text(const struct finding_key *k,
+		     char buf[FINDING_KEY_TEXT_MAX])
+{
+	const char *kind = finding_kind_name((enum finding_kind)k->kind);
+	int n;
+
+	n = snprintf(buf, FINDING_KEY_TEXT_MAX,
+		     "%s %" PRIu64 " %c %" PRIu64 " %" PRIu64,
+		     kind != NULL ? kind : "?", k->s1, k->w1 ? 'w' : 'r',
+		     k->op1, k->st1);
+	/* A previous access as before allocations joined the key, so that
+	 * the rows of data races keep their keys. */
+	if (k->has_previous)
+		n += snprintf(buf + n, FINDING_KEY_TEXT_MAX - (size_t)n,
+			      " %" PRIu64 " %c %" PRIu64 " %" PRIu64, k->s2,
+			      k->w2 ? 'w' : 'r', k->op2, k->st2);
+	else if (k->has_s2)
+		n += snprintf(buf + n, FINDING_KEY_TEXT_MAX - (size_t)n,
+			      " - %" PRIu64 " %" PRIu64, k->s2, k->st2);
+	else
+		n += snprintf(buf + n, FINDING_KEY_TEXT_MAX - (size_t)n,
+			      " - ? %" PRIu64, k->st2);
+	return n;
+}
+
+void finding__emit(struct engine *e, struct finding *f)
+{
+	struct dent *row = NULL;
+	struct finding_key k;
+	bool first = true;
+
+	assert((unsigned)f->kind < FINDING_KIND_COUNT);
+	e->st.occurrences++;
+	if (e->o.dedup) {
+		finding_key(f, NULL, &k);
+		row = finding_dedup_row(e, &k);
+	}
+	if (row != NULL && row->count > 0) {
+		first = false;
+		f->id = row->id;
+		f->count = ++row->count;
+	} else {
+		f->id = ++e->st.findings;
+		f->count = 1;
+		if (row != NULL) {
+			row->id = f->id;
+			row->count = 1;
+		}
+	}
+	e->o.finding_cb(f, first, e->o.arg);
+}
+
+void finding__fill_alloc(const struct engine *e, const struct alloc *a,
+			 struct finding *f)
+{
+	if (a == NULL)
+		return;
+	f->has_alloc = true;
+	f->alloc.ptr = a->start;
+	f->alloc.size = a->size0 ? 0 : a->last - a->start + 1;
+	f->alloc.has_stream = a->sidx != STREAM_NONE;
+	f->alloc.stream = f->alloc.has_stream ? e->streams[a->sidx].id : 0;
+	f->alloc.stack = a->stack;
+}
+
+void finding__fill_access(const struct engine *e, const struct access *a,
+			  struct finding_access *out)
+{
+	assert(a->sidx < e->nstreams && a->site < e->nsites);
+	out->stream = e->streams[a->sidx].id;
+	out->seq = a->seq;
+	out->write = a->write;
+	out->op = e->sites[a->site].op;
+	out->stack = e->sites[a->site].stack;
+}
+
+void finding__fini(struct engine *e)
+{
+	free(e->dedup);
+	free(e->sites);
+	u64map_fini(&e->site_ids);
+}

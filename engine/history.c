@@ -1,0 +1,506 @@
+/*
+ * history.c - the access history (DESIGN 2 and 3): for any byte, its last
+ * write and the reads since, as refcounted access records. A hist holds one
+ * such history; a segment is a hist for a byte range, kept in a tree; a
+ * region is a stretch of bytes within one allocation or within none, and
+ * says where its history lives (the allocation's whole-allocation hist, its
+ * tree of segments, or the tree of bytes outside every allocation).
+ *
+ * Owns the segments (from e->seg_pool), the read arrays of hists and the
+ * tree e->outside, freed by history__fini() and history__alloc_clear(). An
+ * access record is freed here when its last reference goes.
+ */
+#include "engine_int.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- access history ---------------------------------------------------- */
+
+void history__access_put(struct engine *e, struct access *a)
+{
+	assert(a == NULL || a->refs > 0);
+	if (a != NULL && --a->refs == 0) {
+		pool__put(e, &e->access_pool, a);
+		e->st.accesses--;
+	}
+}
+
+static void history_hist_clear_reads(struct engine *e, struct hist *h)
+{
+	struct access **r = history__reads(h);
+
+	for (uint32_t i = 0; i < h->nreads; i++)
+		history__access_put(e, r[i]);
+	if (h->cap > 0)
+		pool__free(e, h->rd.many, h->cap * sizeof(*h->rd.many));
+	h->cap = 0;
+	h->nreads = 0;
+	h->rd.one = NULL;
+}
+
+static void history_hist_clear(struct engine *e, struct hist *h)
+{
+	history__access_put(e, h->write);
+	h->write = NULL;
+	history_hist_clear_reads(e, h);
+}
+
+/* `acc` becomes the last write, with no reads since. */
+static void history_hist_set_write(struct engine *e, struct hist *h,
+				   struct access *acc)
+{
+	assert(acc->write && acc->refs > 0);
+	history_hist_clear(e, h);
+	h->write = acc;
+	acc->refs++;
+}
+
+/* A copy of `src` in *dst, sharing its access records; 0 or -ENOMEM. */
+static int history_hist_copy(struct engine *e, struct hist *dst,
+			     struct hist *src)
+{
+	struct access **r = history__reads(src);
+
+	memset(dst, 0, sizeof(*dst));
+	if (src->nreads > 1) {
+		dst->rd.many = pool__realloc(
+			e, NULL, 0, src->nreads * sizeof(*dst->rd.many));
+		if (dst->rd.many == NULL)
+			return -ENOMEM;
+		dst->cap = src->nreads;
+	}
+	dst->nreads = src->nreads;
+	for (uint32_t i = 0; i < src->nreads; i++) {
+		history__reads(dst)[i] = r[i];
+		r[i]->refs++;
+	}
+	dst->write = src->write;
+	if (dst->write != NULL)
+		dst->write->refs++;
+	return 0;
+}
+
+static bool history_same_site(const struct access *a, const struct access *b)
+{
+	return a->sidx == b->sidx && a->site == b->site;
+}
+
+/* DESIGN 5: makes room in a full read list by dropping dead reads, then,
+ * past READS_COALESCE, older repeats of a newer read's site. */
+static void history_hist_prune_reads(struct engine *e, struct hist *h)
+{
+	struct access **r = history__reads(h);
+	const int64_t *floor = sync__floor(e);
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < h->nreads; i++) {
+		if ((int64_t)r[i]->seq <= floor[r[i]->sidx])
+			history__access_put(e, r[i]);
+		else
+			r[n++] = r[i];
+	}
+	h->nreads = n;
+	if (n < READS_COALESCE)
+		return;
+	n = 0;
+	for (uint32_t i = 0; i < h->nreads; i++) {
+		bool repeated = false;
+
+		for (uint32_t j = i + 1; j < h->nreads && !repeated; j++)
+			repeated = history_same_site(r[i], r[j]);
+		if (repeated)
+			history__access_put(e, r[i]);
+		else
+			r[n++] = r[i];
+	}
+	h->nreads = n;
+}
+
+static int history_hist_add_read(struct engine *e, struct hist *h,
+				 struct access *acc)
+{
+	assert(!acc->write && acc->refs > 0);
+	assert(h->cap == 0 ? h->nreads <= 1 : h->nreads <= h->cap);
+	if (h->cap == 0 && h->nreads == 0) {
+		h->rd.one = acc;
+	} else {
+		if (h->nreads >= 4 && h->nreads == h->cap)
+			history_hist_prune_reads(e, h);
+		if (h->cap == 0) {
+			struct access *one = h->nreads ? h->rd.one : NULL;
+			struct access **many =
+				pool__realloc(e, NULL, 0, 2 * sizeof(*many));
+
+			if (many == NULL)
+				return -ENOMEM;
+			many[0] = one;
+			h->rd.many = many;
+			h->cap = 2;
+		} else if (h->nreads == h->cap) {
+			struct access **many = pool__realloc(
+				e, h->rd.many, h->cap * sizeof(*many),
+				2 * h->cap * sizeof(*many));
+
+			if (many == NULL)
+				return -ENOMEM;
+			h->rd.many = many;
+			h->cap *= 2;
+		}
+		h->rd.many[h->nreads] = acc;
+	}
+	h->nreads++;
+	acc->refs++;
+	return 0;
+}
+
+/* Drops the accesses that start at `p`; returns whether `h` is now empty. */
+static bool history_hist_drop_starting_at(struct engine *e, struct hist *h,
+					  uint64_t p)
+{
+	struct access **r = history__reads(h);
+	uint32_t n = 0;
+
+	if (h->write != NULL && h->write->ptr == p) {
+		history__access_put(e, h->write);
+		h->write = NULL;
+	}
+	for (uint32_t i = 0; i < h->nreads; i++) {
+		if (r[i]->ptr == p)
+			history__access_put(e, r[i]);
+		else
+			r[n++] = r[i];
+	}
+	h->nreads = n;
+	return history__empty(h);
+}
+
+/* ---- segments: history in byte ranges ------------------------------------ */
+
+static void history_seg_remove(struct engine *e, struct rb_root *root,
+			       struct seg *g)
+{
+	rb_erase(root, &g->node);
+	history_hist_clear(e, &g->h);
+	pool__put(e, &e->seg_pool, g);
+	e->st.segments--;
+}
+
+static void history_seg_insert(struct engine *e, struct rb_root *root,
+			       struct seg *g)
+{
+	struct rb_node **link = &root->node, *parent = NULL;
+
+	while (*link != NULL) {
+		parent = *link;
+		link = g->start < history__seg_of(parent)->start
+			       ? &parent->left
+			       : &parent->right;
+	}
+	rb_insert(root, &g->node, parent, link);
+	e->st.segments++;
+}
+
+static struct seg *history_seg_new(struct engine *e, uint64_t start,
+				   uint64_t last)
+{
+	struct seg *g = pool__get(e, &e->seg_pool);
+
+	assert(start <= last);
+	if (g == NULL)
+		return NULL;
+	memset(g, 0, sizeof(*g));
+	g->start = start;
+	g->last = last;
+	return g;
+}
+
+/* The first segment of `root` with a byte at or after `ptr`. */
+struct seg *history__seg_first_from(const struct rb_root *root,
+					  uint64_t ptr)
+{
+	struct rb_node *n = root->node, *best = NULL, *after = NULL;
+
+	while (n != NULL) {
+		if (history__seg_of(n)->start <= ptr) {
+			best = n;
+			n = n->right;
+		} else {
+			after = n;
+			n = n->left;
+		}
+	}
+	if (best != NULL && history__seg_of(best)->last >= ptr)
+		return history__seg_of(best);
+	return history__seg_of(after);
+}
+
+/* Splits `g` so that `at` (start < at <= last) begins a new segment with
+ * the same history; returns the new segment, NULL on -ENOMEM. */
+static struct seg *history_seg_split(struct engine *e, struct rb_root *root,
+				     struct seg *g, uint64_t at)
+{
+	struct seg *h = history_seg_new(e, at, g->last);
+
+	assert(g->start < at && at <= g->last);
+	if (h == NULL)
+		return NULL;
+	if (history_hist_copy(e, &h->h, &g->h) < 0) {
+		pool__put(e, &e->seg_pool, h);
+		return NULL;
+	}
+	g->last = at - 1;
+	history_seg_insert(e, root, h);
+	return h;
+}
+
+/*
+ * Forgets the history of [a, b] in `root`. Only a segment that sticks out
+ * on both sides needs splitting (and so memory); the others are trimmed or
+ * go.
+ */
+int history__segs_drop(struct engine *e, struct rb_root *root, uint64_t a,
+		       uint64_t b)
+{
+	struct seg *g = history__seg_first_from(root, a), *next;
+
+	assert(a <= b);
+	if (g != NULL && g->start < a && g->last > b) {
+		if (history_seg_split(e, root, g, b + 1) == NULL)
+			return -ENOMEM;
+		g->last = a - 1;
+		return 0;
+	}
+	if (g != NULL && g->start < a) {
+		g->last = a - 1;
+		g = history__seg_next(g);
+	}
+	while (g != NULL && g->start <= b) {
+		next = history__seg_next(g);
+		if (g->last > b) {
+			/* Its start moves up past b, staying below next's. */
+			g->start = b + 1;
+			break;
+		}
+		history_seg_remove(e, root, g);
+		g = next;
+	}
+	return 0;
+}
+
+static void history_segs_clear(struct engine *e, struct rb_root *root)
+{
+	while (root->node != NULL)
+		history_seg_remove(e, root, history__seg_of(root->node));
+}
+
+/* Adds read `acc` to the history of [a, b] in `root`, splitting segments
+ * at the edges and filling the holes between them. */
+static int history_segs_add_read(struct engine *e, struct rb_root *root,
+				 uint64_t a, uint64_t b, struct access *acc)
+{
+	struct seg *g = history__seg_first_from(root, a), *h;
+	uint64_t cur = a;
+	bool done = false;
+
+	assert(a <= b);
+	if (g != NULL && g->start < a) {
+		if (history_seg_split(e, root, g, a) == NULL)
+			return -ENOMEM;
+		g = history__seg_next(g);
+	}
+	while (!done && g != NULL && g->start <= b) {
+		if (g->start > cur) {
+			if ((h = history_seg_new(e, cur, g->start - 1)) == NULL)
+				return -ENOMEM;
+			history_seg_insert(e, root, h);
+			if (history_hist_add_read(e, &h->h, acc) < 0)
+				return -ENOMEM;
+		}
+		if (g->last > b && history_seg_split(e, root, g, b + 1) == NULL)
+			return -ENOMEM;
+		if (history_hist_add_read(e, &g->h, acc) < 0)
+			return -ENOMEM;
+		done = g->last >= b;
+		cur = g->last + 1;
+		g = history__seg_next(g);
+	}
+	if (!done) {
+		if ((h = history_seg_new(e, cur, b)) == NULL)
+			return -ENOMEM;
+		history_seg_insert(e, root, h);
+		if (history_hist_add_read(e, &h->h, acc) < 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Makes `acc` the last write of [a, b] in `root`, with no reads since. */
+static int history_segs_set_write(struct engine *e, struct rb_root *root,
+				  uint64_t a, uint64_t b, struct access *acc)
+{
+	struct seg *g = history__seg_first_from(root, a);
+
+	assert(a <= b);
+	if (g == NULL || g->start != a || g->last != b) {
+		if ((g = history_seg_new(e, a, b)) == NULL)
+			return -ENOMEM;
+		if (history__segs_drop(e, root, a, b) < 0) {
+			pool__put(e, &e->seg_pool, g);
+			return -ENOMEM;
+		}
+		history_seg_insert(e, root, g);
+	}
+	history_hist_set_write(e, &g->h, acc);
+	return 0;
+}
+
+/* ---- the history of an allocation (DESIGN 3) ------------------------ */
+
+/* Moves a whole-allocation history into a tree of segments, so that part
+ * of the allocation can be given a history of its own. */
+static int history_alloc_to_tree(struct engine *e, struct alloc *a)
+{
+	struct hist one = a->whole;
+	struct seg *g = NULL;
+
+	assert(!a->tree);
+	if (!history__empty(&one)) {
+		if ((g = history_seg_new(e, a->start, a->last)) == NULL)
+			return -ENOMEM;
+		g->h = one;
+	}
+	a->segs.node = NULL;
+	a->tree = 1;
+	if (g != NULL)
+		history_seg_insert(e, &a->segs, g);
+	return 0;
+}
+
+void history__alloc_clear(struct engine *e, struct alloc *a)
+{
+	if (a->tree)
+		history_segs_clear(e, &a->segs);
+	else
+		history_hist_clear(e, &a->whole);
+	memset(&a->whole, 0, sizeof(a->whole));
+	a->tree = 0;
+}
+
+/* `gap`: forget history and usages; exempt what is live. */
+void history__forget(struct engine *e)
+{
+	history_segs_clear(e, &e->outside);
+	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n)) {
+		struct alloc *a = alloc__of(n);
+
+		history__alloc_clear(e, a);
+		alloc__usages_free(e, a);
+		a->exempt = 1;
+	}
+}
+
+/* ---- regions: where the history of a byte range lives ------------------- */
+
+static bool history_region_whole(const struct region *r)
+{
+	return r->alloc != NULL && r->start == r->alloc->start &&
+	       r->last == r->alloc->last;
+}
+
+static int history_region_set_write(struct engine *e, const struct region *r,
+			      struct access *acc)
+{
+	struct alloc *a = r->alloc;
+
+	assert(acc->write);
+	if (history_region_whole(r)) {
+		/* A write of the whole allocation makes its history one
+		 * record again, however it was cut before. */
+		if (a->tree)
+			history__alloc_clear(e, a);
+		history_hist_set_write(e, &a->whole, acc);
+		return 0;
+	}
+	if (a != NULL && !a->tree && history_alloc_to_tree(e, a) < 0)
+		return -ENOMEM;
+	return history_segs_set_write(e, history__region_tree(e, r), r->start,
+				      r->last, acc);
+}
+
+static int history_region_add_read(struct engine *e, const struct region *r,
+			     struct access *acc)
+{
+	struct alloc *a = r->alloc;
+
+	assert(!acc->write);
+	if (a != NULL && !a->tree && history_region_whole(r))
+		return history_hist_add_read(e, &a->whole, acc);
+	if (a != NULL && !a->tree && history_alloc_to_tree(e, a) < 0)
+		return -ENOMEM;
+	return history_segs_add_read(e, history__region_tree(e, r), r->start,
+				     r->last, acc);
+}
+
+/*
+ * Records `acc` in the history of [start, last]: as the last write of those
+ * bytes, or as one more read of them. `in` is the allocation containing
+ * start, or NULL when none does. 0, or -ENOMEM part way (DESIGN 7).
+ */
+int history__record(struct engine *e, uint64_t start, uint64_t last,
+		    struct alloc *in, struct access *acc)
+{
+	struct region_walk w;
+	struct region r;
+	int err = 0;
+
+	history__walk_init(e, &w, start, last, in);
+	while (err == 0 && history__walk_next(&w, &r)) {
+		if (acc->write)
+			err = history_region_set_write(e, &r, acc);
+		else
+			err = history_region_add_read(e, &r, acc);
+	}
+	return err;
+}
+
+/*
+ * `free P` where no allocation starts at P: drop the accesses that start
+ * at P. They all lie within max_access_len bytes of P.
+ */
+void history__drop_starting_at(struct engine *e, uint64_t p)
+{
+	uint64_t end = p > UINT64_MAX - (e->max_access_len - 1)
+			       ? UINT64_MAX
+			       : p + (e->max_access_len - 1);
+	struct region_walk w;
+	struct region r;
+
+	if (e->max_access_len == 0)
+		return;
+	history__walk_init(e, &w, p, end, alloc__containing(e, p));
+	while (history__walk_next(&w, &r)) {
+		struct rb_root *tree = history__region_tree(e, &r);
+		struct seg *g, *next;
+
+		if (tree == NULL) {
+			history_hist_drop_starting_at(e, &r.alloc->whole, p);
+			continue;
+		}
+		for (g = history__seg_first_from(tree, r.start);
+		     g != NULL && g->start <= r.last; g = next) {
+			next = history__seg_next(g);
+			if (history_hist_drop_starting_at(e, &g->h, p))
+				history_seg_remove(e, tree, g);
+		}
+	}
+}
+
+/* The history of bytes outside every allocation; allocations clear theirs
+ * as they go (alloc__fini()). */
+void history__fini(struct engine *e)
+{
+	history_segs_clear(e, &e->outside);
+}

@@ -1,0 +1,516 @@
+/*
+ * launch.c - a kernel launch (DESIGN 4): lays out its reads and writes,
+ * checks each against the history from before the launch, reporting data
+ * races, and only then records the launch's accesses in the history and
+ * its usages of allocations for the record_stream check.
+ *
+ * Owns the launch scratch (e->elems, e->spans, e->pieces) and the set of
+ * pairs already reported for the current access (e->seen, e->seen_set),
+ * kept between launches to save allocations and freed by launch__fini().
+ * The access records it creates pass to the history, which frees them.
+ */
+#include "engine_int.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hash.h"
+
+static struct alloc *launch_alloc_for(struct engine *e, const struct elem *el,
+				      uint64_t ptr)
+{
+	return ptr == el->start ? el->alloc : alloc__containing(e, ptr);
+}
+
+static bool launch_ordered(const struct engine *e, uint16_t s,
+			   const struct access *p)
+{
+	assert(s < e->nstreams && p->sidx < e->nstreams);
+	return (int64_t)p->seq <= e->streams[s].state[p->sidx];
+}
+
+static bool launch_seen_lookup(const struct engine *e, const struct access *a)
+{
+	size_t i = hash_u64((uintptr_t)a) & e->seen_mask;
+
+	for (; e->seen_set[i] != NULL; i = (i + 1) & e->seen_mask) {
+		if (e->seen_set[i] == a)
+			return true;
+	}
+	return false;
+}
+
+static void launch_seen_insert(struct engine *e, const struct access *a)
+{
+	size_t i = hash_u64((uintptr_t)a) & e->seen_mask;
+
+	while (e->seen_set[i] != NULL)
+		i = (i + 1) & e->seen_mask;
+	e->seen_set[i] = a;
+}
+
+/* Rehashes the list into a set at most half full. */
+static int launch_seen_rebuild(struct engine *e)
+{
+	size_t size = 64, old = e->seen_set ? e->seen_mask + 1 : 0;
+
+	while (size < 2 * e->nseen)
+		size *= 2;
+	if (size > old) {
+		const struct access **set =
+			pool__realloc(e, e->seen_set, old * sizeof(*set),
+				      size * sizeof(*set));
+
+		if (set == NULL)
+			return -ENOMEM;
+		e->seen_set = set;
+		e->seen_mask = size - 1;
+	}
+	memset(e->seen_set, 0, (e->seen_mask + 1) * sizeof(*e->seen_set));
+	for (size_t i = 0; i < e->nseen; i++)
+		launch_seen_insert(e, e->seen[i]);
+	return 0;
+}
+
+/* Starts the pairs of a new current access. */
+static void launch_seen_reset(struct engine *e)
+{
+	if (e->nseen > SEEN_LIST)
+		memset(e->seen_set, 0,
+		       (e->seen_mask + 1) * sizeof(*e->seen_set));
+	e->nseen = 0;
+}
+
+/*
+ * Whether `prev` was paired with the current access already; records it.
+ * A short list covers the usual zero to few pairs, a hash set the access
+ * that spans thousands of segments. When memory runs out the pair is
+ * reported again rather than missed.
+ */
+static bool launch_pair_seen(struct engine *e, const struct access *prev)
+{
+	bool hashed = e->nseen > SEEN_LIST;
+
+	if (hashed) {
+		if (launch_seen_lookup(e, prev))
+			return true;
+	} else {
+		for (size_t i = 0; i < e->nseen; i++) {
+			if (e->seen[i] == prev)
+				return true;
+		}
+	}
+	if (pool__grow_array(e, (void **)&e->seen, &e->seen_cap, e->nseen + 1,
+			     sizeof(*e->seen)) < 0)
+		return false;
+	e->seen[e->nseen++] = prev;
+	if (e->nseen > SEEN_LIST &&
+	    (!hashed || 2 * e->nseen > e->seen_mask + 1))
+		launch_seen_rebuild(e);
+	else if (hashed)
+		launch_seen_insert(e, prev);
+	return false;
+}
+
+static void launch_report_race(struct engine *e, const struct elem *cur,
+			       struct access *prev, const struct access *tmpl)
+{
+	struct finding f = { .kind = FINDING_DATA_RACE,
+			     .detected_at = DETECTED_AT_LAUNCH };
+
+	/* Each pair is one finding however many segments it shares. */
+	if (launch_pair_seen(e, prev))
+		return;
+	f.ptr = cur->start;
+	finding__fill_alloc(e, cur->alloc, &f);
+	finding__fill_access(e, tmpl, &f.access);
+	f.has_previous = true;
+	finding__fill_access(e, prev, &f.previous);
+	finding__emit(e, &f);
+}
+
+/* A read is checked against the last write of each of its bytes. */
+static void launch_check_read(struct engine *e, uint16_t s,
+			      const struct elem *el, const struct access *tmpl)
+{
+	launch_seen_reset(e);
+	for (uint32_t i = 0; i < el->npieces; i++) {
+		const struct span *p = &e->pieces[el->piece0 + i];
+		struct region_walk w;
+		struct region r;
+		struct seg *cursor = NULL;
+		struct hist *h;
+
+		history__walk_init(e, &w, p->start, p->last,
+				   launch_alloc_for(e, el, p->start));
+		while (history__walk_next(&w, &r)) {
+			history__for_each_hist (e, &r, h, cursor) {
+				if (h->write != NULL &&
+				    !launch_ordered(e, s, h->write))
+					launch_report_race(e, el, h->write,
+							   tmpl);
+			}
+		}
+	}
+}
+
+/* A write is checked against the reads since the last write of each of
+ * its bytes, or against that last write when there are none. */
+static void launch_check_write(struct engine *e, uint16_t s,
+			       const struct elem *el, const struct access *tmpl)
+{
+	struct region_walk w;
+	struct region r;
+	struct seg *cursor = NULL;
+	struct hist *h;
+
+	launch_seen_reset(e);
+	history__walk_init(e, &w, el->start, el->last, el->alloc);
+	while (history__walk_next(&w, &r)) {
+		history__for_each_hist (e, &r, h, cursor) {
+			struct access **rd = history__reads(h);
+
+			for (uint32_t i = 0; i < h->nreads; i++) {
+				if (!launch_ordered(e, s, rd[i]))
+					launch_report_race(e, el, rd[i], tmpl);
+			}
+			if (h->nreads == 0 && h->write != NULL &&
+			    !launch_ordered(e, s, h->write))
+				launch_report_race(e, el, h->write, tmpl);
+		}
+	}
+}
+
+static int launch_span_cmp(const void *a, const void *b)
+{
+	const struct span *x = a, *y = b;
+
+	if (x->start != y->start)
+		return x->start < y->start ? -1 : 1;
+	if (x->last != y->last)
+		return x->last < y->last ? -1 : 1;
+	if (x->pos != y->pos)
+		return x->pos < y->pos ? -1 : 1;
+	return 0;
+}
+
+/* Insertion sort for the usual handful of elements, qsort for long lists. */
+static void launch_sort_spans(struct span *v, size_t n)
+{
+	if (n > 16) {
+		qsort(v, n, sizeof(*v), launch_span_cmp);
+		return;
+	}
+	for (size_t i = 1; i < n; i++) {
+		struct span x = v[i];
+		size_t j = i;
+
+		while (j > 0 && launch_span_cmp(&v[j - 1], &x) > 0) {
+			v[j] = v[j - 1];
+			j--;
+		}
+		v[j] = x;
+	}
+}
+
+/* Copies `n` elements into e->spans sorted by (start, last, position). */
+static void launch_sorted_spans(struct engine *e, const struct elem *el,
+				size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		e->spans[i] = (struct span){ el[i].start, el[i].last,
+					     (uint32_t)i };
+	launch_sort_spans(e->spans, n);
+}
+
+/* An element listed twice in one list is one access: marks later copies. */
+static void launch_mark_dups(struct engine *e, struct elem *el, size_t n)
+{
+	if (n < 2)
+		return;
+	launch_sorted_spans(e, el, n);
+	for (size_t i = 1; i < n; i++) {
+		if (e->spans[i].start == e->spans[i - 1].start &&
+		    e->spans[i].last == e->spans[i - 1].last)
+			el[e->spans[i].pos].dup = 1;
+	}
+}
+
+/* The union of the writes as sorted disjoint spans in e->spans; returns
+ * their number. */
+static size_t launch_write_union(struct engine *e, const struct elem *w,
+				 size_t n)
+{
+	size_t m = 0;
+
+	launch_sorted_spans(e, w, n);
+	for (size_t i = 0; i < n; i++) {
+		struct span *u = &e->spans[m - (m > 0)];
+
+		if (m > 0 && (u->last == UINT64_MAX ||
+			      e->spans[i].start <= u->last + 1)) {
+			if (e->spans[i].last > u->last)
+				u->last = e->spans[i].last;
+		} else {
+			e->spans[m++] = e->spans[i];
+		}
+	}
+	return m;
+}
+
+static int launch_add_piece(struct engine *e, size_t *npieces, uint64_t start,
+			    uint64_t last)
+{
+	if (pool__grow_array(e, (void **)&e->pieces, &e->pieces_cap,
+			     *npieces + 1, sizeof(*e->pieces)) < 0)
+		return -ENOMEM;
+	e->pieces[(*npieces)++] = (struct span){ start, last, 0 };
+	return 0;
+}
+
+/* The bytes of read `r` that no write covers, given the write union in
+ * e->spans[0..nunion), appended to e->pieces. */
+static int launch_read_pieces(struct engine *e, struct elem *r, size_t nunion,
+			      size_t *npieces)
+{
+	size_t lo = 0, hi = nunion;
+	uint64_t cur = r->start;
+	bool covered = false;
+
+	assert(r->start <= r->last);
+	while (lo < hi) { /* the first span ending at or after r->start */
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (e->spans[mid].last < r->start)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	r->piece0 = (uint32_t)*npieces;
+	for (size_t i = lo; i < nunion && !covered &&
+			    e->spans[i].start <= r->last; i++) {
+		if (e->spans[i].start > cur &&
+		    launch_add_piece(e, npieces, cur, e->spans[i].start - 1) <
+			    0)
+			return -ENOMEM;
+		if (e->spans[i].last >= r->last)
+			covered = true;
+		else
+			cur = e->spans[i].last + 1;
+	}
+	if (!covered && launch_add_piece(e, npieces, cur, r->last) < 0)
+		return -ENOMEM;
+	r->npieces = (uint32_t)(*npieces - r->piece0);
+	return 0;
+}
+
+/*
+ * Lays out a launch's elements in e->elems (writes first, then reads, in
+ * listed order), marks duplicates, cuts each read down to the bytes no
+ * write covers and finds the allocation each access belongs to. Allocates
+ * scratch only; touches no analysis state.
+ */
+static int launch_prepare(struct engine *e, const struct op *op)
+{
+	size_t nw = op->nwrites, nr = op->nreads, nu, npieces = 0;
+	struct elem *w, *r;
+
+	if (nw + nr == 0)
+		return 0;
+	if (pool__grow_array(e, (void **)&e->elems, &e->elems_cap, nw + nr,
+			     sizeof(*e->elems)) < 0 ||
+	    pool__grow_array(e, (void **)&e->spans, &e->spans_cap, nw + nr,
+			     sizeof(*e->spans)) < 0)
+		return -ENOMEM;
+	w = e->elems;
+	r = e->elems + nw;
+	for (size_t i = 0; i < nw + nr; i++) {
+		const struct op_range *x = i < nw ? &op->writes[i]
+						  : &op->reads[i - nw];
+
+		e->elems[i] = (struct elem){ .start = x->ptr,
+					     .last = x->ptr + (x->len - 1) };
+	}
+	launch_mark_dups(e, w, nw);
+	launch_mark_dups(e, r, nr);
+	nu = launch_write_union(e, w, nw);
+	for (size_t i = 0; i < nr; i++) {
+		if (!r[i].dup && launch_read_pieces(e, &r[i], nu, &npieces) < 0)
+			return -ENOMEM;
+	}
+	for (size_t i = 0; i < nw + nr; i++) {
+		struct elem *el = &e->elems[i];
+
+		if (!el->dup && (i < nw || el->npieces > 0))
+			el->alloc = alloc__containing(e, el->start);
+	}
+	return 0;
+}
+
+/* The record_stream bookkeeping: a use of an allocation on a stream other
+ * than its (known) allocation stream. */
+static int launch_note_usage(struct engine *e, const struct elem *el,
+			     uint16_t s, uint32_t site)
+{
+	struct alloc *a = el->alloc;
+	struct usage *u;
+
+	if (a == NULL || a->exempt || a->sidx == STREAM_NONE || a->sidx == s)
+		return 0;
+	if ((u = alloc__usage_get(e, a, s)) == NULL)
+		return -ENOMEM;
+	if (!(u->flags & USAGE_USED) || u->seq != e->seq) {
+		/* a new latest use: its own op, stack and write flag */
+		u->flags = (uint8_t)((u->flags & ~USAGE_WROTE) | USAGE_USED);
+		u->seq = e->seq;
+		u->site = site;
+	}
+	if (el->acc->write)
+		u->flags |= USAGE_WROTE;
+	alloc__pending_add(e, a);
+	return 0;
+}
+
+/*
+ * A write element that belongs to another allocation, or to none, and runs
+ * into allocation A still wrote A: the usage of A this launch recorded
+ * (through an access that belongs to A) says so. Runs after every access
+ * of the launch has recorded its usage; a usage from an earlier launch is
+ * left alone, since this launch has no access that belongs to A.
+ */
+static void launch_note_wrote_beyond(struct engine *e, const struct elem *el,
+				     uint16_t s)
+{
+	struct region_walk w;
+	struct region r;
+
+	history__walk_init(e, &w, el->start, el->last, el->alloc);
+	while (history__walk_next(&w, &r)) {
+		struct alloc *a = r.alloc;
+
+		if (a == NULL || a == el->alloc)
+			continue;
+		for (size_t i = 0; i < a->nusage; i++) {
+			struct usage *u = &a->usages[i];
+
+			if (u->sidx == s && (u->flags & USAGE_USED) &&
+			    u->seq == e->seq)
+				u->flags |= USAGE_WROTE;
+		}
+	}
+}
+
+static struct access *launch_access_new(struct engine *e, uint16_t s,
+					uint32_t site, uint64_t ptr, bool write)
+{
+	struct access *a = pool__get(e, &e->access_pool);
+
+	assert(s < e->nstreams && site < e->nsites);
+	if (a == NULL)
+		return NULL;
+	*a = (struct access){ .ptr = ptr, .seq = e->seq, .sidx = s,
+			      .write = write, .refs = 1, .site = site };
+	e->st.accesses++;
+	return a;
+}
+
+/* Records read `el` in the history of the bytes it kept (its pieces). */
+static int launch_record_read(struct engine *e, const struct elem *el)
+{
+	int err = 0;
+
+	for (uint32_t j = 0; j < el->npieces && err == 0; j++) {
+		const struct span *p = &e->pieces[el->piece0 + j];
+		struct alloc *in = launch_alloc_for(e, el, p->start);
+
+		err = history__record(e, p->start, p->last, in, el->acc);
+	}
+	return err;
+}
+
+/* Applies the launch's accesses to history and usages (DESIGN 4, 6). */
+static int launch_update(struct engine *e, uint16_t s, uint32_t site,
+			 const struct op *op)
+{
+	size_t nw = op->nwrites, n = nw + op->nreads;
+	int err = 0;
+
+	assert(s < e->nstreams && site < e->nsites);
+	for (size_t i = 0; i < n && err == 0; i++) {
+		struct elem *el = &e->elems[i];
+		bool write = i < nw;
+
+		if (el->dup || (!write && el->npieces == 0))
+			continue;
+		el->acc = launch_access_new(e, s, site, el->start, write);
+		if (el->acc == NULL)
+			return -ENOMEM;
+		if (write)
+			err = history__record(e, el->start, el->last, el->alloc,
+					      el->acc);
+		else
+			err = launch_record_read(e, el);
+		if (err == 0)
+			err = launch_note_usage(e, el, s, site);
+		/* the history holds its own references */
+		history__access_put(e, el->acc);
+	}
+	for (size_t i = 0; i < nw && err == 0; i++) {
+		if (!e->elems[i].dup)
+			launch_note_wrote_beyond(e, &e->elems[i], s);
+	}
+	return err;
+}
+
+int launch__on_op(struct engine *e, const struct op *op)
+{
+	size_t nw = op->nwrites;
+	struct access tmpl;
+	uint32_t site;
+	uint16_t s;
+	int err;
+
+	if (e->seq == SEQ_MAX)
+		return -EOVERFLOW;
+	if ((err = launch_prepare(e, op)) < 0 ||
+	    (err = finding__site_get(e, op->name, op->stack, &site)) < 0 ||
+	    (err = sync__stream_get(e, op->stream, &s)) < 0)
+		return err;
+	e->seq++;
+	e->st.launches++;
+	e->streams[s].state[s] = (int64_t)e->seq;
+
+	tmpl = (struct access){ .site = site, .sidx = s, .seq = e->seq };
+	/* Reads first, then writes, as torch.cuda._sanitizer reports. */
+	for (size_t i = nw; i < nw + op->nreads; i++) {
+		if (!e->elems[i].dup && e->elems[i].npieces > 0)
+			launch_check_read(e, s, &e->elems[i], &tmpl);
+	}
+	tmpl.write = 1;
+	for (size_t i = 0; i < nw; i++) {
+		if (!e->elems[i].dup)
+			launch_check_write(e, s, &e->elems[i], &tmpl);
+	}
+	for (size_t i = 0; i < nw + op->nreads; i++) {
+		uint64_t len = e->elems[i].last - e->elems[i].start + 1;
+
+		if (len == 0) /* the whole address space */
+			len = UINT64_MAX;
+		if (len > e->max_access_len)
+			e->max_access_len = len;
+	}
+	if ((err = launch_update(e, s, site, op)) < 0)
+		history__forget(e);
+	return err;
+}
+
+void launch__fini(struct engine *e)
+{
+	free(e->elems);
+	free(e->spans);
+	free(e->pieces);
+	free(e->seen);
+	free(e->seen_set);
+}

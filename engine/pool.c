@@ -1,0 +1,202 @@
+/*
+ * pool.c - the engine's memory: every byte it holds is counted here, so that
+ * engine_get_stats() can report it and max_bytes can refuse growth past it.
+ * Small fixed-size objects (access records, segments, allocations) come from
+ * per-kind pools of slabs; everything else from pool__realloc().
+ *
+ * Owns the slabs: pool__put() returns an object, pool__fini() frees every
+ * slab of a pool at engine_free(). Arrays got from pool__realloc() belong
+ * to the part that asked, which frees them with pool__free().
+ */
+#include "engine_int.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grow.h"
+
+/* ---- byte accounting ------------------------------------------------- */
+
+size_t pool__bytes(const struct engine *e)
+{
+	return e->bytes + u64map_bytes(&e->stream_ids) +
+	       u64map_bytes(&e->events) + u64map_bytes(&e->site_ids);
+}
+
+void pool__note(struct engine *e, size_t add)
+{
+	e->bytes += add;
+	if (pool__bytes(e) > e->st.peak_bytes)
+		e->st.peak_bytes = pool__bytes(e);
+}
+
+static bool pool_over_limit(const struct engine *e, size_t add)
+{
+	return e->o.max_bytes != 0 && pool__bytes(e) + add > e->o.max_bytes;
+}
+
+/* realloc() that counts bytes and honours max_bytes. */
+void *pool__realloc(struct engine *e, void *p, size_t old, size_t new)
+{
+	void *q;
+
+	assert(p != NULL || old == 0);
+	if (new > old && pool_over_limit(e, new - old))
+		return NULL;
+	q = realloc(p, new);
+	if (q == NULL)
+		return NULL;
+	e->bytes -= old;
+	pool__note(e, new);
+	return q;
+}
+
+void pool__free(struct engine *e, void *p, size_t size)
+{
+	assert(e->bytes >= size);
+	if (p == NULL)
+		return;
+	e->bytes -= size;
+	free(p);
+}
+
+/*
+ * grow_array() of common/grow.h with the bytes counted: grows *arr, of
+ * *cap items of `size` bytes, to hold at least `need` items. 0, or -ENOMEM
+ * (also past max_bytes) with *arr and *cap unchanged.
+ */
+int pool__grow(struct engine *e, void **arr, size_t *cap, size_t need,
+	       size_t size)
+{
+	size_t ncap = grow_capacity(*cap, need, size);
+	void *p;
+
+	assert(size > 0);
+	if (ncap == *cap)
+		return 0;
+	if (ncap == 0)
+		return -ENOMEM;
+	assert(ncap >= need);
+	p = pool__realloc(e, *arr, *cap * size, ncap * size);
+	if (p == NULL)
+		return -ENOMEM;
+	*arr = p;
+	*cap = ncap;
+	return 0;
+}
+
+/* ---- slabs ----------------------------------------------------------- */
+
+static struct chunk *pool_chunk_of(const void *o)
+{
+	return (struct chunk *)((uintptr_t)o & ~(uintptr_t)(POOL_CHUNK - 1));
+}
+
+static void pool_partial_add(struct pool *p, struct chunk *c)
+{
+	c->pprev = NULL;
+	c->pnext = p->partial;
+	if (p->partial != NULL)
+		p->partial->pprev = c;
+	p->partial = c;
+}
+
+static void pool_partial_del(struct pool *p, struct chunk *c)
+{
+	if (c->pprev != NULL)
+		c->pprev->pnext = c->pnext;
+	else
+		p->partial = c->pnext;
+	if (c->pnext != NULL)
+		c->pnext->pprev = c->pprev;
+}
+
+static struct chunk *pool_chunk_new(struct engine *e, struct pool *p)
+{
+	size_t first = (sizeof(struct chunk) + 15) & ~(size_t)15;
+	struct chunk *c;
+
+	assert(p->size >= sizeof(void *) && p->size <= POOL_CHUNK / 4);
+	if (pool_over_limit(e, POOL_CHUNK) ||
+	    (c = aligned_alloc(POOL_CHUNK, POOL_CHUNK)) == NULL)
+		return NULL;
+	pool__note(e, POOL_CHUNK);
+	memset(c, 0, sizeof(*c));
+	c->cap = (uint32_t)((POOL_CHUNK - first) / p->size);
+	for (uint32_t i = c->cap; i-- > 0;) {
+		void *o = (char *)c + first + i * p->size;
+
+		memcpy(o, &c->free, sizeof(void *));
+		c->free = o;
+	}
+	c->nfree = c->cap;
+	c->next = p->all;
+	if (p->all != NULL)
+		p->all->prev = c;
+	p->all = c;
+	pool_partial_add(p, c);
+	return c;
+}
+
+static void pool_chunk_release(struct engine *e, struct pool *p,
+			       struct chunk *c)
+{
+	assert(c->nfree == c->cap && c != p->empty);
+	pool_partial_del(p, c);
+	if (c->prev != NULL)
+		c->prev->next = c->next;
+	else
+		p->all = c->next;
+	if (c->next != NULL)
+		c->next->prev = c->prev;
+	e->bytes -= POOL_CHUNK;
+	free(c);
+}
+
+void *pool__get(struct engine *e, struct pool *p)
+{
+	struct chunk *c = p->partial;
+	void *o;
+
+	if (c == NULL && (c = pool_chunk_new(e, p)) == NULL)
+		return NULL;
+	if (c == p->empty)
+		p->empty = NULL;
+	assert(c->nfree > 0 && c->free != NULL);
+	o = c->free;
+	memcpy(&c->free, o, sizeof(void *));
+	if (--c->nfree == 0)
+		pool_partial_del(p, c);
+	return o;
+}
+
+void pool__put(struct engine *e, struct pool *p, void *o)
+{
+	struct chunk *c = pool_chunk_of(o);
+
+	assert(c->nfree < c->cap);
+	memcpy(o, &c->free, sizeof(void *));
+	c->free = o;
+	if (c->nfree++ == 0)
+		pool_partial_add(p, c);
+	if (c->nfree < c->cap)
+		return;
+	/* Keep one empty chunk so that a free/alloc pair at a chunk's edge
+	 * does not call malloc every time. */
+	if (p->empty == NULL)
+		p->empty = c;
+	else
+		pool_chunk_release(e, p, c);
+}
+
+void pool__fini(struct pool *p)
+{
+	struct chunk *c = p->all, *next;
+
+	for (; c != NULL; c = next) {
+		next = c->next;
+		free(c);
+	}
+}
