@@ -296,12 +296,12 @@ int sync__on_op(struct engine *e, const struct op *op)
 /* Frees the events, then every clock. */
 void sync__fini(struct engine *e)
 {
-	for (size_t i = 0; e->events.used && i <= e->events.mask; i++) {
-		struct event *ev;
+	size_t pos = 0;
+	uint64_t val;
 
-		if (!e->events.used[i])
-			continue;
-		ev = (struct event *)(uintptr_t)e->events.slots[i].val;
+	while (u64map_next(&e->events, &pos, NULL, &val)) {
+		struct event *ev = (struct event *)(uintptr_t)val;
+
 		free(ev->rec);
 		free(ev);
 	}
