@@ -25,9 +25,11 @@
 #define ENGINE_MAX_STREAMS 1024
 
 /* X(enum suffix, name in findings.md) */
-#define FINDING_KINDS(X)            \
-	X(DATA_RACE, "data_race")   \
-	X(MISSING_RECORD_STREAM, "missing_record_stream")
+#define FINDING_KINDS(X)                                  \
+	X(DATA_RACE, "data_race")                         \
+	X(MISSING_RECORD_STREAM, "missing_record_stream") \
+	X(STALE_GRAPH_ADDRESS, "stale_graph_address")     \
+	X(UNJOINED_CAPTURE, "unjoined_capture")
 
 enum finding_kind {
 #define FINDING_KIND_ENUM(name, str) FINDING_##name,
@@ -37,10 +39,13 @@ enum finding_kind {
 };
 
 /* X(enum suffix, value of `detected_at`) */
-#define DETECTED_AT(X)          \
-	X(LAUNCH, "launch")     \
-	X(FREE, "free")         \
-	X(FLUSH, "flush")
+#define DETECTED_AT(X)                  \
+	X(LAUNCH, "launch")             \
+	X(FREE, "free")                 \
+	X(FLUSH, "flush")               \
+	X(CAPTURE, "capture")           \
+	X(CAPTURE_END, "capture_end")   \
+	X(REPLAY, "replay")
 
 enum detected_at {
 #define DETECTED_AT_ENUM(name, str) DETECTED_AT_##name,
@@ -59,6 +64,10 @@ struct finding_access {
 	bool write;
 	uint32_t op;    /* symtab string id of the operator */
 	uint32_t stack; /* symtab stack id; 0 when unknown */
+	/* The graph whose capture recorded this access, or whose replay
+	 * made it (trace format v2); has_graph false otherwise. */
+	bool has_graph;
+	uint64_t graph;
 };
 
 struct finding_alloc {
