@@ -72,10 +72,9 @@ char *describe_str(const struct symtab *s, const struct op *op)
 	return buf;
 }
 
-
 /* Reads to the end or the first error from a reader over `syms`. */
 void drain(struct trace_reader *r, const struct symtab *syms,
-		  struct result *out)
+	   struct result *out)
 {
 	const struct trace_process *p;
 	size_t len;
@@ -146,7 +145,7 @@ void result_free(struct result *res)
 /* Asserts that the message is "FILE:LINE: " followed by text holding
  * `want`. */
 void assert_error(const struct result *res, unsigned long line,
-			 const char *want)
+		  const char *want)
 {
 	char prefix[300];
 
