@@ -49,7 +49,8 @@ struct context {
 	uint64_t workspace, size;
 };
 
-/* The context's workspace of `size` bytes, for the capture stream. */
+/* The context's workspace of `size` bytes, for the default stream, which
+ * its kernels run on (the graph is replayed there). */
 static int workspace_alloc(struct context *c, uint64_t size)
 {
 	void *p = malloc(size);
@@ -59,9 +60,9 @@ static int workspace_alloc(struct context *c, uint64_t size)
 	c->workspace = (uint64_t)(uintptr_t)p;
 	c->size = size;
 	if (c->fixed)
-		npusan_alloc_graph(c->workspace, size, CAPTURE_STREAM, GRAPH);
+		npusan_alloc_graph(c->workspace, size, DEFAULT_STREAM, GRAPH);
 	else
-		npusan_alloc(c->workspace, size, CAPTURE_STREAM,
+		npusan_alloc(c->workspace, size, DEFAULT_STREAM,
 			     HERE("workspace_alloc")); /* line: alloc */
 	return 0;
 }
