@@ -7,12 +7,17 @@ Three modes, one ctest entry each:
              adapter's C path (npusan._speedups) and its Python path: the
              version 2 trace holds the capture, its end, the replays, the
              graph's destruction and the allocations from the graph's pool
-             that the example makes. Needs torch, not the engine.
+             that the example makes; and tests/diff/graph_model.py, the
+             spec's independent reference model, finds in those traces
+             exactly the findings --findings expects from npusan. Needs
+             torch, not the engine.
 --findings   each example run as a user runs it (npusanctl run, a real
              npusand), checking exactly the findings graphs.md gives for it,
              with stacks at the example's own lines, and that --fixed is
              clean.
---workspace  the same for examples/graph_workspace.c (no torch needed).
+--c-example  the same for examples/graph_workspace.c (--workspace PATH,
+             the program; no torch needed), which --traces checks against
+             the reference model too when given --workspace.
 
 The last two need the engine's graph semantics: they first analyse a tiny
 version 2 trace whose spec'd finding is one stale_graph_address, and exit
@@ -37,6 +42,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))
 EXAMPLES = os.path.join(SOURCE, "examples")
+MODEL = os.path.join(SOURCE, "tests", "diff", "graph_model.py")
 STALE = os.path.join(EXAMPLES, "graph_stale.py")
 BRANCHES = os.path.join(EXAMPLES, "graph_branches.py")
 WORKSPACE_C = os.path.join(EXAMPLES, "graph_workspace.c")
@@ -196,7 +202,11 @@ class PythonPathTraces(Traces):
 # ---- --findings and --workspace ------------------------------------------
 
 def run_job(job: str, argv) -> tuple:
-    """(the completed `npusanctl run --json`, its findings)."""
+    """(the completed `npusanctl run --json`, its findings); or, with
+    --traces, (None, the reference model's findings in the trace
+    recorded of argv)."""
+    if ARGS.traces:
+        return None, model_findings(job, argv)
     env = job_env(PYTHONPATH=PACKAGE_DIR)
     proc = subprocess.run(
         [ARGS.npusanctl, "run", "--socket", ARGS.sock, "--job", job,
@@ -205,6 +215,24 @@ def run_job(job: str, argv) -> tuple:
     found = [json.loads(line) for line in proc.stdout.splitlines()
              if line.startswith("{")]
     return proc, found
+
+
+def model_findings(job: str, argv) -> list:
+    path = os.path.join(ARGS.dir, job + ".model.trace")
+    env = job_env(NPUSAN="1", NPUSAN_RECORD=path, PYTHONPATH=PACKAGE_DIR)
+    if ARGS.library:
+        env["NPUSAN_LIBRARY"] = ARGS.library
+    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=300,
+                          cwd=SOURCE)
+    if proc.returncode != 0:
+        raise AssertionError(f"{argv}: {proc.returncode}: {proc.stderr}")
+    model = subprocess.run([sys.executable, MODEL, path],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=300)
+    if model.returncode not in (0, 1):
+        raise AssertionError(f"graph_model.py: {model.stderr}")
+    return [json.loads(line) for line in model.stdout.splitlines()]
 
 
 class Daemon:
@@ -247,8 +275,14 @@ class Checks(unittest.TestCase):
 
     def clean(self, job, argv):
         proc, found = run_job(job, argv)
-        self.assertEqual(found, [], proc.stderr)
-        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(found, [], proc and proc.stderr)
+        if proc is not None:
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+
+    def found(self, proc, found):
+        """npusanctl run exits 1 on findings."""
+        if proc is not None:
+            self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
 
 
 class Findings(Checks):
@@ -259,9 +293,9 @@ class Findings(Checks):
 
     def test_stale(self):
         proc, found = run_job("graph_stale", self.python(STALE))
-        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        self.found(proc, found)
         self.assertEqual([f["kind"] for f in found],
-                         ["stale_graph_address"], proc.stderr)
+                         ["stale_graph_address"], found)
         f = found[0]
         self.assertEqual((f["detected_at"], f["access"]["stream"]),
                          ("replay", 0))
@@ -278,10 +312,10 @@ class Findings(Checks):
 
     def test_branches(self):
         proc, found = run_job("graph_branches", self.python(BRANCHES))
-        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        self.found(proc, found)
         kinds = sorted(f["kind"] for f in found)
         self.assertEqual(kinds, ["data_race", "unjoined_capture"],
-                         proc.stderr)
+                         found)
         mm = [frame(BRANCHES, "h = torch.mm(x, w)", "branches")]
         mul = [frame(BRANCHES, "z = h * 2", "branches")]
         race = next(f for f in found if f["kind"] == "data_race")
@@ -307,9 +341,9 @@ class Workspace(Checks):
 
     def test_workspace(self):
         proc, found = run_job("graph_workspace", [ARGS.workspace])
-        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        self.found(proc, found)
         self.assertEqual([f["kind"] for f in found],
-                         ["stale_graph_address"], proc.stderr)
+                         ["stale_graph_address"], found)
         f = found[0]
         c = os.path.basename(WORKSPACE_C)
         self.assertEqual((f["detected_at"], f["access"]["stream"],
@@ -330,14 +364,18 @@ def main() -> None:
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--traces", action="store_true")
     mode.add_argument("--findings", action="store_true")
-    mode.add_argument("--workspace", metavar="PATH",
-                      help="the npusan-graph-workspace program")
+    mode.add_argument("--c-example", action="store_true",
+                      help="graph_workspace.c's checks only")
+    ap.add_argument("--workspace", metavar="PATH",
+                    help="the npusan-graph-workspace program")
     ap.add_argument("--npusand")
     ap.add_argument("--npusanctl", required=True)
     ap.add_argument("--library")
     ap.parse_args(namespace=ARGS)
     name = "test_torch_graphs"
-    if not ARGS.workspace and importlib.util.find_spec("torch") is None:
+    if ARGS.c_example and not ARGS.workspace:
+        ap.error("--c-example needs --workspace")
+    if not ARGS.c_example and importlib.util.find_spec("torch") is None:
         print(f"{name}: skipped: no torch")
         sys.exit(77)
     if not ARGS.traces and not engine_has_graphs():
@@ -346,9 +384,11 @@ def main() -> None:
               "2 trace that graphs.md gives one)")
         sys.exit(77)
     ARGS.dir = tempfile.mkdtemp(prefix="npusan-graphs-")
-    cases = Traces, PythonPathTraces
+    cases = [Traces, PythonPathTraces, Findings]
+    if ARGS.workspace:
+        cases.append(Workspace)
     if not ARGS.traces:
-        cases = (Workspace,) if ARGS.workspace else (Findings,)
+        cases = [Workspace] if ARGS.c_example else [Findings]
         Daemon.start()
     try:
         suite = unittest.TestSuite(
