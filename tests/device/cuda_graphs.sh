@@ -137,20 +137,19 @@ PY
 	fi
 }
 
-PYT="$PYTHON -m npusan.torch"
-check stream_race "data_race" $PYT "$WORK/streams.py"
-check replay_race "data_race" $PYT "$WORK/replay_race.py"
-check graph_stale "stale_graph_address" $PYT "$SRC/examples/graph_stale.py"
-check graph_stale_fixed "" $PYT "$SRC/examples/graph_stale.py" --fixed
+check stream_race "data_race" "$PYTHON" -m npusan.torch "$WORK/streams.py"
+check replay_race "data_race" "$PYTHON" -m npusan.torch "$WORK/replay_race.py"
+check graph_stale "stale_graph_address" "$PYTHON" -m npusan.torch "$SRC/examples/graph_stale.py"
+check graph_stale_fixed "" "$PYTHON" -m npusan.torch "$SRC/examples/graph_stale.py" --fixed
 # CUDA refuses the unjoined capture (the example says so on stderr).
-check graph_branches "data_race unjoined_capture" $PYT "$SRC/examples/graph_branches.py"
-check graph_branches_fixed "" $PYT "$SRC/examples/graph_branches.py" --fixed
+check graph_branches "data_race unjoined_capture" "$PYTHON" -m npusan.torch "$SRC/examples/graph_branches.py"
+check graph_branches_fixed "" "$PYTHON" -m npusan.torch "$SRC/examples/graph_branches.py" --fixed
 check graph_workspace "stale_graph_address" "$BUILD/npusan-graph-workspace"
 check graph_workspace_fixed "" "$BUILD/npusan-graph-workspace" --fixed
-check make_graphed_callables "" $PYT "$WORK/graphed.py"
+check make_graphed_callables "" "$PYTHON" -m npusan.torch "$WORK/graphed.py"
 export NPUSAN_PYTHON_SPEEDUPS=0  # the adapter's Python path
-check graph_stale_python_path "stale_graph_address" $PYT "$SRC/examples/graph_stale.py"
-check graph_branches_python_path "data_race unjoined_capture" $PYT "$SRC/examples/graph_branches.py"
+check graph_stale_python_path "stale_graph_address" "$PYTHON" -m npusan.torch "$SRC/examples/graph_stale.py"
+check graph_branches_python_path "data_race unjoined_capture" "$PYTHON" -m npusan.torch "$SRC/examples/graph_branches.py"
 unset NPUSAN_PYTHON_SPEEDUPS
 
 if [ $FAILED -ne 0 ]; then

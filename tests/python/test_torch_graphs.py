@@ -37,6 +37,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -254,7 +255,6 @@ class Daemon:
                 ARGS.daemon.poll()
                 if ARGS.daemon.returncode is not None:
                     break
-                import time
                 time.sleep(0.01)
         raise AssertionError("npusand did not answer")
 
