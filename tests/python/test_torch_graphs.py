@@ -200,6 +200,37 @@ class PythonPathTraces(Traces):
     SPEEDUPS = False
 
 
+# The agent fails at capture_begin: npusan goes off with one line, the
+# capture and the replay still run, once.
+FAILING = """
+import npusan.torch, torch
+from npusan.torch import emulate
+assert npusan.torch.enable()
+def broken(*args):
+    raise OSError("the agent broke")
+npusan.torch._running.agent.capture_begin = broken
+x = torch.ones(8)
+g = emulate.Graph()
+with emulate.graph(g):
+    y = x * 2
+g.replay()
+print(float(y.sum()), npusan.torch.enabled())
+"""
+
+
+class Failure(unittest.TestCase):
+    def test_graph_call_fails(self):
+        env = job_env(NPUSAN="1", NPUSAN_LIBRARY=ARGS.library,
+                      PYTHONPATH=PACKAGE_DIR)
+        proc = subprocess.run([sys.executable, "-c", FAILING], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, timeout=300)
+        self.assertEqual((proc.returncode, proc.stdout),
+                         (0, "16.0 False\n"), proc.stderr)
+        self.assertEqual(proc.stderr.count("npusan: "), 1, proc.stderr)
+        self.assertIn("npusan: off: OSError: the agent broke", proc.stderr)
+
+
 # ---- --findings and --workspace ------------------------------------------
 
 def run_job(job: str, argv) -> tuple:
@@ -384,7 +415,7 @@ def main() -> None:
               "2 trace that graphs.md gives one)")
         sys.exit(77)
     ARGS.dir = tempfile.mkdtemp(prefix="npusan-graphs-")
-    cases = [Traces, PythonPathTraces, Findings]
+    cases = [Traces, PythonPathTraces, Failure, Findings]
     if ARGS.workspace:
         cases.append(Workspace)
     if not ARGS.traces:
