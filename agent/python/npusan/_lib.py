@@ -61,6 +61,16 @@ _SIGNATURES = {
     "npusan_gap": (None, (_u64,)),
 }
 
+# NPUSAN_1.2's graph calls: an older library lacks them, and then graphs
+# are not followed (Agent.graphs is False), the rest works as before.
+_GRAPH_SIGNATURES = {
+    "npusan_capture_begin": (None, (_u64, _u64)),
+    "npusan_capture_end": (None, (_u64, _u64)),
+    "npusan_graph_replay": (None, (_u64, _u64)),
+    "npusan_graph_destroy": (None, (_u64,)),
+    "npusan_alloc_graph": (None, (_u64, _u64, _u64, _u64)),
+}
+
 
 class Agent:
     """libnpusan's functions as attributes named without the ``npusan_``
@@ -74,6 +84,15 @@ class Agent:
         self.path = path
         for name, (restype, argtypes) in _SIGNATURES.items():
             fn = getattr(fast, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+            setattr(self, name[len("npusan_"):], fn)
+        self.graphs = True
+        for name, (restype, argtypes) in _GRAPH_SIGNATURES.items():
+            fn = getattr(fast, name, None)
+            if fn is None:
+                self.graphs = False
+                break
             fn.restype = restype
             fn.argtypes = argtypes
             setattr(self, name[len("npusan_"):], fn)

@@ -9,7 +9,8 @@
  * test's fake agent made) instead of through ctypes' argument conversion.
  * Python keeps what is rare: classifying an operator seen for the first
  * time, naming a new stack, claiming an allocation through anything but a
- * fresh output, record_stream, and turning npusan off.
+ * fresh output or for a stream in a graph capture (from the graph's pool),
+ * record_stream, graph capture and replay, and turning npusan off.
  *
  * DESIGN
  *
@@ -121,6 +122,7 @@ typedef struct {
 	PyObject *pending;        /* adapter.pending: start -> stream */
 	PyObject *inside;         /* adapter.inside: thread -> held syncs */
 	PyObject *live;           /* adapter.live: starts the agent knows */
+	PyObject *capturing;      /* adapter.capturing: stream -> graph */
 	PyObject *current_stream; /* adapter.current_stream(device) */
 	PyObject *device_attr;    /* "is_cpu", "is_cuda", "is_npu" */
 	PyObject *tensor_type;    /* torch.Tensor */
@@ -560,6 +562,15 @@ static int claim_fresh(Core *c, PyObject *t, uint64_t ptr, uint64_t bytes,
 	s = PyLong_AsUnsignedLongLong(stream);
 	if (s == (uint64_t)-1 && PyErr_Occurred())
 		goto out;
+	/* From a graph's pool: left pending for adapter.claim(). */
+	if (PyDict_GET_SIZE(c->capturing) != 0) {
+		int in_capture = PyDict_Contains(c->capturing, stream);
+
+		if (in_capture != 0) {
+			ret = in_capture < 0 ? -1 : 0;
+			goto out;
+		}
+	}
 	if (extent == 0 && tensor_extent(t, &extent) < 0)
 		goto out;
 	if (PyDict_DelItem(c->pending, key) < 0)
@@ -836,6 +847,7 @@ static int core_traverse(PyObject *self, visitproc visit, void *arg)
 	Py_VISIT(c->stacks);
 	Py_VISIT(c->specs);
 	Py_VISIT(c->pending);
+	Py_VISIT(c->capturing);
 	Py_VISIT(c->inside);
 	Py_VISIT(c->live);
 	Py_VISIT(c->current_stream);
@@ -854,6 +866,7 @@ static int core_clear(PyObject *self)
 	Py_CLEAR(c->stacks);
 	Py_CLEAR(c->specs);
 	Py_CLEAR(c->pending);
+	Py_CLEAR(c->capturing);
 	Py_CLEAR(c->inside);
 	Py_CLEAR(c->live);
 	Py_CLEAR(c->current_stream);
@@ -909,6 +922,7 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 	    !(c->pending = attr(adapter, "pending")) ||
 	    !(c->inside = attr(adapter, "inside")) ||
 	    !(c->live = attr(adapter, "live")) ||
+	    !(c->capturing = attr(adapter, "capturing")) ||
 	    !(c->current_stream = attr(adapter, "current_stream")) ||
 	    !(c->stack_ids = attr(stacks, "_ids")) ||
 	    !(c->stack_skip = attr(stacks, "_skip")) ||
@@ -937,7 +951,7 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 		return -1;
 	if (!PyDict_Check(c->specs) || !PyDict_Check(c->pending) ||
 	    !PyDict_Check(c->inside) ||
-	    !PySet_Check(c->live) || !PyUnicode_Check(c->device_attr) ||
+	    !PySet_Check(c->live) || !PyDict_Check(c->capturing) || !PyUnicode_Check(c->device_attr) ||
 	    !PyDict_Check(c->stack_ids) || !PyDict_Check(c->stack_skip)) {
 		PyErr_SetString(PyExc_TypeError, "adapter or stacks");
 		return -1;

@@ -49,6 +49,7 @@ from .._stack import Stacks
 from . import _classify
 from ._backends import Backend, add_callback
 from ._classify import WRITE, OpSpec, strided_ranges
+from ._graphs import Graphs
 
 _Tensor = torch.Tensor
 
@@ -123,6 +124,10 @@ class Adapter:
         # has returned yet; and the starts the agent has been told of.
         self.pending: Dict[int, int] = {}
         self.live: Set[int] = set()
+        # Stream -> graph id for the streams in an active capture: their
+        # allocations come from that graph's pool (_graphs.py).
+        self.capturing: Dict[int, int] = {}
+        self.graphs = Graphs(self)
         # Thread id -> None while that thread runs an operator, then the
         # host synchronizations it held (see host_sync()).
         self.inside: Dict[int, Optional[list]] = {}
@@ -261,6 +266,9 @@ class Adapter:
                 self.core.on_memory_deallocation)
         for kind, registry in self.backend.registries.items():
             add_callback(registry, handlers[kind])
+        if getattr(self.agent, "graphs", False):
+            for cls in self.backend.graph_classes():
+                self.graphs.follow(cls)
 
     def on_stream_creation(self, stream: int) -> None:
         if self.on:
@@ -315,6 +323,8 @@ class Adapter:
         if self.on:
             try:
                 self.agent.event_record(event, stream)
+                if self.capturing or self.graphs.events:
+                    self.graphs.event_record(event, stream)
             except Exception as err:
                 self.fail(err)
 
@@ -322,6 +332,8 @@ class Adapter:
         if self.on:
             try:
                 self.agent.event_wait(event, stream)
+                if self.graphs.events:
+                    self.graphs.event_wait(event, stream)
             except Exception as err:
                 self.fail(err)
 
@@ -366,6 +378,16 @@ class Adapter:
 
     # ---- operators ------------------------------------------------------
 
+    def alloc(self, start: int, size: int, stream: int, stack: int) -> None:
+        """An allocation for `stream`: from a graph's pool while that
+        stream is in the graph's capture."""
+        graph = self.capturing.get(stream) if self.capturing else None
+        if graph is None:
+            self.agent.alloc(start, size, stream, stack)
+        else:
+            self.agent.alloc_graph(start, size, stream, graph)
+        self.live.add(start)
+
     def claim(self, value, stack: int) -> None:
         """Reports the pending allocations whose storage a returned tensor
         of `value` starts, with that tensor's extent."""
@@ -373,8 +395,7 @@ class Adapter:
             start = _storage_start(value)
             stream = self.pending.pop(start, None)
             if stream is not None:
-                self.agent.alloc(start, _extent(value), stream, stack)
-                self.live.add(start)
+                self.alloc(start, _extent(value), stream, stack)
         elif isinstance(value, (list, tuple)):
             for v in value:
                 self.claim(v, stack)
@@ -562,8 +583,7 @@ class DispatchMode(TorchDispatchMode):
                         # A pending allocation that starts where a fresh
                         # output does is that output's storage.
                         if p in pending:
-                            a.agent.alloc(p, n, pending.pop(p), stack)
-                            a.live.add(p)
+                            a.alloc(p, n, pending.pop(p), stack)
                     elif v is not None:
                         d = _collect(v, nest, writes, is_device, per_device)
                         if device == -2:

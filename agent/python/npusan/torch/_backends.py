@@ -22,7 +22,7 @@ The registries' callbacks get stream and event handles (``cudaStream_t``,
 functions return, so they are the agent's stream and event ids as they are.
 """
 
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 
@@ -43,7 +43,8 @@ class Backend:
     def __init__(self, name: str, registries: Dict[str, object],
                  device_attr: str, current_stream: Callable[[int], int],
                  stream_handle: Optional[Callable[[object], int]],
-                 activate: Callable[[], None]):
+                 activate: Callable[[], None],
+                 graph_classes: Callable[[], List[type]] = list):
         self.name = name
         self.registries = registries
         # Whether each device has streams of its own (the emulation's one
@@ -58,6 +59,9 @@ class Backend:
         self.stream_handle = stream_handle
         # Makes the framework fire its trace callbacks.
         self.activate = activate
+        # The graph classes whose capture and replay are followed
+        # (_graphs.py): those this framework release has.
+        self.graph_classes = graph_classes
 
 
 def _first_attr(obj, *names):
@@ -109,9 +113,13 @@ def npu() -> Backend:
             stream_id=stream.stream_id, device_index=stream.device_index,
             device_type=stream.device_type).npu_stream
 
+    def graph_classes() -> List[type]:
+        cls = getattr(torch_npu.npu, "NPUGraph", None)
+        return [cls] if isinstance(cls, type) else []
+
     return Backend("npu", registries, "is_npu", current_stream,
                    None if "record_stream" in registries else stream_handle,
-                   activate)
+                   activate, graph_classes)
 
 
 def cuda() -> Backend:
@@ -136,8 +144,12 @@ def cuda() -> Backend:
             stream_id=stream.stream_id, device_index=stream.device_index,
             device_type=stream.device_type).cuda_stream
 
+    def graph_classes() -> List[type]:
+        cls = getattr(torch.cuda, "CUDAGraph", None)
+        return [cls] if isinstance(cls, type) else []
+
     return Backend("cuda", registries, "is_cuda", current_stream,
-                   stream_handle, activate)
+                   stream_handle, activate, graph_classes)
 
 
 def cpu() -> Backend:
@@ -146,7 +158,8 @@ def cpu() -> Backend:
     from . import emulate
 
     return Backend("cpu", dict(emulate.REGISTRIES), "is_cpu",
-                   emulate.current_stream_id, None, emulate.start)
+                   emulate.current_stream_id, None, emulate.start,
+                   lambda: [emulate.Graph])
 
 
 def select(device: str) -> Backend:

@@ -22,6 +22,17 @@ the adapter's real callback path runs:
   (``aten::_local_scalar_dense``: ``item()``, ``bool()``, ``int()`` of a
   tensor) synchronizes the current stream once it has it, as a device's
   copy to the host does;
+- ``Graph()`` stands in for ``torch.cuda.CUDAGraph``: ``capture_begin()``,
+  ``capture_end()``, ``replay()``, ``reset()``, ``pool()``; and
+  ``graph(g, pool=None, stream=None)`` for ``torch.cuda.graph``: it
+  synchronizes, makes `stream` (default: one side stream kept for
+  captures, as torch's) current and captures into `g` in its block. The
+  CPU captures nothing: the operators of the block run once, as they are
+  issued, and the adapter, which follows this class as it follows
+  ``CUDAGraph``, reports them as captured; ``replay()`` runs nothing and
+  is reported as the graph's replay. While a capture is active on the
+  current stream, the allocations made are from the graph's pool, as
+  the caching allocator's are;
 - ``record_stream(tensor, stream)`` tells the allocator that the tensor's
   storage is used on `stream`, through ``RecordStreamCallbacks`` with the
   storage's start, as torch_npu's caching allocator reports it. (torch.cuda
@@ -228,6 +239,69 @@ class stream:
 def synchronize() -> None:
     """The host waits until every stream has drained."""
     _fire("device_synchronization")
+
+
+class Graph:
+    """A stand-in for ``torch.cuda.CUDAGraph`` (see the module's doc)."""
+
+    def __init__(self):
+        self._stream: Optional[Stream] = None
+        self._captured = False
+
+    def capture_begin(self, pool=None, capture_error_mode="global") -> None:
+        if self._stream is not None:
+            raise RuntimeError("this graph is already capturing")
+        self._captured = False
+        self._stream = current_stream()
+
+    def capture_end(self) -> None:
+        if self._stream is None:
+            raise RuntimeError("this graph is not capturing")
+        self._stream = None
+        self._captured = True
+
+    def replay(self) -> None:
+        """The captured work would run again, on the current stream; the
+        CPU has nothing to run."""
+        if not self._captured:
+            raise RuntimeError("replay() of a graph not captured")
+
+    def reset(self) -> None:
+        self._captured = False
+
+    def pool(self) -> int:
+        return id(self)
+
+
+class graph:
+    """``with graph(g):`` captures the block into Graph `g`, like
+    ``torch.cuda.graph``: `stream` is the capture stream (default: one
+    side stream kept for all captures); `pool` is accepted and unused."""
+
+    default_capture_stream: Optional[Stream] = None
+
+    def __init__(self, cuda_graph: Graph, pool=None,
+                 stream: Optional[Stream] = None,
+                 capture_error_mode: str = "global"):
+        if stream is None:
+            if graph.default_capture_stream is None:
+                graph.default_capture_stream = Stream()
+            stream = graph.default_capture_stream
+        self.graph = cuda_graph
+        self.pool = pool
+        self.capture_error_mode = capture_error_mode
+        self.stream_ctx = globals()["stream"](stream)
+
+    def __enter__(self) -> None:
+        synchronize()
+        self.stream_ctx.__enter__()
+        self.graph.capture_begin(self.pool, self.capture_error_mode)
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.graph.capture_end()
+        finally:
+            self.stream_ctx.__exit__(*exc)
 
 
 def _storage_start(t: torch.Tensor) -> int:
