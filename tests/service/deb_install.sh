@@ -82,7 +82,9 @@ make_root
 start=$(date +%s)
 cp -a "$root" "$work/root"
 mkdir -p "$work/root/debs"
-cp "$debs"/*.deb "$work/root/debs/"
+for d in "$debs"/*.deb; do
+	case $d in *-dbgsym_*) ;; *) cp "$d" "$work/root/debs/" ;; esac
+done
 
 # shellcheck disable=SC2016 # expanded by the inner shells
 unshare -m sh -eu -c '
