@@ -5,6 +5,7 @@
 #   tools/deps.sh test    that, plus what the test suite needs, plus the root
 #   tools/deps.sh coverage  what testing needs, plus gcovr
 #   tools/deps.sh torch2  the root alone
+#   tools/deps.sh deb     what building the Debian packages needs
 # Installing needs root (or sudo); nothing is installed when all is present.
 set -eu
 
@@ -17,6 +18,11 @@ build="cmake gcc make pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compile
 # systemd brings systemd-analyze and systemd-socket-activate, for the units
 # and socket activation. Without them those tests skip (77).
 test_extra="python3-torch python3-dev prometheus systemd"
+# The Debian packages (debian/, dpkg-buildpackage -us -uc -b) and their
+# check, tests/service/deb_install.sh: debhelper and dh-python build them,
+# python3-dev the adapter's C path, lintian checks them, debootstrap makes
+# the Debian 12 root they are installed into.
+deb="debhelper dh-python python3-dev lintian debootstrap"
 # Each tool a test skips without, as TOOL:PACKAGE.
 test_tools="promtool:prometheus systemd-analyze:systemd systemd-socket-activate:systemd"
 
@@ -131,5 +137,6 @@ test)
 # gcovr turns gcov's counts into tools/coverage.sh's per-file figures.
 coverage) want="$build $test_extra gcovr"; install_missing ;;
 torch2) torch2 ;;
-*) echo "usage: tools/deps.sh [build|test|coverage|torch2]" >&2; exit 2 ;;
+deb) want="$build $deb"; install_missing ;;
+*) echo "usage: tools/deps.sh [build|test|coverage|torch2|deb]" >&2; exit 2 ;;
 esac
