@@ -351,9 +351,9 @@ static void fq_error(struct fq *q, const char *msg, int code)
 	"\"ptr\":\"0x1000\",\"size\":4096,\"stream\":0,\"stack\":["           \
 	"\"train.py:14 in step\",\"train.py:30 in main\"]},\"access\":{"      \
 	"\"stream\":7,\"seq\":2,\"type\":\"read\",\"op\":"                    \
-	"\"aten::add.Tensor\",\"stack\":[]},\"previous\":{\"stream\":0,"      \
+	"\"aten::add.Tensor\",\"stack\":[],\"graph\":null},\"previous\":{\"stream\":0,"      \
 	"\"seq\":1,\"type\":\"write\",\"op\":\"aten::randn\",\"stack\":["     \
-	"\"train.py:14 in step\",\"train.py:30 in main\"]},"                  \
+	"\"train.py:14 in step\",\"train.py:30 in main\"],\"graph\":null},"                  \
 	"\"detected_at\":\"launch\",\"count\":1"
 #define SPEC_MRS_JSON SPEC_MRS_HEAD ",\"count\":1"
 #define SPEC_MRS_HEAD                                                         \
@@ -362,7 +362,7 @@ static void fq_error(struct fq *q, const char *msg, int code)
 	"\"alloc\":{\"ptr\":\"0x1000\",\"size\":4096,\"stream\":0,"           \
 	"\"stack\":[\"train.py:14 in step\",\"train.py:30 in main\"]},"       \
 	"\"access\":{\"stream\":7,\"seq\":2,\"type\":\"read\",\"op\":"        \
-	"\"aten::add.Tensor\",\"stack\":[]},\"previous\":null,"               \
+	"\"aten::add.Tensor\",\"stack\":[],\"graph\":null},\"previous\":null,"               \
 	"\"detected_at\":\"free\""
 #define SEEN_JSON ",\"first_seen\":\"" T0 "\",\"last_seen\":\"" T1 "\"}\n"
 
@@ -786,7 +786,7 @@ START_TEST(ctl_findings_json_null_alloc_previous_and_big_pointers)
 		"\"ptr\":\"0xffffffffffff0000\",\"alloc\":null,\"access\":{"
 		"\"stream\":18446744073709551615,\"seq\":2,\"type\":\"write\","
 		"\"op\":\"aten::add.Tensor\",\"stack\":[\"tab\\there "
-		"\\\"q\\\"\",\"\\ufffd bad\"]},\"previous\":null,"
+		"\\\"q\\\"\",\"\\ufffd bad\"],\"graph\":null},\"previous\":null,"
 		"\"detected_at\":\"free\",\"count\":12,\"first_seen\":null,"
 		"\"last_seen\":\"" T1 "\"}\n");
 	free(out);

@@ -1294,16 +1294,16 @@ static void populate(const char *path, int64_t ids[2])
 		for (unsigned i = 0; i < (k ? POP_FEW : POP_MANY); i++) {
 			struct store_finding f = {
 				.process_id = ids[k],
-				.kind = FINDING_DATA_RACE,
-				.detected_at = DETECTED_AT_LAUNCH,
-				.count = 1, .first_ms = ms, .last_ms = ms,
+				.v = { .kind = "data_race",
+				       .detected_at = "launch", .count = 1,
+				       .first_ms = ms, .last_ms = ms },
 			};
 
 			/* A distinct operator: no two deduplicate. */
 			snprintf(op, sizeof(op), "op_%u_%u", k, i);
-			f.access.op = op;
-			f.access.stack = stack;
-			f.access.nstack = 16;
+			f.v.access.op = op;
+			f.v.access.stack.frames = stack;
+			f.v.access.stack.n = 16;
 			ck_assert_int_eq(store_finding_submit(st, &f), 0);
 		}
 	}
