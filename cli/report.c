@@ -206,10 +206,10 @@ static void stale_graph_address_text(FILE *out, bool color,
 		snprintf(graph, sizeof(graph), "graph %" PRIu64, a->graph);
 	print_header(out, color, f, "a stale graph address");
 	fprintf(out, "A replay of %s on stream %" PRIu64 " (seq %" PRIu64
-		     ") ran a captured kernel on memory\nwhose allocation was "
+		     ") ran a captured kernel on memory whose\nallocation was "
 		     "freed (or reallocated) after the capture: the replay %s\n"
-		     "memory that no longer belongs to the graph, and may now "
-		     "belong to another tensor.\n",
+		     "memory that is no longer the graph's, and may now belong "
+		     "to another tensor.\n",
 		graph, a->stream, a->seq, a->write ? "writes" : "reads");
 	fprintf(out, "Captured kernel:\n%s", paint(color, BOLD));
 	text_put(out, a->op != NULL ? a->op : "(unknown operator)");
@@ -218,16 +218,16 @@ static void stale_graph_address_text(FILE *out, bool color,
 		paint(color, RESET), a->write ? "writing to" : "reading from");
 	print_stack(out, &a->stack);
 	if (f->has_alloc)
-		print_alloc_as(out, f, "The captured allocation, freed since "
-				       "the capture, was allocated");
+		print_alloc_as(out, f, "The captured allocation (gone since) "
+				       "was allocated");
 	fprintf(out, "Fix it in one of three ways:\n"
 		     "  - keep the tensor alive (hold a reference to it) for as "
-		     "long as %s can be replayed,\n"
+		     "long as %s can be\n    replayed,\n"
 		     "  - copy new data into the captured buffer "
 		     "(captured.copy_(new)) instead of\n"
 		     "    binding a new tensor in its place, or\n"
 		     "  - allocate it from the graph's memory pool, so that "
-		     "the graph keeps the memory.\n",
+		     "the graph keeps the\n    memory.\n",
 		graph);
 }
 
@@ -235,18 +235,20 @@ static void unjoined_capture_text(FILE *out, bool color,
 				  const struct finding_view *f)
 {
 	const struct finding_view_access *a = &f->access;
-	char graph[32] = "a graph";
+	char graph[32] = "a graph", here[40] = "no memory";
 
 	if (a->has_graph)
 		snprintf(graph, sizeof(graph), "graph %" PRIu64, a->graph);
+	if (f->ptr != 0)
+		snprintf(here, sizeof(here), "0x%" PRIx64, f->ptr);
 	print_header(out, color, f, "an unjoined graph capture");
 	fprintf(out, "The capture of %s ended while stream %" PRIu64 ", which "
-		     "joined it, had captured\nwork that the capture's origin "
-		     "stream was never made to wait for: the runtime fails\n"
-		     "the capture (CUDA: unjoined work; ACL: "
+		     "joined it, had captured work\nthe capture's origin "
+		     "stream was never made to wait for: the runtime fails the\n"
+		     "capture (CUDA: unjoined work; ACL: "
 		     "ACL_ERROR_RT_STREAM_UNJOINED).\n",
 		graph, a->stream);
-	print_access(out, color, f, "Last captured kernel", a, "it");
+	print_access(out, color, f, "Last captured launch", a, here);
 	fprintf(out, "Fix it by making the origin stream wait for stream %"
 		     PRIu64 " after that kernel and\nbefore the capture ends: "
 		     "origin.wait_stream(stream %" PRIu64 "), or record an "
