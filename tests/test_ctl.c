@@ -931,6 +931,22 @@ START_TEST(ctl_findings_sends_every_filter)
 	ck_assert(!r->follow);
 	fq_free(q);
 
+	/* Every kind of findings.md is one --kind takes, the graph ones too. */
+	for (int k = 0; k < 4; k++) {
+		static const char *const kinds[] = {
+			"data_race", "missing_record_stream",
+			"stale_graph_address", "unjoined_capture"
+		};
+		const char *name = kinds[k];
+
+		q = fq_new();
+		fq_findings(q, NULL, 0, true);
+		ck_assert_int_eq(ctl_fq(q, NULL, NULL, "findings", "--kind",
+					name, NULL), 0);
+		ck_assert_str_eq(fq_query(q)->findings->kind, name);
+		fq_free(q);
+	}
+
 	/* No filter given: none sent. */
 	q = fq_new();
 	fq_findings(q, NULL, 0, true);
