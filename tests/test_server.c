@@ -1304,6 +1304,9 @@ static void populate(const char *path, int64_t ids[2])
 			f.v.access.op = op;
 			f.v.access.stack.frames = stack;
 			f.v.access.stack.n = 16;
+			/* Every other one made by a replay of graph i. */
+			f.v.access.has_graph = i % 2 == 1;
+			f.v.access.graph = i;
 			ck_assert_int_eq(store_finding_submit(st, &f), 0);
 		}
 	}
@@ -1324,6 +1327,7 @@ static size_t read_findings(int fd, Npusan__FindingsRequest *fr,
 	Npusan__Query q = NPUSAN__QUERY__INIT;
 	size_t n = 0;
 	bool done = false;
+	unsigned k, op;
 
 	q.q_case = NPUSAN__QUERY__Q_FINDINGS;
 	q.findings = fr;
@@ -1346,6 +1350,12 @@ static size_t read_findings(int fd, Npusan__FindingsRequest *fr,
 			*last = f->id;
 			ck_assert_str_eq(f->kind, "data_race");
 			ck_assert_uint_eq(f->access->n_stack, 16);
+			/* The graph travels from the row to the wire. */
+			ck_assert_int_eq(sscanf(f->access->op, "op_%u_%u", &k,
+						&op), 2);
+			ck_assert_int_eq(f->access->has_graph, op % 2 == 1);
+			if (f->access->has_graph)
+				ck_assert_uint_eq(f->access->graph, op);
 			n++;
 		}
 		(*frames)++;
