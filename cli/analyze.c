@@ -39,8 +39,9 @@ struct analyze_opts {
 
 struct analysis {
 	const struct analyze_opts *o;
-	struct report_ctx rc;
-	struct report_frames frames; /* for report_from_engine() */
+	const struct symtab *syms;                 /* the trace's */
+	const struct trace_process *process; /* NULL or !present: unknown */
+	struct finding_frames frames; /* for finding_view_of() */
 	bool color;
 	struct trace_reader *r;
 	struct finding *rows; /* deduplicated rows, by id */
@@ -86,13 +87,21 @@ static const char analyze_usage[] =
 
 static void print_finding(struct analysis *a, struct finding *f)
 {
-	struct report_finding rf;
+	const struct trace_process *p = a->process;
+	struct finding_view rf;
 
 	f->id = ++a->next_id;
 	a->counts[f->kind]++;
-	if (report_from_engine(&a->rc, f, &a->frames, &rf) < 0) {
+	if (finding_view_of(f, a->syms, &a->frames, &rf) < 0) {
 		a->nomem = true;
 		return;
+	}
+	if (p != NULL && p->present) {
+		rf.has_pid = true;
+		rf.pid = p->pid;
+		rf.job = p->job;
+		rf.has_rank = p->has_rank;
+		rf.rank = p->rank;
 	}
 	if (a->o->json)
 		report_json(stdout, &rf);
@@ -215,8 +224,8 @@ static int analyze_one(struct analysis *a, const char *path)
 		fprintf(stderr, "npusanctl: %s\n", msg ? msg : strerror(-rc));
 		goto out;
 	}
-	a->rc.syms = syms;
-	a->rc.process = trace_reader_process(a->r);
+	a->syms = syms;
+	a->process = trace_reader_process(a->r);
 	a->nrows = 0;
 	a->nomem = false;
 	rc = analyze_ops(a, e);
@@ -275,22 +284,33 @@ static void print_summary(FILE *out, const struct analysis *a)
 {
 	uint64_t races = a->counts[FINDING_DATA_RACE];
 	uint64_t mrs = a->counts[FINDING_MISSING_RECORD_STREAM];
+	uint64_t stale = a->counts[FINDING_STALE_GRAPH_ADDRESS];
+	uint64_t unjoined = a->counts[FINDING_UNJOINED_CAPTURE];
+	uint64_t all = races + mrs + stale + unjoined;
 	int ntraces = a->ntraces;
 
-	if (races + mrs == 0 && a->ops == 0 && a->nbad == 0)
+	if (all == 0 && a->ops == 0 && a->nbad == 0)
 		fprintf(out, "npusan: nothing analysed: %s hold%s no "
 			     "operation", ntraces == 1 ? "the trace" :
 			     "the traces", ntraces == 1 ? "s" : "");
-	else if (races + mrs == 0)
+	else if (all == 0)
 		fprintf(out, "npusan: no findings in %d trace%s", ntraces,
 			ntraces == 1 ? "" : "s");
 	else
 		fprintf(out, "npusan: %" PRIu64 " finding%s in %d trace%s: %"
 			PRIu64 " data race%s, %" PRIu64 " missing "
 			"record_stream",
-			races + mrs, races + mrs == 1 ? "" : "s", ntraces,
+			all, all == 1 ? "" : "s", ntraces,
 			ntraces == 1 ? "" : "s", races, races == 1 ? "" : "s",
 			mrs);
+	/* The graph kinds only when there are some, so that the line of a
+	 * version 1 trace reads as it always did. */
+	if (stale > 0)
+		fprintf(out, ", %" PRIu64 " stale graph address%s", stale,
+			stale == 1 ? "" : "es");
+	if (unjoined > 0)
+		fprintf(out, ", %" PRIu64 " unjoined capture%s", unjoined,
+			unjoined == 1 ? "" : "s");
 	print_incomplete(out, a);
 	fputc('\n', out);
 }
@@ -361,7 +381,7 @@ int cli_analyze(int argc, char **argv)
 	for (int i = optind; i < argc; i++, a.ntraces++)
 		a.nbad += analyze_one(&a, argv[i]) != CLI_OK;
 	free(a.rows);
-	report_frames_free(&a.frames);
+	finding_frames_free(&a.frames);
 	/* With --json the verdict goes to standard error, but only when it
 	 * is not plain: findings or a clean analysis say it on stdout. */
 	if (!o.json)

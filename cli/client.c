@@ -551,23 +551,25 @@ int client_end_output(const char *cmd, int status)
 
 /* ---- replies ------------------------------------------------------------ */
 
-static struct report_stack client_stack(char **frames, size_t n)
+static struct finding_stack client_stack(char **frames, size_t n)
 {
-	return (struct report_stack){ (const char *const *)frames, n };
+	return (struct finding_stack){ (const char *const *)frames, n };
 }
 
-static void client_access(const Npusan__Access *a, struct report_access *out)
+static void client_access(const Npusan__Access *a, struct finding_view_access *out)
 {
 	out->stream = a->stream;
 	out->seq = a->seq;
 	out->write = a->has_write && a->write;
 	out->op = a->op;
 	out->stack = client_stack(a->stack, a->n_stack);
+	out->has_graph = a->has_graph;
+	out->graph = a->has_graph ? a->graph : 0;
 }
 
-int client_finding(const Npusan__Finding *f, struct report_finding *out)
+int client_finding(const Npusan__Finding *f, struct finding_view *out)
 {
-	struct report_finding r = { 0 };
+	struct finding_view r = { 0 };
 
 	if (!f->has_id || f->kind == NULL || f->access == NULL ||
 	    f->detected_at == NULL)

@@ -153,7 +153,7 @@ int client_end_output(const char *cmd, int status);
  * A view of `f` for report_text() and report_json(), valid as long as `f`.
  * 0; -EBADMSG when it lacks an id, kind, access or detected_at.
  */
-int client_finding(const Npusan__Finding *f, struct report_finding *out);
+int client_finding(const Npusan__Finding *f, struct finding_view *out);
 
 /* ---- human units -------------------------------------------------------- */
 

@@ -37,15 +37,17 @@ static const char findings_usage[] =
 	"finding's id, kind, job, rank, pid, operators (OPS), streams, count\n"
 	"of occurrences and the time since it was last seen. OPS and STREAMS\n"
 	"name the flagged access first, then the earlier access it races\n"
-	"with (data_race) or the allocation's stream (missing_record_stream).\n"
+	"with (data_race) or the allocation's stream (missing_record_stream,\n"
+	"stale_graph_address); '?' where there is none (unjoined_capture).\n"
 	"'npusanctl show ID' prints a finding in full.\n"
 	"\n"
 	"Options:\n"
 	"  --job JOB            only findings of job JOB\n"
 	"  --pid PID            only findings of process PID\n"
 	"  --rank RANK          only findings of rank RANK\n"
-	"  --kind KIND          only findings of KIND: data_race or\n"
-	"                       missing_record_stream\n"
+	"  --kind KIND          only findings of KIND: data_race,\n"
+	"                       missing_record_stream, stale_graph_address or\n"
+	"                       unjoined_capture\n"
 	"  --since WHEN         only findings last seen at or after WHEN: a\n"
 	"                       duration back from now (30s, 10m, 2h, 1d, 1w,\n"
 	"                       1h30m) or a timestamp (2024-05-01T10:00:00Z,\n"
@@ -80,7 +82,7 @@ struct findings {
 
 /* Whether `f` is to be printed: when following, only when new or its
  * count grew. 0 no, 1 yes; -ENOMEM. */
-static int findings_news(struct findings *s, const struct report_finding *f)
+static int findings_news(struct findings *s, const struct finding_view *f)
 {
 	uint64_t *was;
 
@@ -107,7 +109,7 @@ static void findings_again_cb(void *arg, Npusan__Query *q)
 }
 
 /* Adds `f`'s row. 0; -ENOMEM. */
-static int findings_row(struct table *t, const struct report_finding *f)
+static int findings_row(struct table *t, const struct finding_view *f)
 {
 	static const char *const paint[9] = { [1] = FINDINGS_RED };
 	char num[5][24], streams[48], seen[32];
@@ -159,7 +161,7 @@ static int findings_reply_cb(void *arg, Npusan__FromDaemon *m)
 	if (m->msg_case != NPUSAN__FROM_DAEMON__MSG_FINDINGS)
 		goto out;
 	for (size_t i = 0; i < r->n_findings; i++) {
-		struct report_finding f;
+		struct finding_view f;
 
 		err = client_finding(r->findings[i], &f);
 		if (err < 0)
@@ -313,15 +315,6 @@ static int parse_since(const char *s, int64_t *ms)
 	return 0;
 }
 
-static bool known_kind(const char *k)
-{
-	for (int i = 0; i < FINDING_KIND_COUNT; i++) {
-		if (strcmp(k, finding_kind_name((enum finding_kind)i)) == 0)
-			return true;
-	}
-	return false;
-}
-
 static int bad_value(const char *opt, const char *want, const char *arg)
 {
 	fprintf(stderr, FINDINGS_CMD ": %s needs %s, not '%s'\n"
@@ -346,9 +339,11 @@ static int findings_option(int c, char **argv, struct client_opts *co,
 		req->rank = (uint32_t)v;
 		return -1;
 	case 'K':
-		if (!known_kind(optarg))
+		if (!finding_kind_of(optarg, &(enum finding_kind){ 0 }))
 			return bad_value("--kind",
-					 "data_race or missing_record_stream",
+					 "data_race, missing_record_stream, "
+					 "stale_graph_address or "
+					 "unjoined_capture",
 					 optarg);
 		req->kind = optarg;
 		return -1;

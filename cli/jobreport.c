@@ -140,7 +140,7 @@ static int jr_findings_cb(void *arg, Npusan__FromDaemon *m)
 {
 	struct jr *r = arg;
 	const Npusan__FindingsReply *fr = m->findings;
-	struct report_finding f;
+	struct finding_view f;
 
 	if (m->msg_case != NPUSAN__FROM_DAEMON__MSG_FINDINGS)
 		goto bad;
@@ -440,6 +440,10 @@ static const char *kind_words(const char *kind, size_t n)
 		return n == 1 ? "data race" : "data races";
 	if (strcmp(kind, "missing_record_stream") == 0)
 		return "missing record_stream";
+	if (strcmp(kind, "stale_graph_address") == 0)
+		return n == 1 ? "stale graph address" : "stale graph addresses";
+	if (strcmp(kind, "unjoined_capture") == 0)
+		return n == 1 ? "unjoined capture" : "unjoined captures";
 	return kind;
 }
 
@@ -772,7 +776,7 @@ static void xml_put(FILE *f, const char *s, bool attr)
 
 static void jr_junit_failure(FILE *f, const Npusan__Finding *pf)
 {
-	struct report_finding rf;
+	struct finding_view rf;
 	char *text = NULL, *msg = NULL;
 	size_t len = 0;
 	FILE *m;
@@ -1125,7 +1129,7 @@ int jobreport_findings(const struct client_opts *co, const char *cmd,
 	struct jr r = { .job = job, .cmd = cmd, .since_ms = since_ms,
 			.unstored = unstored, .has_run = true, .run = run };
 	bool color = report_want_color(stdout);
-	struct report_finding f;
+	struct finding_view f;
 	struct jr_sum s;
 	char *verdict = NULL;
 	int status = jr_fetch(&r, co);

@@ -2,9 +2,8 @@
  * report.c - rendering findings as text and as JSON.
  *
  * Only the cli formats for humans. Both formatters read a struct
- * report_finding; the engine's findings (ids into the process's symtab) are
- * resolved into one by report_from_engine(), the daemon's (strings already)
- * by cli/client.c.
+ * finding_view: the engine's findings are resolved into one by
+ * finding_view_of(), the daemon's by client_finding() (cli/client.c).
  */
 #include "report.h"
 
@@ -15,7 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "grow.h"
 #include "text.h"
 
 #define BOLD "\033[1m"
@@ -34,7 +32,7 @@ static const char *paint(bool color, const char *code)
 	return color ? code : "";
 }
 
-static void print_stack(FILE *out, const struct report_stack *s)
+static void print_stack(FILE *out, const struct finding_stack *s)
 {
 	if (s->n == 0)
 		fputs("  (no stack recorded)\n", out);
@@ -45,7 +43,7 @@ static void print_stack(FILE *out, const struct report_stack *s)
 	}
 }
 
-static void print_process(FILE *out, const struct report_finding *f)
+static void print_process(FILE *out, const struct finding_view *f)
 {
 	const char *sep = " in";
 
@@ -62,27 +60,47 @@ static void print_process(FILE *out, const struct report_finding *f)
 		fprintf(out, "%s rank %" PRIu64, sep, f->rank);
 }
 
-static void print_access(FILE *out, bool color, const char *who,
-			 const struct report_access *a, const char *what)
+/* Whether the accesses of `f` are numbered within a capture (graphs.md:
+ * capture-local numbers), not by the stream's launches. */
+static bool in_capture(const struct finding_view *f)
 {
-	fprintf(out, "%s by stream %" PRIu64 " (seq %" PRIu64
-		     ") during kernel:\n%s",
-		who, a->stream, a->seq, paint(color, BOLD));
+	return f->detected_at != NULL &&
+	       (strcmp(f->detected_at, detected_at_name(DETECTED_AT_CAPTURE)) ==
+			0 ||
+		strcmp(f->detected_at,
+		       detected_at_name(DETECTED_AT_CAPTURE_END)) == 0);
+}
+
+/* "(seq 5)", with the graph that recorded or replayed the access. */
+static void print_seq(FILE *out, const struct finding_view *f,
+		      const struct finding_view_access *a)
+{
+	fprintf(out, "(seq %" PRIu64, a->seq);
+	if (a->has_graph && in_capture(f))
+		fprintf(out, " in the capture of graph %" PRIu64, a->graph);
+	else if (a->has_graph)
+		fprintf(out, ", replay of graph %" PRIu64, a->graph);
+	fputc(')', out);
+}
+
+static void print_access(FILE *out, bool color, const struct finding_view *f,
+			 const char *who, const struct finding_view_access *a,
+			 const char *what)
+{
+	fprintf(out, "%s by stream %" PRIu64 " ", who, a->stream);
+	print_seq(out, f, a);
+	fprintf(out, " during kernel:\n%s", paint(color, BOLD));
 	text_put(out, a->op != NULL ? a->op : "(unknown operator)");
 	fprintf(out, "%s\n%s %s\nWith stack trace:\n", paint(color, RESET),
 		a->write ? "writing to" : "reading from", what);
 	print_stack(out, &a->stack);
 }
 
-static void print_alloc(FILE *out, const struct report_finding *f)
+/* `f`'s allocation: "<what> at 0x... (N bytes on stream S)" and its stack. */
+static void print_alloc_as(FILE *out, const struct finding_view *f,
+			   const char *what)
 {
-	if (!f->has_alloc) {
-		fputs("The memory belongs to no allocation the trace saw.\n",
-		      out);
-		return;
-	}
-	fprintf(out, "Memory was allocated at 0x%" PRIx64 " (%" PRIu64
-		     " bytes",
+	fprintf(out, "%s at 0x%" PRIx64 " (%" PRIu64 " bytes", what,
 		f->alloc.ptr, f->alloc.size);
 	if (f->alloc.has_stream)
 		fprintf(out, " on stream %" PRIu64, f->alloc.stream);
@@ -90,8 +108,18 @@ static void print_alloc(FILE *out, const struct report_finding *f)
 	print_stack(out, &f->alloc.stack);
 }
 
+static void print_alloc(FILE *out, const struct finding_view *f)
+{
+	if (!f->has_alloc) {
+		fputs("The memory belongs to no allocation the trace saw.\n",
+		      out);
+		return;
+	}
+	print_alloc_as(out, f, "Memory was allocated");
+}
+
 /* When the daemon saw `f`: first and last occurrence. */
-static void print_seen(FILE *out, const struct report_finding *f)
+static void print_seen(FILE *out, const struct finding_view *f)
 {
 	char first[REPORT_TIME_MAX] = "?", last[REPORT_TIME_MAX] = "?";
 
@@ -107,7 +135,7 @@ static void print_seen(FILE *out, const struct report_finding *f)
 			f->count, first, last);
 }
 
-static void print_header(FILE *out, bool color, const struct report_finding *f,
+static void print_header(FILE *out, bool color, const struct finding_view *f,
 			 const char *what)
 {
 	fprintf(out, "============================\n%snpusan detected %s on "
@@ -123,14 +151,14 @@ static void print_header(FILE *out, bool color, const struct report_finding *f,
 			f->count);
 }
 
-static void race_text(FILE *out, bool color, const struct report_finding *f)
+static void race_text(FILE *out, bool color, const struct finding_view *f)
 {
 	char here[40];
 
 	print_header(out, color, f, "a possible data race");
 	snprintf(here, sizeof(here), "0x%" PRIx64, f->ptr);
-	print_access(out, color, "Access", &f->access, here);
-	print_access(out, color, "Previous access", &f->previous, "it");
+	print_access(out, color, f, "Access", &f->access, here);
+	print_access(out, color, f, "Previous access", &f->previous, "it");
 	print_alloc(out, f);
 	fprintf(out, "Nothing orders the access after the previous one. Fix it "
 		     "by making stream %" PRIu64 " wait\nfor stream %" PRIu64
@@ -142,7 +170,7 @@ static void race_text(FILE *out, bool color, const struct report_finding *f)
 }
 
 static void missing_record_stream_text(FILE *out, bool color,
-				       const struct report_finding *f)
+				       const struct finding_view *f)
 {
 	uint64_t use = f->access.stream, alloc = f->alloc.stream;
 	bool flush = f->detected_at != NULL &&
@@ -156,7 +184,7 @@ static void missing_record_stream_text(FILE *out, bool color,
 		     "again\nwhile the use is still running.\n",
 		alloc, use, flush ? "still live at a flush" : "freed", alloc,
 		use);
-	print_access(out, color, "Last use", &f->access, "it");
+	print_access(out, color, f, "Last use", &f->access, "it");
 	print_alloc(out, f);
 	fprintf(out, "Fix it in either of two ways:\n"
 		     "  - call tensor.record_stream(s) for the usage stream s "
@@ -168,8 +196,69 @@ static void missing_record_stream_text(FILE *out, bool color,
 		use, alloc, use);
 }
 
+static void stale_graph_address_text(FILE *out, bool color,
+				     const struct finding_view *f)
+{
+	const struct finding_view_access *a = &f->access;
+	char graph[32] = "the graph";
+
+	if (a->has_graph)
+		snprintf(graph, sizeof(graph), "graph %" PRIu64, a->graph);
+	print_header(out, color, f, "a stale graph address");
+	fprintf(out, "A replay of %s on stream %" PRIu64 " (seq %" PRIu64
+		     ") ran a captured kernel on memory whose\nallocation was "
+		     "freed (or reallocated) after the capture: the replay %s\n"
+		     "memory that is no longer the graph's, and may now belong "
+		     "to another tensor.\n",
+		graph, a->stream, a->seq, a->write ? "writes" : "reads");
+	fprintf(out, "Captured kernel:\n%s", paint(color, BOLD));
+	text_put(out, a->op != NULL ? a->op : "(unknown operator)");
+	fprintf(out, "%s\n%s the captured allocation\nWith stack trace (at "
+		     "its capture):\n",
+		paint(color, RESET), a->write ? "writing to" : "reading from");
+	print_stack(out, &a->stack);
+	if (f->has_alloc)
+		print_alloc_as(out, f, "The captured allocation (gone since) "
+				       "was allocated");
+	fprintf(out, "Fix it in one of three ways:\n"
+		     "  - keep the tensor alive (hold a reference to it) for as "
+		     "long as %s can be\n    replayed,\n"
+		     "  - copy new data into the captured buffer "
+		     "(captured.copy_(new)) instead of\n"
+		     "    binding a new tensor in its place, or\n"
+		     "  - allocate it from the graph's memory pool, so that "
+		     "the graph keeps the\n    memory.\n",
+		graph);
+}
+
+static void unjoined_capture_text(FILE *out, bool color,
+				  const struct finding_view *f)
+{
+	const struct finding_view_access *a = &f->access;
+	char graph[32] = "a graph", here[40] = "no memory";
+
+	if (a->has_graph)
+		snprintf(graph, sizeof(graph), "graph %" PRIu64, a->graph);
+	if (f->ptr != 0)
+		snprintf(here, sizeof(here), "0x%" PRIx64, f->ptr);
+	print_header(out, color, f, "an unjoined graph capture");
+	fprintf(out, "The capture of %s ended while stream %" PRIu64 ", which "
+		     "joined it, had captured work\nthe capture's origin "
+		     "stream was never made to wait for: the runtime fails the\n"
+		     "capture (CUDA: unjoined work; ACL: "
+		     "ACL_ERROR_RT_STREAM_UNJOINED).\n",
+		graph, a->stream);
+	print_access(out, color, f, "Last captured launch", a, here);
+	fprintf(out, "Fix it by making the origin stream wait for stream %"
+		     PRIu64 " after that kernel and\nbefore the capture ends: "
+		     "origin.wait_stream(stream %" PRIu64 "), or record an "
+		     "event on\nstream %" PRIu64 " and wait_event it on the "
+		     "origin stream.\n",
+		a->stream, a->stream, a->stream);
+}
+
 /* A kind this build does not know (a newer daemon's): the facts only. */
-static void other_text(FILE *out, bool color, const struct report_finding *f)
+static void other_text(FILE *out, bool color, const struct finding_view *f)
 {
 	char what[128], here[40];
 
@@ -178,13 +267,13 @@ static void other_text(FILE *out, bool color, const struct report_finding *f)
 	text_clean(what, what, sizeof(what));
 	print_header(out, color, f, what);
 	snprintf(here, sizeof(here), "0x%" PRIx64, f->ptr);
-	print_access(out, color, "Access", &f->access, here);
+	print_access(out, color, f, "Access", &f->access, here);
 	if (f->has_previous)
-		print_access(out, color, "Previous access", &f->previous, "it");
+		print_access(out, color, f, "Previous access", &f->previous, "it");
 	print_alloc(out, f);
 }
 
-void report_text(FILE *out, bool color, const struct report_finding *f)
+void report_text(FILE *out, bool color, const struct finding_view *f)
 {
 	const char *kind = f->kind != NULL ? f->kind : "";
 
@@ -193,6 +282,12 @@ void report_text(FILE *out, bool color, const struct report_finding *f)
 	else if (strcmp(kind, finding_kind_name(
 				      FINDING_MISSING_RECORD_STREAM)) == 0)
 		missing_record_stream_text(out, color, f);
+	else if (strcmp(kind, finding_kind_name(
+				      FINDING_STALE_GRAPH_ADDRESS)) == 0)
+		stale_graph_address_text(out, color, f);
+	else if (strcmp(kind, finding_kind_name(FINDING_UNJOINED_CAPTURE)) ==
+		 0)
+		unjoined_capture_text(out, color, f);
 	else
 		other_text(out, color, f);
 	fputc('\n', out);
@@ -235,7 +330,7 @@ static void json_string_or_null(FILE *out, const char *s)
 		fputs("null", out);
 }
 
-static void json_stack(FILE *out, const struct report_stack *s)
+static void json_stack(FILE *out, const struct finding_stack *s)
 {
 	fputc('[', out);
 	for (size_t i = 0; i < s->n; i++) {
@@ -246,7 +341,7 @@ static void json_stack(FILE *out, const struct report_stack *s)
 	fputc(']', out);
 }
 
-static void json_access(FILE *out, const struct report_access *a)
+static void json_access(FILE *out, const struct finding_view_access *a)
 {
 	fprintf(out, "{\"stream\":%" PRIu64 ",\"seq\":%" PRIu64
 		     ",\"type\":\"%s\",\"op\":",
@@ -254,10 +349,13 @@ static void json_access(FILE *out, const struct report_access *a)
 	json_string_or_null(out, a->op != NULL ? a->op : "");
 	fputs(",\"stack\":", out);
 	json_stack(out, &a->stack);
-	fputc('}', out);
+	if (a->has_graph)
+		fprintf(out, ",\"graph\":%" PRIu64 "}", a->graph);
+	else
+		fputs(",\"graph\":null}", out);
 }
 
-static void json_process(FILE *out, const struct report_finding *f)
+static void json_process(FILE *out, const struct finding_view *f)
 {
 	fputs("{\"pid\":", out);
 	if (f->has_pid)
@@ -282,7 +380,7 @@ static void json_time(FILE *out, bool has, int64_t ms)
 		fputs("null", out);
 }
 
-void report_json(FILE *out, const struct report_finding *f)
+void report_json(FILE *out, const struct finding_view *f)
 {
 	fprintf(out, "{\"id\":%" PRIu64 ",\"kind\":", f->id);
 	json_string_or_null(out, f->kind);
@@ -345,77 +443,4 @@ int report_time(int64_t ms, char buf[REPORT_TIME_MAX])
 		 tm.tm_mday % 100, tm.tm_hour % 100, tm.tm_min % 100,
 		 tm.tm_sec % 100, (int)frac % 1000);
 	return 0;
-}
-
-/* ---- findings from the engine ------------------------------------------- */
-
-/* Points `s` at the frames of stack `id`, stored at fr->v + *used. */
-static void engine_stack(const struct report_ctx *c, uint32_t id,
-			 struct report_frames *fr, size_t *used,
-			 struct report_stack *s)
-{
-	const uint32_t *ids;
-	size_t n = symtab_stack(c->syms, id, &ids);
-
-	s->frames = fr->v + *used;
-	s->n = n;
-	for (size_t i = 0; i < n; i++)
-		fr->v[(*used)++] = symtab_str(c->syms, ids[i], NULL);
-}
-
-static void engine_access(const struct report_ctx *c,
-			  const struct finding_access *a,
-			  struct report_frames *fr, size_t *used,
-			  struct report_access *out)
-{
-	out->stream = a->stream;
-	out->seq = a->seq;
-	out->write = a->write;
-	out->op = symtab_str(c->syms, a->op, NULL);
-	engine_stack(c, a->stack, fr, used, &out->stack);
-}
-
-int report_from_engine(const struct report_ctx *c, const struct finding *f,
-		       struct report_frames *fr, struct report_finding *out)
-{
-	const struct trace_process *p = c->process;
-	const uint32_t *ids;
-	struct report_finding r = { 0 };
-	size_t need = 0, used = 0;
-
-	need += symtab_stack(c->syms, f->alloc.stack, &ids);
-	need += symtab_stack(c->syms, f->access.stack, &ids);
-	need += symtab_stack(c->syms, f->previous.stack, &ids);
-	if (grow_array((void **)&fr->v, &fr->cap, need, sizeof(*fr->v)) < 0)
-		return -ENOMEM;
-	r.id = f->id;
-	r.kind = finding_kind_name(f->kind);
-	r.detected_at = detected_at_name(f->detected_at);
-	if (p != NULL && p->present) {
-		r.has_pid = true;
-		r.pid = p->pid;
-		r.job = p->job;
-		r.has_rank = p->has_rank;
-		r.rank = p->rank;
-	}
-	r.ptr = f->ptr;
-	r.has_alloc = f->has_alloc;
-	r.alloc.ptr = f->alloc.ptr;
-	r.alloc.size = f->alloc.size;
-	r.alloc.has_stream = f->alloc.has_stream;
-	r.alloc.stream = f->alloc.stream;
-	engine_stack(c, f->alloc.stack, fr, &used, &r.alloc.stack);
-	engine_access(c, &f->access, fr, &used, &r.access);
-	r.has_previous = f->has_previous;
-	engine_access(c, &f->previous, fr, &used, &r.previous);
-	r.count = f->count;
-	*out = r;
-	return 0;
-}
-
-void report_frames_free(struct report_frames *fr)
-{
-	free(fr->v);
-	fr->v = NULL;
-	fr->cap = 0;
 }

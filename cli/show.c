@@ -36,7 +36,7 @@ struct show {
 static int show_reply_cb(void *arg, Npusan__FromDaemon *m)
 {
 	struct show *s = arg;
-	struct report_finding f;
+	struct finding_view f;
 	int err = -EBADMSG;
 
 	if (m->msg_case != NPUSAN__FROM_DAEMON__MSG_SHOW ||

@@ -58,6 +58,7 @@
 
 #include "clock.h"
 #include "engine.h"
+#include "finding_view.h"
 #include "grow.h"
 #include "log.h"
 #include "procstat.h"
@@ -90,6 +91,7 @@ struct ingest_proc {
 	struct engine *engine;
 	struct u64map repeats;  /* engine finding id -> index in pending */
 	struct finding *pending; /* the latest repeat of each, count = delta */
+	struct finding_frames frames; /* ingest_submit()'s, reused */
 	size_t npending, cap_pending;
 	uint64_t events, lost, gaps;
 	uint64_t bad; /* records and counts found corrupt, as of the last drain */
@@ -151,66 +153,29 @@ static int64_t ingest_now_ms(void)
 
 /* ---- findings -------------------------------------------------------- */
 
-/* Frames of symtab stack `id` as strings, into `buf` (at most `max`). */
-static size_t ingest_frames(const struct symtab *syms, uint32_t id,
-			    const char **buf, size_t max)
+/* The daemon stores an operator it cannot name as "?". */
+static void ingest_name_ops(struct finding_view *v)
 {
-	const uint32_t *frames;
-	size_t n = symtab_stack(syms, id, &frames);
-
-	if (n > max)
-		n = max;
-	for (size_t i = 0; i < n; i++)
-		buf[i] = symtab_str(syms, frames[i], NULL);
-	return n;
-}
-
-#define INGEST_MAX_FRAMES OP_MAX_FRAMES
-
-static void ingest_access(const struct symtab *syms,
-			  const struct finding_access *a,
-			  struct store_access *out, const char **frames)
-{
-	out->stream = a->stream;
-	out->seq = a->seq;
-	out->write = a->write;
-	out->op = symtab_str(syms, a->op, NULL);
-	if (out->op == NULL)
-		out->op = "?";
-	out->stack = frames;
-	out->nstack = ingest_frames(syms, a->stack, frames, INGEST_MAX_FRAMES);
+	if (v->access.op == NULL)
+		v->access.op = "?";
+	if (v->has_previous && v->previous.op == NULL)
+		v->previous.op = "?";
 }
 
 /* Hands one finding, standing for `count` occurrences, to the store. */
 static void ingest_submit(struct ingest_proc *p, const struct finding *f,
 			  uint64_t count)
 {
-	static __thread const char *frames[3][INGEST_MAX_FRAMES];
-	struct store_finding sf = {
-		.process_id = p->id,
-		.kind = f->kind,
-		.detected_at = f->detected_at,
-		.ptr = f->ptr,
-		.has_alloc = f->has_alloc,
-		.has_previous = f->has_previous,
-		.count = count,
-		.first_ms = p->last_ms,
-		.last_ms = p->last_ms,
-	};
+	struct store_finding sf = { .process_id = p->id };
+	int err = finding_view_of(f, p->syms, &p->frames, &sf.v);
 
-	if (f->has_alloc) {
-		sf.alloc_ptr = f->alloc.ptr;
-		sf.alloc_size = f->alloc.size;
-		sf.alloc_has_stream = f->alloc.has_stream;
-		sf.alloc_stream = f->alloc.stream;
-		sf.alloc_stack = frames[2];
-		sf.alloc_nstack = ingest_frames(p->syms, f->alloc.stack,
-						frames[2], INGEST_MAX_FRAMES);
+	if (err == 0) {
+		ingest_name_ops(&sf.v);
+		sf.v.count = count;
+		sf.v.first_ms = sf.v.last_ms = p->last_ms;
+		err = store_finding_submit(p->in->store, &sf);
 	}
-	ingest_access(p->syms, &f->access, &sf.access, frames[0]);
-	if (f->has_previous)
-		ingest_access(p->syms, &f->previous, &sf.previous, frames[1]);
-	if (store_finding_submit(p->in->store, &sf) < 0) {
+	if (err < 0) {
 		/* Its operations' outcome is lost (DESIGN 6). */
 		p->lost += count;
 		atomic_fetch_add_explicit(&p->in->lost, count,
@@ -490,6 +455,7 @@ static void ingest_proc_free(struct ingest_proc *p)
 	ringread_unmap(p->rr);
 	u64map_fini(&p->repeats);
 	free(p->pending);
+	finding_frames_free(&p->frames);
 	if (p->fd >= 0)
 		close(p->fd);
 	free(p);

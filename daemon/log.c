@@ -205,7 +205,7 @@ static void log_fmt_str(FILE *b, const char *key, const char *v)
 	fputs(i < n ? "...\"" : "\"", b);
 }
 
-int log_finding_line(int64_t id, const struct store_finding *f,
+int log_finding_line(int64_t id, const struct finding_view *f,
 		     const struct store_process *p, char **out)
 {
 	char *line = NULL;
@@ -214,8 +214,7 @@ int log_finding_line(int64_t id, const struct store_finding *f,
 
 	if (b == NULL)
 		return -ENOMEM;
-	fprintf(b, "finding id=%" PRId64 " kind=%s", id,
-		finding_kind_name(f->kind));
+	fprintf(b, "finding id=%" PRId64 " kind=%s", id, f->kind);
 	if (p != NULL) {
 		if (p->job != NULL)
 			log_fmt_str(b, "job", p->job);
@@ -230,10 +229,12 @@ int log_finding_line(int64_t id, const struct store_finding *f,
 	fprintf(b, " stream=%" PRIu64, f->access.stream);
 	if (f->has_previous)
 		fprintf(b, " previous_stream=%" PRIu64, f->previous.stream);
-	else if (f->has_alloc && f->alloc_has_stream)
-		fprintf(b, " alloc_stream=%" PRIu64, f->alloc_stream);
+	else if (f->has_alloc && f->alloc.has_stream)
+		fprintf(b, " alloc_stream=%" PRIu64, f->alloc.stream);
+	if (f->access.has_graph)
+		fprintf(b, " graph=%" PRIu64, f->access.graph);
 	fprintf(b, " ptr=0x%" PRIx64 " detected_at=%s", f->ptr,
-		detected_at_name(f->detected_at));
+		f->detected_at);
 	if (fclose(b) != 0) {
 		free(line);
 		return -ENOMEM;

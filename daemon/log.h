@@ -13,7 +13,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-struct store_finding;
+struct finding_view;
 struct store_process;
 
 /* X(enum suffix, name on the command line, syslog priority) */
@@ -75,7 +75,7 @@ void log_write(enum log_level level, const char *fmt, ...)
  * (caller frees; pass it to log_write(LOG_INFO, "%s", ...)). Callers
  * check the level first. 0; -ENOMEM.
  */
-int log_finding_line(int64_t id, const struct store_finding *f,
+int log_finding_line(int64_t id, const struct finding_view *f,
 		     const struct store_process *p, char **out);
 
 #endif

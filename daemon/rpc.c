@@ -215,7 +215,8 @@ static void rpc_process_msg(const struct store_process *p, Npusan__Process *m)
 	m->gaps = p->gaps;
 }
 
-static void rpc_access_msg(const struct store_access *a, Npusan__Access *m)
+static void rpc_access_msg(const struct finding_view_access *a,
+			   Npusan__Access *m)
 {
 	npusan__access__init(m);
 	m->has_stream = m->has_seq = m->has_write = 1;
@@ -223,49 +224,53 @@ static void rpc_access_msg(const struct store_access *a, Npusan__Access *m)
 	m->seq = a->seq;
 	m->write = a->write;
 	m->op = (char *)a->op;
-	m->n_stack = a->nstack;
-	m->stack = (char **)a->stack;
+	m->n_stack = a->stack.n;
+	m->stack = (char **)a->stack.frames;
+	m->has_graph = a->has_graph;
+	m->graph = a->graph;
 }
 
-/* `m` borrows from f, p and the three parts. */
-static void rpc_finding_msg(const struct store_finding *f,
-			    const struct store_process *p, Npusan__Finding *m,
+/* The one encoder of a finding into the wire's Finding (client_finding()
+ * in cli/client.c is the one decoder). `m` borrows from f and the three
+ * parts. */
+static void rpc_finding_msg(const struct store_finding *f, Npusan__Finding *m,
 			    Npusan__Alloc *alloc, Npusan__Access *acc,
 			    Npusan__Access *prev)
 {
+	const struct finding_view *v = &f->v;
+
 	npusan__finding__init(m);
 	m->has_id = m->has_process_id = m->has_ptr = m->has_count = 1;
-	m->id = f->id;
+	m->id = (int64_t)v->id;
 	m->process_id = f->process_id;
-	m->kind = (char *)finding_kind_name(f->kind);
-	m->detected_at = (char *)detected_at_name(f->detected_at);
-	m->ptr = f->ptr;
-	m->count = f->count;
-	m->has_first_ms = m->has_last_ms = 1;
-	m->first_ms = f->first_ms;
-	m->last_ms = f->last_ms;
-	if (p != NULL) {
-		m->has_pid = 1;
-		m->pid = p->pid;
-		m->job = (char *)p->job;
-		m->has_rank = p->has_rank;
-		m->rank = p->rank;
-	}
-	if (f->has_alloc) {
+	m->kind = (char *)v->kind;
+	m->detected_at = (char *)v->detected_at;
+	m->ptr = v->ptr;
+	m->count = v->count;
+	m->has_first_ms = v->has_first;
+	m->first_ms = v->first_ms;
+	m->has_last_ms = v->has_last;
+	m->last_ms = v->last_ms;
+	m->has_pid = v->has_pid;
+	m->pid = (uint32_t)v->pid;
+	m->job = (char *)v->job;
+	m->has_rank = v->has_rank;
+	m->rank = (uint32_t)v->rank;
+	if (v->has_alloc) {
 		npusan__alloc__init(alloc);
 		alloc->has_ptr = alloc->has_size = 1;
-		alloc->ptr = f->alloc_ptr;
-		alloc->size = f->alloc_size;
-		alloc->has_stream = f->alloc_has_stream;
-		alloc->stream = f->alloc_stream;
-		alloc->n_stack = f->alloc_nstack;
-		alloc->stack = (char **)f->alloc_stack;
+		alloc->ptr = v->alloc.ptr;
+		alloc->size = v->alloc.size;
+		alloc->has_stream = v->alloc.has_stream;
+		alloc->stream = v->alloc.stream;
+		alloc->n_stack = v->alloc.stack.n;
+		alloc->stack = (char **)v->alloc.stack.frames;
 		m->alloc = alloc;
 	}
-	rpc_access_msg(&f->access, acc);
+	rpc_access_msg(&v->access, acc);
 	m->access = acc;
-	if (f->has_previous) {
-		rpc_access_msg(&f->previous, prev);
+	if (v->has_previous) {
+		rpc_access_msg(&v->previous, prev);
 		m->previous = prev;
 	}
 }
@@ -477,23 +482,25 @@ static int rpc_findings_cb(void *arg, const struct store_finding *f,
 			   const struct store_process *p)
 {
 	struct rpc_findings_walk *w = arg;
+	int64_t id = (int64_t)f->v.id;
 	Npusan__Access acc, prev;
 	Npusan__Finding m;
 	Npusan__Alloc alloc;
 	int err;
 
-	rpc_finding_msg(f, p, &m, &alloc, &acc, &prev);
+	(void)p; /* f->v holds the process's identity */
+	rpc_finding_msg(f, &m, &alloc, &acc, &prev);
 	err = wire_batch_add(&w->b, RPC_FINDINGS_ITEMS, &m.base);
 	if (err == -E2BIG && w->b.n > 0)
 		return RPC_WALK_FULL; /* this one starts the next frame */
 	if (err == -E2BIG) {
 		w->skipped++;
 		log_warn("finding %" PRId64 " does not fit a frame; left out",
-			 f->id);
+			 id);
 	} else if (err < 0) {
 		return err;
 	}
-	w->cur->after_id = f->id;
+	w->cur->after_id = id;
 	if (w->cur->limited && w->cur->left > 0)
 		w->cur->left--;
 	if (w->b.len >= RPC_FRAME_TARGET)
@@ -634,7 +641,7 @@ static int rpc_show_cb(void *arg, const struct store_finding *f,
 
 	if (j->frame != NULL)
 		return 0;
-	rpc_finding_msg(f, p, &fm, &alloc, &acc, &prev);
+	rpc_finding_msg(f, &fm, &alloc, &acc, &prev);
 	sr.finding = &fm;
 	if (p != NULL) {
 		rpc_process_msg(p, &pm);

@@ -211,6 +211,10 @@ static const char *const store_migrations[] = {
 	/* 3: the run of the job (NPUSAN_RUN), telling apart runs that
 	 * reuse a job's name. */
 	"ALTER TABLE processes ADD COLUMN run TEXT;",
+	/* 4: the graph of each access (trace format v2): NULL for an
+	 * access no graph recorded or replayed, and for every older row. */
+	"ALTER TABLE findings ADD COLUMN acc_graph INTEGER;"
+	"ALTER TABLE findings ADD COLUMN prev_graph INTEGER;",
 };
 
 #define STORE_SCHEMA_VERSION \
@@ -459,9 +463,10 @@ static int store__prepare_all(struct store *s, char **errmsg)
 		  " detected_at, ptr, alloc_ptr, alloc_size, alloc_stream,"
 		  " alloc_stack, acc_stream, acc_seq, acc_write, acc_op,"
 		  " acc_stack, prev_stream, prev_seq, prev_write, prev_op,"
-		  " prev_stack, count, first_ms, last_ms)"
+		  " prev_stack, count, first_ms, last_ms, acc_graph,"
+		  " prev_graph)"
 		  " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-		  " ?, ?, ?, ?, ?)"
+		  " ?, ?, ?, ?, ?, ?, ?)"
 		  " ON CONFLICT (process_id, dedup_key) DO UPDATE SET"
 		  " count = count + excluded.count,"
 		  " first_ms = min(first_ms, excluded.first_ms),"
@@ -809,7 +814,7 @@ static void store__w_finding_line(struct store *s,
 		p.rank = (uint32_t)sqlite3_column_int64(st, 2);
 	}
 	/* Before the reset, which frees the job's text. */
-	(void)log_finding_line(id, f, found ? &p : NULL, out);
+	(void)log_finding_line(id, &f->v, found ? &p : NULL, out);
 	sqlite3_reset(st);
 }
 
@@ -819,22 +824,33 @@ struct store_finding_ids {
 	int64_t aop, ast, pop, pst, alst;
 };
 
+/* The access part of a key's shape: what finding_key() reads of it. */
+static struct finding_access store__key_access(const struct finding_view_access *a)
+{
+	return (struct finding_access){ .stream = a->stream,
+					.write = a->write,
+					.has_graph = a->has_graph,
+					.graph = a->graph };
+}
+
 /* The engine's deduplication key of `f` as text, its strings and stacks
- * named by this database's ids (DESIGN 4). */
+ * named by this database's ids (DESIGN 4), the graphs of its accesses
+ * passed through so that the key is the engine's own. */
 static void store__finding_key(const struct store_finding *f,
+			       enum finding_kind kind,
 			       const struct store_finding_ids *ids,
 			       char key[FINDING_KEY_TEXT_MAX])
 {
+	const struct finding_view *v = &f->v;
 	const struct finding shape = {
-		.kind = f->kind,
-		.has_alloc = f->has_alloc,
-		.has_previous = f->has_previous,
-		.alloc = { .has_stream = f->alloc_has_stream,
-			   .stream = f->alloc_stream },
-		.access = { .stream = f->access.stream,
-			    .write = f->access.write },
-		.previous = { .stream = f->previous.stream,
-			      .write = f->previous.write },
+		.kind = kind,
+		.has_alloc = v->has_alloc,
+		.has_previous = v->has_previous,
+		.alloc = { .has_stream = v->alloc.has_stream,
+			   .stream = v->alloc.stream },
+		.access = store__key_access(&v->access),
+		.previous = v->has_previous ? store__key_access(&v->previous) :
+					      (struct finding_access){ 0 },
 	};
 	const struct finding_text text = {
 		(uint64_t)ids->aop, (uint64_t)ids->ast, (uint64_t)ids->pop,
@@ -853,21 +869,45 @@ static int store__w_finding_ids(struct store *s,
 {
 	int rc;
 
+	const struct finding_view *v = &f->v;
+
 	*ids = (struct store_finding_ids){ 0 };
-	if ((rc = store__w_string(s, f->access.op, &ids->aop)) != SQLITE_OK ||
-	    (rc = store__w_stack(s, f->access.stack, f->access.nstack,
+	if ((rc = store__w_string(s, v->access.op, &ids->aop)) != SQLITE_OK ||
+	    (rc = store__w_stack(s, v->access.stack.frames, v->access.stack.n,
 				 &ids->ast)) != SQLITE_OK)
 		return rc;
-	if (f->has_previous &&
-	    ((rc = store__w_string(s, f->previous.op, &ids->pop)) !=
+	if (v->has_previous &&
+	    ((rc = store__w_string(s, v->previous.op, &ids->pop)) !=
 		     SQLITE_OK ||
-	     (rc = store__w_stack(s, f->previous.stack, f->previous.nstack,
-				  &ids->pst)) != SQLITE_OK))
+	     (rc = store__w_stack(s, v->previous.stack.frames,
+				  v->previous.stack.n, &ids->pst)) !=
+		     SQLITE_OK))
 		return rc;
-	if (f->has_alloc)
-		rc = store__w_stack(s, f->alloc_stack, f->alloc_nstack,
+	if (v->has_alloc)
+		rc = store__w_stack(s, v->alloc.stack.frames, v->alloc.stack.n,
 				    &ids->alst);
 	return rc;
+}
+
+/* Binds an optional 64-bit unsigned column. */
+static void store__bind_opt_u64(sqlite3_stmt *st, int i, bool has, uint64_t v)
+{
+	if (has)
+		store__bind_u64(st, i, v);
+	else
+		sqlite3_bind_null(st, i);
+}
+
+/* Binds the access columns from `i` on (stream, seq, write, op, stack). */
+static void store__w_access_bind(sqlite3_stmt *st, int i,
+				 const struct finding_view_access *a,
+				 int64_t op, int64_t stack)
+{
+	store__bind_u64(st, i, a->stream);
+	store__bind_u64(st, i + 1, a->seq);
+	sqlite3_bind_int(st, i + 2, a->write);
+	store__bind_opt_id(st, i + 3, op);
+	store__bind_opt_id(st, i + 4, stack);
 }
 
 /* Binds the columns of a new finding row to w_finding. */
@@ -876,43 +916,31 @@ static void store__w_finding_bind(sqlite3_stmt *st,
 				  const char *key,
 				  const struct store_finding_ids *ids)
 {
+	const struct finding_view *v = &f->v;
+
 	sqlite3_bind_int64(st, 1, f->process_id);
 	sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 3, finding_kind_name(f->kind), -1,
-			  SQLITE_STATIC);
-	sqlite3_bind_text(st, 4, detected_at_name(f->detected_at), -1,
-			  SQLITE_STATIC);
-	store__bind_u64(st, 5, f->ptr);
-	if (f->has_alloc) {
-		store__bind_u64(st, 6, f->alloc_ptr);
-		store__bind_u64(st, 7, f->alloc_size);
-		if (f->alloc_has_stream)
-			store__bind_u64(st, 8, f->alloc_stream);
-		else
-			sqlite3_bind_null(st, 8);
-		store__bind_opt_id(st, 9, ids->alst);
-	} else {
-		for (int i = 6; i <= 9; i++)
-			sqlite3_bind_null(st, i);
-	}
-	store__bind_u64(st, 10, f->access.stream);
-	store__bind_u64(st, 11, f->access.seq);
-	sqlite3_bind_int(st, 12, f->access.write);
-	store__bind_opt_id(st, 13, ids->aop);
-	store__bind_opt_id(st, 14, ids->ast);
-	if (f->has_previous) {
-		store__bind_u64(st, 15, f->previous.stream);
-		store__bind_u64(st, 16, f->previous.seq);
-		sqlite3_bind_int(st, 17, f->previous.write);
-		store__bind_opt_id(st, 18, ids->pop);
-		store__bind_opt_id(st, 19, ids->pst);
+	sqlite3_bind_text(st, 3, v->kind, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 4, v->detected_at, -1, SQLITE_STATIC);
+	store__bind_u64(st, 5, v->ptr);
+	store__bind_opt_u64(st, 6, v->has_alloc, v->alloc.ptr);
+	store__bind_opt_u64(st, 7, v->has_alloc, v->alloc.size);
+	store__bind_opt_u64(st, 8, v->has_alloc && v->alloc.has_stream,
+			    v->alloc.stream);
+	store__bind_opt_id(st, 9, v->has_alloc ? ids->alst : 0);
+	store__w_access_bind(st, 10, &v->access, ids->aop, ids->ast);
+	if (v->has_previous) {
+		store__w_access_bind(st, 15, &v->previous, ids->pop, ids->pst);
 	} else {
 		for (int i = 15; i <= 19; i++)
 			sqlite3_bind_null(st, i);
 	}
-	store__bind_u64(st, 20, f->count);
-	sqlite3_bind_int64(st, 21, f->first_ms);
-	sqlite3_bind_int64(st, 22, f->last_ms);
+	store__bind_u64(st, 20, v->count);
+	sqlite3_bind_int64(st, 21, v->first_ms);
+	sqlite3_bind_int64(st, 22, v->last_ms);
+	store__bind_opt_u64(st, 23, v->access.has_graph, v->access.graph);
+	store__bind_opt_u64(st, 24, v->has_previous && v->previous.has_graph,
+			    v->previous.graph);
 }
 
 int store__w_finding(struct store *s, const struct store_finding *f,
@@ -920,12 +948,16 @@ int store__w_finding(struct store *s, const struct store_finding *f,
 {
 	struct store_finding_ids ids;
 	char key[FINDING_KEY_TEXT_MAX];
+	enum finding_kind kind;
 	int rc;
 
+	/* store_finding_submit() checked it. */
+	if (!finding_kind_of(f->v.kind, &kind))
+		return SQLITE_MISUSE;
 	rc = store__w_finding_ids(s, f, &ids);
 	if (rc != SQLITE_OK)
 		return rc;
-	store__finding_key(f, &ids, key);
+	store__finding_key(f, kind, &ids, key);
 
 	/*
 	 * A repeat first: the upsert below merges it as well, but a failed
@@ -934,9 +966,9 @@ int store__w_finding(struct store *s, const struct store_finding *f,
 	 */
 	sqlite3_bind_int64(s->w_repeat, 1, f->process_id);
 	sqlite3_bind_text(s->w_repeat, 2, key, -1, SQLITE_STATIC);
-	store__bind_u64(s->w_repeat, 3, f->count);
-	sqlite3_bind_int64(s->w_repeat, 4, f->first_ms);
-	sqlite3_bind_int64(s->w_repeat, 5, f->last_ms);
+	store__bind_u64(s->w_repeat, 3, f->v.count);
+	sqlite3_bind_int64(s->w_repeat, 4, f->v.first_ms);
+	sqlite3_bind_int64(s->w_repeat, 5, f->v.last_ms);
 	rc = store__step_done(s->w_repeat);
 	if (rc != SQLITE_OK || sqlite3_changes(s->wdb) > 0)
 		return rc;

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "finding_view.h"
 
 /* X(enum suffix, name in queries and the database) */
 #define STORE_STATES(X)           \
@@ -63,36 +64,17 @@ struct store_process {
 	int64_t last_ms;
 };
 
-/* One access of a finding; `stack` holds `nstack` frames, innermost first. */
-struct store_access {
-	uint64_t stream;
-	uint64_t seq;
-	bool write;
-	const char *op;
-	const char *const *stack;
-	size_t nstack;
-};
-
-/* A finding as docs/findings.md defines it, strings resolved. */
+/*
+ * A finding as the store keeps it: the resolved finding (findings.md) and
+ * the process it belongs to. On write, v.id, v.has_first/has_last and the
+ * process fields of v are ignored; v.count is how many occurrences to
+ * add, v.first_ms and v.last_ms when they happened (Unix ms); v.kind and
+ * v.detected_at must be names this build knows. Queries fill every field,
+ * the process's pid, job and rank included.
+ */
 struct store_finding {
-	int64_t id;         /* the store's; ignored on write */
 	int64_t process_id; /* store_process.id */
-	enum finding_kind kind;
-	enum detected_at detected_at;
-	uint64_t ptr;
-	bool has_alloc;
-	uint64_t alloc_ptr;
-	uint64_t alloc_size;
-	bool alloc_has_stream;
-	uint64_t alloc_stream;
-	const char *const *alloc_stack;
-	size_t alloc_nstack;
-	struct store_access access;
-	bool has_previous;
-	struct store_access previous;
-	uint64_t count;   /* occurrences; on write, how many to add */
-	int64_t first_ms; /* first and last occurrence, Unix ms */
-	int64_t last_ms;
+	struct finding_view v;
 };
 
 struct store;
@@ -199,7 +181,7 @@ int store_process_update(struct store *s, int64_t id,
  * blocks on the disk. 0; -ENOBUFS when max_queue_bytes of findings wait
  * for the disk already (the finding is dropped and counted in
  * store_stats.findings_dropped); -ENOMEM; -EINVAL when kind or detected_at
- * is out of range.
+ * is not a name of engine.h.
  */
 int store_finding_submit(struct store *s, const struct store_finding *f);
 

@@ -178,8 +178,8 @@ static int store__row_process(sqlite3_stmt *st, int c, struct store_process *p)
 	" f.alloc_size, f.alloc_stream, f.alloc_stack, f.acc_stream,"       \
 	" f.acc_seq, f.acc_write, ao.text, f.acc_stack, f.prev_stream,"     \
 	" f.prev_seq, f.prev_write, po.text, f.prev_stack, f.count,"        \
-	" f.first_ms, f.last_ms"
-#define FINDING_NCOLS 22
+	" f.first_ms, f.last_ms, f.acc_graph, f.prev_graph"
+#define FINDING_NCOLS 24
 #define FINDING_FROM                                              \
 	" FROM findings f JOIN processes p ON p.id = f.process_id" \
 	" LEFT JOIN strings ao ON ao.id = f.acc_op"                \
@@ -264,27 +264,19 @@ static void store__frames_free(struct store_frames *fr)
 	free(fr->ptr);
 }
 
-static bool store__name_of(const char *text, const char *(*name)(int),
-			   int count,
-			   int *out)
+/* The access in columns c (stream) to c + 4 (seq, write, op text, stack)
+ * and graph column g of the row; its frames from `first` to `end`. */
+static void store__row_access(sqlite3_stmt *st, int c, int g,
+			      struct store_frames *fr, size_t first,
+			      size_t end, struct finding_view_access *a)
 {
-	for (int i = 0; text != NULL && i < count; i++) {
-		if (strcmp(text, name(i)) == 0) {
-			*out = i;
-			return true;
-		}
-	}
-	return false;
-}
-
-static const char *store__kind_name_int(int i)
-{
-	return finding_kind_name((enum finding_kind)i);
-}
-
-static const char *store__detected_at_name_int(int i)
-{
-	return detected_at_name((enum detected_at)i);
+	a->stream = store__col_u64(st, c);
+	a->seq = store__col_u64(st, c + 1);
+	a->write = sqlite3_column_int(st, c + 2) != 0;
+	a->op = store__col_text(st, c + 3);
+	a->stack.frames = store__frames_get(fr, first, end, &a->stack.n);
+	a->has_graph = !store__col_null(st, g);
+	a->graph = store__col_u64(st, g);
 }
 
 /*
@@ -295,16 +287,15 @@ static int store__row_finding(struct store *s, sqlite3_stmt *st,
 			      struct store_frames *fr,
 			      struct store_finding *f)
 {
+	struct finding_view *v = &f->v;
+	enum finding_kind kind;
+	enum detected_at at;
 	size_t a0, c0, p0, end;
-	int kind, at, rc;
+	int rc;
 
 	memset(f, 0, sizeof(*f));
-	if (!store__name_of(store__col_text(st, 2), store__kind_name_int,
-			    FINDING_KIND_COUNT,
-			    &kind) ||
-	    !store__name_of(store__col_text(st, 3), store__detected_at_name_int,
-			    DETECTED_AT_COUNT,
-			    &at))
+	if (!finding_kind_of(store__col_text(st, 2), &kind) ||
+	    !detected_at_of(store__col_text(st, 3), &at))
 		return 0;
 	fr->n = fr->len = 0;
 	if ((rc = store__frames_load(s, fr, st, 8, &a0)) < 0 ||
@@ -315,36 +306,43 @@ static int store__row_finding(struct store *s, sqlite3_stmt *st,
 	for (size_t i = 0; i < fr->n; i++)
 		fr->ptr[i] = fr->buf + fr->off[i];
 
-	f->id = sqlite3_column_int64(st, 0);
+	v->id = (uint64_t)sqlite3_column_int64(st, 0);
 	f->process_id = sqlite3_column_int64(st, 1);
-	f->kind = (enum finding_kind)kind;
-	f->detected_at = (enum detected_at)at;
-	f->ptr = store__col_u64(st, 4);
-	f->has_alloc = !store__col_null(st, 5);
-	if (f->has_alloc) {
-		f->alloc_ptr = store__col_u64(st, 5);
-		f->alloc_size = store__col_u64(st, 6);
-		f->alloc_has_stream = !store__col_null(st, 7);
-		f->alloc_stream = store__col_u64(st, 7);
+	v->kind = finding_kind_name(kind);
+	v->detected_at = detected_at_name(at);
+	v->ptr = store__col_u64(st, 4);
+	v->has_alloc = !store__col_null(st, 5);
+	if (v->has_alloc) {
+		v->alloc.ptr = store__col_u64(st, 5);
+		v->alloc.size = store__col_u64(st, 6);
+		v->alloc.has_stream = !store__col_null(st, 7);
+		v->alloc.stream = store__col_u64(st, 7);
 	}
-	f->alloc_stack = store__frames_get(fr, a0, c0, &f->alloc_nstack);
-	f->access.stream = store__col_u64(st, 9);
-	f->access.seq = store__col_u64(st, 10);
-	f->access.write = sqlite3_column_int(st, 11) != 0;
-	f->access.op = store__col_text(st, 12);
-	f->access.stack = store__frames_get(fr, c0, p0, &f->access.nstack);
-	f->has_previous = !store__col_null(st, 14);
-	if (f->has_previous) {
-		f->previous.stream = store__col_u64(st, 14);
-		f->previous.seq = store__col_u64(st, 15);
-		f->previous.write = sqlite3_column_int(st, 16) != 0;
-		f->previous.op = store__col_text(st, 17);
-	}
-	f->previous.stack = store__frames_get(fr, p0, end, &f->previous.nstack);
-	f->count = store__col_u64(st, 19);
-	f->first_ms = sqlite3_column_int64(st, 20);
-	f->last_ms = sqlite3_column_int64(st, 21);
+	v->alloc.stack.frames = store__frames_get(fr, a0, c0,
+						  &v->alloc.stack.n);
+	store__row_access(st, 9, 22, fr, c0, p0, &v->access);
+	v->has_previous = !store__col_null(st, 14);
+	if (v->has_previous)
+		store__row_access(st, 14, 23, fr, p0, end, &v->previous);
+	else
+		v->previous.stack.frames = store__frames_get(fr, p0, end,
+							     &v->previous.stack.n);
+	v->count = store__col_u64(st, 19);
+	v->has_first = v->has_last = true;
+	v->first_ms = sqlite3_column_int64(st, 20);
+	v->last_ms = sqlite3_column_int64(st, 21);
 	return 1;
+}
+
+/* The process's identity in `v`, as findings.md shows it. */
+static void store__view_process(const struct store_process *p,
+				struct finding_view *v)
+{
+	v->has_pid = true;
+	v->pid = p->pid;
+	v->job = p->job;
+	v->has_rank = p->has_rank;
+	v->rank = p->rank;
 }
 
 /* Calls cb for each row of the findings query `q`; *rows counts them. */
@@ -371,6 +369,7 @@ static int store__walk_findings(struct store *s, const struct store_query *q,
 			rc = 0; /* a row this daemon cannot express */
 			continue;
 		}
+		store__view_process(&p, &f.v);
 		(*rows)++;
 		rc = store__cb_rc(cb(arg, &f, &p));
 	}

@@ -118,7 +118,7 @@ static int store__enqueue_finding(struct store *s, struct store_item *it)
 {
 	pthread_mutex_lock(&s->lock);
 	if (s->fbytes + it->bytes > s->max_bytes) {
-		s->dropped += it->u.finding.count;
+		s->dropped += it->u.finding.v.count;
 		if (!s->full_logged)
 			store__log(s, LOG_ERROR,
 				   "%zu bytes of findings wait for the "
@@ -251,59 +251,73 @@ static const char *const *store__copy_stack(char ***parr, char **cur,
 	return (const char *const *)arr;
 }
 
-/* The bytes of a finding's item: the item, then f's stacks and texts. */
-static size_t store__finding_bytes(const struct store_finding *f,
+/* The bytes of a finding's item: the item, then v's stacks and texts. */
+static size_t store__finding_bytes(const struct finding_view *v,
 				   size_t anstack, size_t pnstack)
 {
 	size_t len = sizeof(struct store_item);
 
-	len += store__stack_bytes(f->alloc_stack, anstack);
-	len += store__stack_bytes(f->access.stack, f->access.nstack);
-	len += store__stack_bytes(f->previous.stack, pnstack);
-	if (f->access.op != NULL)
-		len += strlen(f->access.op) + 1;
-	if (f->has_previous && f->previous.op != NULL)
-		len += strlen(f->previous.op) + 1;
+	len += store__stack_bytes(v->alloc.stack.frames, anstack);
+	len += store__stack_bytes(v->access.stack.frames, v->access.stack.n);
+	len += store__stack_bytes(v->previous.stack.frames, pnstack);
+	if (v->access.op != NULL)
+		len += strlen(v->access.op) + 1;
+	if (v->has_previous && v->previous.op != NULL)
+		len += strlen(v->previous.op) + 1;
 	return len;
+}
+
+/* Copies `a`'s op and stack (n frames) into the item's tail. */
+static void store__copy_access(char ***parr, char **cur,
+			       struct finding_view_access *a, size_t n)
+{
+	a->op = store__copy_str(cur, a->op);
+	a->stack.frames = store__copy_stack(parr, cur, a->stack.frames, n);
+	a->stack.n = n;
 }
 
 int store_finding_submit(struct store *s, const struct store_finding *f)
 {
-	struct store_finding *c;
+	const struct finding_view *v = &f->v;
+	struct finding_view *c;
 	struct store_item *it;
-	size_t anstack = f->has_alloc ? f->alloc_nstack : 0;
-	size_t pnstack = f->has_previous ? f->previous.nstack : 0;
+	size_t anstack = v->has_alloc ? v->alloc.stack.n : 0;
+	size_t pnstack = v->has_previous ? v->previous.stack.n : 0;
+	enum finding_kind kind;
+	enum detected_at at;
 	size_t len;
 	char **arr, *cur;
 
-	if (finding_kind_name(f->kind) == NULL ||
-	    detected_at_name(f->detected_at) == NULL)
+	if (!finding_kind_of(v->kind, &kind) || !detected_at_of(v->detected_at,
+								&at))
 		return -EINVAL;
-	len = store__finding_bytes(f, anstack, pnstack);
+	len = store__finding_bytes(v, anstack, pnstack);
 	it = malloc(len);
 	if (it == NULL)
 		return -ENOMEM;
 	memset(it, 0, sizeof(*it));
 	it->type = STORE_ITEM_FINDING;
 	it->bytes = len;
-	c = &it->u.finding;
-	*c = *f;
+	it->u.finding = *f;
+	c = &it->u.finding.v;
+	/* The names are engine.h's own, which outlive the item; the
+	 * process is the store's to know. */
+	c->kind = finding_kind_name(kind);
+	c->detected_at = detected_at_name(at);
+	c->has_pid = c->has_rank = false;
+	c->job = NULL;
 	/* Pointer arrays first (aligned after the item), then texts. */
 	arr = (char **)(it + 1);
-	cur = (char *)(arr + anstack + f->access.nstack + pnstack);
-	c->alloc_nstack = anstack;
-	c->alloc_stack = store__copy_stack(&arr, &cur, f->alloc_stack, anstack);
-	c->access.op = store__copy_str(&cur, f->access.op);
-	c->access.stack = store__copy_stack(&arr, &cur, f->access.stack,
-					    f->access.nstack);
-	if (f->has_previous) {
-		c->previous.op = store__copy_str(&cur, f->previous.op);
-		c->previous.stack = store__copy_stack(&arr, &cur,
-						      f->previous.stack,
-						      pnstack);
-	} else {
+	cur = (char *)(arr + anstack + v->access.stack.n + pnstack);
+	c->alloc.stack.frames = store__copy_stack(&arr, &cur,
+						  v->alloc.stack.frames,
+						  anstack);
+	c->alloc.stack.n = anstack;
+	store__copy_access(&arr, &cur, &c->access, v->access.stack.n);
+	if (v->has_previous)
+		store__copy_access(&arr, &cur, &c->previous, pnstack);
+	else
 		memset(&c->previous, 0, sizeof(c->previous));
-	}
 	return store__enqueue_finding(s, it);
 }
 

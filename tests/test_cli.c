@@ -64,16 +64,16 @@ START_TEST(cli_analyze_json_of_spec_example_is_exact)
 		"\"ptr\":\"0x1000\",\"size\":4096,\"stream\":0,\"stack\":["
 		"\"train.py:14 in step\",\"train.py:30 in main\"]},\"access\":{"
 		"\"stream\":7,\"seq\":2,\"type\":\"read\",\"op\":"
-		"\"aten::add.Tensor\",\"stack\":[]},\"previous\":{\"stream\":0,"
+		"\"aten::add.Tensor\",\"stack\":[],\"graph\":null},\"previous\":{\"stream\":0,"
 		"\"seq\":1,\"type\":\"write\",\"op\":\"aten::randn\",\"stack\":["
-		"\"train.py:14 in step\",\"train.py:30 in main\"]},"
+		"\"train.py:14 in step\",\"train.py:30 in main\"],\"graph\":null},"
 		"\"detected_at\":\"launch\",\"count\":1}\n"
 		"{\"id\":2,\"kind\":\"missing_record_stream\",\"process\":{"
 		"\"pid\":4242,\"job\":\"demo\",\"rank\":0},\"ptr\":\"0x1000\","
 		"\"alloc\":{\"ptr\":\"0x1000\",\"size\":4096,\"stream\":0,"
 		"\"stack\":[\"train.py:14 in step\",\"train.py:30 in main\"]},"
 		"\"access\":{\"stream\":7,\"seq\":2,\"type\":\"read\",\"op\":"
-		"\"aten::add.Tensor\",\"stack\":[]},\"previous\":null,"
+		"\"aten::add.Tensor\",\"stack\":[],\"graph\":null},\"previous\":null,"
 		"\"detected_at\":\"free\",\"count\":1}\n");
 	ck_assert_str_eq(err, "");
 	free(out);

@@ -153,11 +153,11 @@ static int collect_cb(void *arg, const struct store_finding *f,
 	struct collected *c = arg;
 
 	c->n++;
-	c->count = f->count;
-	snprintf(c->kind, sizeof(c->kind), "%s", finding_kind_name(f->kind));
-	snprintf(c->op, sizeof(c->op), "%s", f->access.op);
+	c->count = f->v.count;
+	snprintf(c->kind, sizeof(c->kind), "%s", f->v.kind);
+	snprintf(c->op, sizeof(c->op), "%s", f->v.access.op);
 	snprintf(c->prev_op, sizeof(c->prev_op), "%s",
-		 f->has_previous ? f->previous.op : "");
+		 f->v.has_previous ? f->v.previous.op : "");
 	snprintf(c->job, sizeof(c->job), "%s", p->job ? p->job : "");
 	return 0;
 }

@@ -317,6 +317,12 @@ START_TEST(metrics_scrape_rises_with_replay)
 			      >= 4, "%s", after);
 	ck_assert(sample(after, "npusan_findings_total{kind=\""
 			 "missing_record_stream\"}") >= 4);
+	/* Every kind has its series, at 0 until one is found: a graph
+	 * mistake shows as a rate from its first occurrence. */
+	ck_assert(sample(after, "npusan_findings_total{kind=\""
+			 "stale_graph_address\"}") == 0);
+	ck_assert(sample(after, "npusan_findings_total{kind=\""
+			 "unjoined_capture\"}") == 0);
 	ck_assert_msg(sample(after, "npusan_operations_analysed_total") == 116,
 		      "%s", after);
 	ck_assert(sample(after, "npusan_operations_lost_total") == 0);

@@ -1294,16 +1294,19 @@ static void populate(const char *path, int64_t ids[2])
 		for (unsigned i = 0; i < (k ? POP_FEW : POP_MANY); i++) {
 			struct store_finding f = {
 				.process_id = ids[k],
-				.kind = FINDING_DATA_RACE,
-				.detected_at = DETECTED_AT_LAUNCH,
-				.count = 1, .first_ms = ms, .last_ms = ms,
+				.v = { .kind = "data_race",
+				       .detected_at = "launch", .count = 1,
+				       .first_ms = ms, .last_ms = ms },
 			};
 
 			/* A distinct operator: no two deduplicate. */
 			snprintf(op, sizeof(op), "op_%u_%u", k, i);
-			f.access.op = op;
-			f.access.stack = stack;
-			f.access.nstack = 16;
+			f.v.access.op = op;
+			f.v.access.stack.frames = stack;
+			f.v.access.stack.n = 16;
+			/* Every other one made by a replay of graph i. */
+			f.v.access.has_graph = i % 2 == 1;
+			f.v.access.graph = i;
 			ck_assert_int_eq(store_finding_submit(st, &f), 0);
 		}
 	}
@@ -1324,6 +1327,7 @@ static size_t read_findings(int fd, Npusan__FindingsRequest *fr,
 	Npusan__Query q = NPUSAN__QUERY__INIT;
 	size_t n = 0;
 	bool done = false;
+	unsigned k, op;
 
 	q.q_case = NPUSAN__QUERY__Q_FINDINGS;
 	q.findings = fr;
@@ -1346,6 +1350,12 @@ static size_t read_findings(int fd, Npusan__FindingsRequest *fr,
 			*last = f->id;
 			ck_assert_str_eq(f->kind, "data_race");
 			ck_assert_uint_eq(f->access->n_stack, 16);
+			/* The graph travels from the row to the wire. */
+			ck_assert_int_eq(sscanf(f->access->op, "op_%u_%u", &k,
+						&op), 2);
+			ck_assert_int_eq(f->access->has_graph, op % 2 == 1);
+			if (f->access->has_graph)
+				ck_assert_uint_eq(f->access->graph, op);
 			n++;
 		}
 		(*frames)++;

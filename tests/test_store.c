@@ -97,25 +97,25 @@ static struct store_finding race(int64_t process_id)
 {
 	struct store_finding f = {
 		.process_id = process_id,
-		.kind = FINDING_DATA_RACE,
-		.detected_at = DETECTED_AT_LAUNCH,
-		.ptr = 0x7f0000001000,
-		.has_alloc = true,
-		.alloc_ptr = 0x7f0000000000,
-		.alloc_size = 1 << 20,
-		.alloc_has_stream = true,
-		.alloc_stream = 0,
-		.alloc_stack = stack_c,
-		.alloc_nstack = 1,
-		.access = { .stream = 1, .seq = 7, .write = true,
-			    .op = "aten::add_", .stack = stack_a, .nstack = 2 },
-		.has_previous = true,
-		.previous = { .stream = 2, .seq = 5, .write = false,
-			      .op = "aten::mul", .stack = stack_b,
-			      .nstack = 3 },
-		.count = 1,
-		.first_ms = NOW_MS,
-		.last_ms = NOW_MS,
+		.v = {
+			.kind = "data_race",
+			.detected_at = "launch",
+			.ptr = 0x7f0000001000,
+			.has_alloc = true,
+			.alloc = { .ptr = 0x7f0000000000, .size = 1 << 20,
+				   .has_stream = true, .stream = 0,
+				   .stack = { stack_c, 1 } },
+			.access = { .stream = 1, .seq = 7, .write = true,
+				    .op = "aten::add_",
+				    .stack = { stack_a, 2 } },
+			.has_previous = true,
+			.previous = { .stream = 2, .seq = 5, .write = false,
+				      .op = "aten::mul",
+				      .stack = { stack_b, 3 } },
+			.count = 1,
+			.first_ms = NOW_MS,
+			.last_ms = NOW_MS,
+		},
 	};
 	return f;
 }
@@ -158,40 +158,48 @@ static void seen_stack(struct seen *v, const char *const *st, size_t n)
 	seen_add(v, "]");
 }
 
-static int seen_cb(void *arg, const struct store_finding *f,
+static void seen_access(struct seen *v, const char *name,
+			const struct finding_view_access *a)
+{
+	seen_add(v, " %s=%" PRIu64 "/%" PRIu64 "/%c/%s", name, a->stream,
+		 a->seq, a->write ? 'w' : 'r', a->op ? a->op : "-");
+	seen_stack(v, a->stack.frames, a->stack.n);
+	if (a->has_graph)
+		seen_add(v, "@g%" PRIu64, a->graph);
+}
+
+static int seen_cb(void *arg, const struct store_finding *sf,
 		   const struct store_process *p)
 {
+	const struct finding_view *f = &sf->v;
 	struct seen *v = arg;
 
 	ck_assert_uint_lt(v->n, 256);
-	ck_assert_int_eq(f->process_id, p->id);
-	v->ids[v->n] = f->id;
-	v->f[v->n] = *f; /* scalars only stay valid */
+	ck_assert_int_eq(sf->process_id, p->id);
+	/* The view names its process as the process row does. */
+	ck_assert(f->has_pid);
+	ck_assert_uint_eq(f->pid, p->pid);
+	ck_assert_int_eq(f->has_rank, p->has_rank);
+	ck_assert(f->has_first && f->has_last);
+	v->ids[v->n] = (int64_t)f->id;
+	v->f[v->n] = *sf; /* scalars only stay valid */
 	v->pids[v->n] = p->pid;
 	v->n++;
 	seen_add(v, "%s pid=%u job=%s count=%" PRIu64 " ptr=%" PRIx64 " at=%s",
-		 finding_kind_name(f->kind), p->pid, p->job ? p->job : "-",
-		 f->count, f->ptr, detected_at_name(f->detected_at));
+		 f->kind, p->pid, p->job ? p->job : "-", f->count, f->ptr,
+		 f->detected_at);
 	if (f->has_alloc) {
-		seen_add(v, " alloc=%" PRIx64 "+%" PRIu64 "@", f->alloc_ptr,
-			 f->alloc_size);
-		if (f->alloc_has_stream)
-			seen_add(v, "%" PRIu64, f->alloc_stream);
+		seen_add(v, " alloc=%" PRIx64 "+%" PRIu64 "@", f->alloc.ptr,
+			 f->alloc.size);
+		if (f->alloc.has_stream)
+			seen_add(v, "%" PRIu64, f->alloc.stream);
 		else
 			seen_add(v, "-");
-		seen_stack(v, f->alloc_stack, f->alloc_nstack);
+		seen_stack(v, f->alloc.stack.frames, f->alloc.stack.n);
 	}
-	seen_add(v, " acc=%" PRIu64 "/%" PRIu64 "/%c/%s", f->access.stream,
-		 f->access.seq, f->access.write ? 'w' : 'r',
-		 f->access.op ? f->access.op : "-");
-	seen_stack(v, f->access.stack, f->access.nstack);
-	if (f->has_previous) {
-		seen_add(v, " prev=%" PRIu64 "/%" PRIu64 "/%c/%s",
-			 f->previous.stream, f->previous.seq,
-			 f->previous.write ? 'w' : 'r',
-			 f->previous.op ? f->previous.op : "-");
-		seen_stack(v, f->previous.stack, f->previous.nstack);
-	}
+	seen_access(v, "acc", &f->access);
+	if (f->has_previous)
+		seen_access(v, "prev", &f->previous);
 	seen_add(v, "\n");
 	if (v->stop_after != 0 && (int)v->n == v->stop_after)
 		return -42;
@@ -391,32 +399,32 @@ START_TEST(store_dedup_equal_keys_add_counts)
 	int64_t pid = reg(s, &p);
 
 	f = race(pid);
-	f.count = 2;
-	f.first_ms = NOW_MS + 10;
-	f.last_ms = NOW_MS + 20;
+	f.v.count = 2;
+	f.v.first_ms = NOW_MS + 10;
+	f.v.last_ms = NOW_MS + 20;
 	ck_assert_int_eq(store_finding_submit(s, &f), 0);
 	/* Not in the key: ptr, alloc, seqs, detected_at. */
 	g = f;
-	g.ptr = 0x1234;
-	g.alloc_ptr = 0x1000;
-	g.alloc_stack = stack_a;
-	g.access.seq = 99;
-	g.previous.seq = 98;
-	g.detected_at = DETECTED_AT_FLUSH;
-	g.count = 3;
-	g.first_ms = NOW_MS + 5;
-	g.last_ms = NOW_MS + 50;
+	g.v.ptr = 0x1234;
+	g.v.alloc.ptr = 0x1000;
+	g.v.alloc.stack.frames = stack_a;
+	g.v.access.seq = 99;
+	g.v.previous.seq = 98;
+	g.v.detected_at = detected_at_name(DETECTED_AT_FLUSH);
+	g.v.count = 3;
+	g.v.first_ms = NOW_MS + 5;
+	g.v.last_ms = NOW_MS + 50;
 	ck_assert_int_eq(store_finding_submit(s, &g), 0);
-	g.count = 1;
-	g.last_ms = NOW_MS + 30; /* an earlier last_ms does not win */
+	g.v.count = 1;
+	g.v.last_ms = NOW_MS + 30; /* an earlier last_ms does not win */
 	ck_assert_int_eq(store_finding_submit(s, &g), 0);
 	ck_assert_int_eq(store_flush(s), 0);
 
 	findings(s, NULL, &v);
 	ck_assert_uint_eq(v.n, 1);
-	ck_assert_uint_eq(v.f[0].count, 6);
-	ck_assert_int_eq(v.f[0].first_ms, NOW_MS + 5);
-	ck_assert_int_eq(v.f[0].last_ms, NOW_MS + 50);
+	ck_assert_uint_eq(v.f[0].v.count, 6);
+	ck_assert_int_eq(v.f[0].v.first_ms, NOW_MS + 5);
+	ck_assert_int_eq(v.f[0].v.last_ms, NOW_MS + 50);
 	/* The first row's details. */
 	ck_assert_str_eq(v.text,
 			 "data_race pid=1 job=j count=6 ptr=7f0000001000 "
@@ -442,19 +450,19 @@ START_TEST(store_dedup_distinct_keys_stay_distinct)
 	size_t n = 0;
 
 	f[n++] = race(a);
-	f[n] = race(a), f[n].kind = FINDING_MISSING_RECORD_STREAM, n++;
-	f[n] = race(a), f[n].access.stream = 3, n++;
-	f[n] = race(a), f[n].access.op = "aten::sub", n++;
-	f[n] = race(a), f[n].access.op = NULL, n++;
-	f[n] = race(a), f[n].access.write = false, n++;
-	f[n] = race(a), f[n].access.stack = stack_b, f[n].access.nstack = 3,
+	f[n] = race(a), f[n].v.kind = finding_kind_name(FINDING_MISSING_RECORD_STREAM), n++;
+	f[n] = race(a), f[n].v.access.stream = 3, n++;
+	f[n] = race(a), f[n].v.access.op = "aten::sub", n++;
+	f[n] = race(a), f[n].v.access.op = NULL, n++;
+	f[n] = race(a), f[n].v.access.write = false, n++;
+	f[n] = race(a), f[n].v.access.stack.frames = stack_b, f[n].v.access.stack.n = 3,
 	n++;
-	f[n] = race(a), f[n].access.nstack = 0, n++;
-	f[n] = race(a), f[n].previous.stream = 3, n++;
-	f[n] = race(a), f[n].previous.op = "aten::add_", n++;
-	f[n] = race(a), f[n].previous.write = true, n++;
-	f[n] = race(a), f[n].previous.nstack = 1, n++;
-	f[n] = race(a), f[n].has_previous = false, n++;
+	f[n] = race(a), f[n].v.access.stack.n = 0, n++;
+	f[n] = race(a), f[n].v.previous.stream = 3, n++;
+	f[n] = race(a), f[n].v.previous.op = "aten::add_", n++;
+	f[n] = race(a), f[n].v.previous.write = true, n++;
+	f[n] = race(a), f[n].v.previous.stack.n = 1, n++;
+	f[n] = race(a), f[n].v.has_previous = false, n++;
 	for (size_t i = 0; i < n; i++)
 		ck_assert_int_eq(store_finding_submit(s, &f[i]), 0);
 	/* Another process: its own row. */
@@ -468,7 +476,7 @@ START_TEST(store_dedup_distinct_keys_stay_distinct)
 	findings(s, NULL, &v);
 	ck_assert_uint_eq(v.n, n + 1);
 	for (size_t i = 0; i < v.n; i++)
-		ck_assert_uint_eq(v.f[i].count, v.pids[i] == 2 ? 1 : 2);
+		ck_assert_uint_eq(v.f[i].v.count, v.pids[i] == 2 ? 1 : 2);
 	ck_assert_ptr_nonnull(strstr(v.text, "acc=1/7/w/-[train.py"));
 	ck_assert_ptr_nonnull(strstr(v.text, "acc=1/7/w/aten::add_[] prev"));
 	ck_assert_ptr_nonnull(strstr(v.text, "main]\n"));
@@ -492,15 +500,15 @@ START_TEST(store_dedup_key_is_the_engines)
 
 	for (size_t i = 0; i < 4; i++) {
 		f[i] = race(a);
-		f[i].kind = FINDING_MISSING_RECORD_STREAM;
-		f[i].detected_at = DETECTED_AT_FREE;
-		f[i].has_previous = false;
-		f[i].access.stream = 2;
+		f[i].v.kind = finding_kind_name(FINDING_MISSING_RECORD_STREAM);
+		f[i].v.detected_at = detected_at_name(DETECTED_AT_FREE);
+		f[i].v.has_previous = false;
+		f[i].v.access.stream = 2;
 	}
-	f[n++].alloc_stream = 0;
-	f[n++].alloc_stream = 1;
-	f[n++].alloc_has_stream = false;
-	f[n++].alloc_nstack = 0;
+	f[n++].v.alloc.stream = 0;
+	f[n++].v.alloc.stream = 1;
+	f[n++].v.alloc.has_stream = false;
+	f[n++].v.alloc.stack.n = 0;
 	for (size_t i = 0; i < n; i++)
 		ck_assert_int_eq(store_finding_submit(s, &f[i]), 0);
 	ck_assert_int_eq(store_flush(s), 0);
@@ -508,7 +516,7 @@ START_TEST(store_dedup_key_is_the_engines)
 	findings(s, NULL, &v);
 	ck_assert_uint_eq(v.n, n);
 	for (size_t i = 0; i < v.n; i++)
-		ck_assert_uint_eq(v.f[i].count, 1);
+		ck_assert_uint_eq(v.f[i].v.count, 1);
 	store_close(s);
 	free(path);
 }
@@ -525,7 +533,7 @@ START_TEST(store_strings_and_stacks_stored_once)
 
 	for (int i = 0; i < 10; i++) {
 		f = race(id);
-		f.access.stream = (uint64_t)i; /* ten rows */
+		f.v.access.stream = (uint64_t)i; /* ten rows */
 		ck_assert_int_eq(store_finding_submit(s, &f), 0);
 	}
 	ck_assert_int_eq(store_flush(s), 0);
@@ -537,12 +545,12 @@ START_TEST(store_strings_and_stacks_stored_once)
 				       " FROM findings"), 1);
 	findings(s, NULL, &v);
 	ck_assert_uint_eq(v.n, 10);
-	ck_assert_uint_eq(v.f[9].access.stream, 9);
+	ck_assert_uint_eq(v.f[9].v.access.stream, 9);
 	store_close(s);
 	/* Another daemon (nothing in memory) finds them too. */
 	s = open_store(path, 0);
 	f = race(reg(s, &p));
-	f.access.stream = 10;
+	f.v.access.stream = 10;
 	ck_assert_int_eq(store_finding_submit(s, &f), 0);
 	ck_assert_int_eq(store_flush(s), 0);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM strings"), 6);
@@ -567,14 +575,14 @@ START_TEST(store_finding_roundtrips_extremes)
 	p.start_time = UINT64_MAX;
 	id = reg(s, &p);
 	f = race(id);
-	f.kind = FINDING_MISSING_RECORD_STREAM;
-	f.detected_at = DETECTED_AT_FREE;
-	f.ptr = UINT64_MAX;
-	f.alloc_has_stream = false;
-	f.alloc_nstack = 0;
-	f.access.stream = UINT64_MAX;
-	f.access.seq = UINT64_MAX;
-	f.has_previous = false;
+	f.v.kind = finding_kind_name(FINDING_MISSING_RECORD_STREAM);
+	f.v.detected_at = detected_at_name(DETECTED_AT_FREE);
+	f.v.ptr = UINT64_MAX;
+	f.v.alloc.has_stream = false;
+	f.v.alloc.stack.n = 0;
+	f.v.access.stream = UINT64_MAX;
+	f.v.access.seq = UINT64_MAX;
+	f.v.has_previous = false;
 	ck_assert_int_eq(store_finding_submit(s, &f), 0);
 	ck_assert_int_eq(store_flush(s), 0);
 	findings(s, NULL, &v);
@@ -584,13 +592,15 @@ START_TEST(store_finding_roundtrips_extremes)
 			 "alloc=7f0000000000+1048576@-[] "
 			 "acc=18446744073709551615/18446744073709551615/w/"
 			 "aten::add_[train.py:10 step|train.py:3 main]\n");
-	ck_assert(!v.f[0].has_previous);
+	ck_assert(!v.f[0].v.has_previous);
 	list(s, NULL, &w);
 	ck_assert_uint_eq(w.p[0].start_time, UINT64_MAX);
 	ck_assert_uint_eq(w.p[0].rank, UINT32_MAX);
 	ck_assert_uint_eq(w.p[0].uid, UINT32_MAX);
 	ck_assert_uint_eq(w.p[0].findings, 1);
-	f.kind = FINDING_KIND_COUNT;
+	f.v.kind = "no_such_kind";
+	ck_assert_int_eq(store_finding_submit(s, &f), -EINVAL);
+	f.v.kind = NULL;
 	ck_assert_int_eq(store_finding_submit(s, &f), -EINVAL);
 	store_close(s);
 	free(path);
@@ -614,10 +624,11 @@ static struct store *filter_fixture(char **path, int64_t ids[3])
 	for (int i = 0; i < 9; i++) {
 		struct store_finding f = race(ids[i % 3]);
 
-		f.access.stream = (uint64_t)i;
-		f.kind = i == 4 ? FINDING_MISSING_RECORD_STREAM
-				: FINDING_DATA_RACE;
-		f.last_ms = NOW_MS + i;
+		f.v.access.stream = (uint64_t)i;
+		f.v.kind = finding_kind_name(i == 4 ?
+						     FINDING_MISSING_RECORD_STREAM :
+						     FINDING_DATA_RACE);
+		f.v.last_ms = NOW_MS + i;
 		ck_assert_int_eq(store_finding_submit(s, &f), 0);
 	}
 	ck_assert_int_eq(store_flush(s), 0);
@@ -631,7 +642,7 @@ static void ck_streams(const struct seen *v, const char *want)
 
 	for (size_t i = 0; i < v->n; i++) {
 		len += (size_t)snprintf(got + len, sizeof(got) - len, "%s%" PRIu64,
-					i ? "," : "", v->f[i].access.stream);
+					i ? "," : "", v->f[i].v.access.stream);
 		if (i > 0)
 			ck_assert_int_gt(v->ids[i], v->ids[i - 1]);
 	}
@@ -758,7 +769,7 @@ START_TEST(store_finding_get_missing_is_enoent)
 	ck_assert_uint_eq(v.n, 0);
 	ck_assert_int_eq(store_finding_get(s, 9, NULL, seen_cb, &v), 0);
 	ck_assert_uint_eq(v.n, 1);
-	ck_assert_uint_eq(v.f[0].access.stream, 8);
+	ck_assert_uint_eq(v.f[0].v.access.stream, 8);
 	store_close(s);
 	free(path);
 }
@@ -846,7 +857,7 @@ START_TEST(store_migrates_an_empty_file)
 	fclose(fp);
 	s = open_store(path, 0);
 	store_close(s);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 3);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 4);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM sqlite_master"
 				       " WHERE type = 'table' AND name IN"
 				       " ('processes', 'findings', 'strings',"
@@ -854,7 +865,7 @@ START_TEST(store_migrates_an_empty_file)
 	/* Opening again migrates nothing. */
 	s = open_store(path, 0);
 	store_close(s);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 3);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 4);
 	free(path);
 }
 END_TEST
@@ -873,15 +884,123 @@ START_TEST(store_migrates_version_1_keeping_rows)
 	sql_exec(path, "ALTER TABLE processes DROP COLUMN gaps;"
 		       " ALTER TABLE processes DROP COLUMN ring_ops;"
 		       " ALTER TABLE processes DROP COLUMN run;"
+		       " ALTER TABLE findings DROP COLUMN acc_graph;"
+		       " ALTER TABLE findings DROP COLUMN prev_graph;"
 		       " PRAGMA user_version = 1");
 	s = open_store(path, 0);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 3);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 4);
 	list(s, NULL, &v);
 	ck_assert_int_eq(v.n, 1);
 	ck_assert_int_eq(v.p[0].pid, 7);
 	ck_assert_int_eq(v.p[0].gaps, 0);
 	ck_assert_ptr_null(v.p[0].run);
 	ck_assert_int_eq(v.p[0].state, STORE_EXITED);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* A database of schema 3 (before graphs) keeps its findings, whose
+ * accesses gain no graph, and a repeat of one still merges into its row:
+ * the key of a finding without graphs is what it was. */
+START_TEST(store_migrates_version_3_findings_without_graphs)
+{
+	char *path = db_path();
+	struct store_process p = proc(7, "j", 0, 1000);
+	struct store *s = open_store(path, 0);
+	struct store_finding f;
+	int64_t id = reg(s, &p);
+	struct seen v;
+
+	f = race(id);
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	store_close(s);
+	sql_exec(path, "ALTER TABLE findings DROP COLUMN acc_graph;"
+		       " ALTER TABLE findings DROP COLUMN prev_graph;"
+		       " PRAGMA user_version = 3");
+	s = open_store(path, 0);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 4);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM findings"
+				       " WHERE acc_graph IS NULL"
+				       " AND prev_graph IS NULL"), 1);
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	findings(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 1);
+	ck_assert_uint_eq(v.f[0].v.count, 2);
+	ck_assert(!v.f[0].v.access.has_graph);
+	ck_assert(!v.f[0].v.previous.has_graph);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* The engine's key of `f`'s shape, text ids all 1 (the race's are equal
+ * between the findings compared). */
+static void engine_key(const struct store_finding *f, struct finding_key *k)
+{
+	const struct finding_view *v = &f->v;
+	struct finding e = { .has_alloc = v->has_alloc,
+			     .has_previous = v->has_previous };
+	const struct finding_text t = { 1, 1, 1, 1, 1 };
+
+	ck_assert(finding_kind_of(v->kind, &e.kind));
+	e.alloc.has_stream = v->alloc.has_stream;
+	e.alloc.stream = v->alloc.stream;
+	e.access = (struct finding_access){
+		.stream = v->access.stream, .write = v->access.write,
+		.has_graph = v->access.has_graph, .graph = v->access.graph };
+	e.previous = (struct finding_access){
+		.stream = v->previous.stream, .write = v->previous.write,
+		.has_graph = v->previous.has_graph,
+		.graph = v->previous.graph };
+	finding_key(&e, &t, k);
+}
+
+/* Graph ids travel to the row and back, and the store merges two
+ * findings exactly when the engine's key (finding_key()) merges them. */
+START_TEST(store_keeps_graphs_and_merges_by_the_engines_key)
+{
+	char *path = db_path();
+	struct store_process p = proc(7, "j", 0, 1000);
+	struct store *s = open_store(path, 0);
+	struct store_finding f[4];
+	struct finding_key k[4];
+	int64_t id = reg(s, &p);
+	size_t rows = 0;
+	struct seen v;
+
+	for (size_t i = 0; i < 4; i++) {
+		f[i] = race(id);
+		f[i].v.detected_at = "replay";
+	}
+	f[0].v.access.has_graph = true, f[0].v.access.graph = 5;
+	f[1].v.access.has_graph = true, f[1].v.access.graph = 6;
+	f[2].v.access.has_graph = true, f[2].v.access.graph = 5;
+	f[2].v.previous.has_graph = true, f[2].v.previous.graph = 5;
+	/* f[3]: no graph at all */
+	for (size_t i = 0; i < 4; i++) {
+		bool seen_key = false;
+
+		engine_key(&f[i], &k[i]);
+		for (size_t j = 0; j < i; j++)
+			seen_key |= memcmp(&k[i], &k[j], sizeof(k[i])) == 0;
+		rows += !seen_key;
+		ck_assert_int_eq(store_finding_submit(s, &f[i]), 0);
+	}
+	ck_assert_int_eq(store_flush(s), 0);
+	findings(s, NULL, &v);
+	ck_assert_uint_eq(v.n, rows);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM findings"
+				       " WHERE acc_graph = 5"), rows == 4 ? 2 : 1);
+	ck_assert_ptr_nonnull(strstr(v.text, "acc=1/7/w/aten::add_"
+					     "[train.py:10 step|train.py:3 "
+					     "main]@g5"));
+	if (rows == 4) /* a key with graphs, as graphs.md has it */
+		ck_assert_ptr_nonnull(strstr(v.text, "prev=2/5/r/aten::mul"
+						     "[model.py:7 forward|"
+						     "train.py:10 step|"
+						     "train.py:3 main]@g5"));
 	store_close(s);
 	free(path);
 }
@@ -920,7 +1039,7 @@ START_TEST(store_refuses_a_newer_schema)
 	struct store *s = NULL;
 	char *err = NULL;
 
-	sql_exec(path, "CREATE TABLE future (x); PRAGMA user_version = 4");
+	sql_exec(path, "CREATE TABLE future (x); PRAGMA user_version = 5");
 	ck_assert_int_eq(store_open(&o, &s, &err), -EIO);
 	ck_assert_ptr_null(s);
 	ck_assert_ptr_nonnull(err);
@@ -928,7 +1047,7 @@ START_TEST(store_refuses_a_newer_schema)
 	ck_assert_ptr_nonnull(strstr(err, "newer"));
 	free(err);
 	/* Untouched. */
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 4);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 5);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM sqlite_master"
 				       " WHERE name = 'processes'"), 0);
 	free(path);
@@ -992,7 +1111,7 @@ START_TEST(store_reopen_keeps_everything_committed)
 	ck_assert_int_eq(store_flush(s), 0);
 	findings(s, NULL, &v2);
 	ck_assert_uint_eq(v2.n, 1);
-	ck_assert_uint_eq(v2.f[0].count, 2);
+	ck_assert_uint_eq(v2.f[0].v.count, 2);
 	ck_assert_int_eq(v2.ids[0], v.ids[0]);
 	store_close(s);
 	free(path);
@@ -1025,7 +1144,7 @@ START_TEST(store_flushed_data_survives_sigkill)
 			_exit(1);
 		for (int i = 0; i < 100; i++) {
 			f = race(id);
-			f.access.stream = (uint64_t)i;
+			f.v.access.stream = (uint64_t)i;
 			if (store_finding_submit(s, &f) != 0)
 				_exit(1);
 		}
@@ -1036,7 +1155,7 @@ START_TEST(store_flushed_data_survives_sigkill)
 		/* Keep queueing until killed: nothing of this is promised. */
 		for (;;) {
 			f = race(id);
-			f.access.stream = 1000;
+			f.v.access.stream = 1000;
 			store_finding_submit(s, &f);
 			usleep(100);
 		}
@@ -1057,7 +1176,7 @@ START_TEST(store_flushed_data_survives_sigkill)
 	ck_assert_uint_ge(v.n, 100);
 	ck_assert_uint_le(v.n, 101);
 	for (int i = 0; i < 100; i++)
-		ck_assert_uint_eq(v.f[i].access.stream, (uint64_t)i);
+		ck_assert_uint_eq(v.f[i].v.access.stream, (uint64_t)i);
 	store_close(s);
 	free(path);
 }
@@ -1085,20 +1204,20 @@ START_TEST(store_prune_deletes_old_exited_processes)
 	}
 	/* The old one's own operator and stack. */
 	f = race(ids[0]);
-	f.access.op = "old::op";
-	f.access.stack = only_old;
-	f.access.nstack = 1;
-	f.has_previous = false;
-	f.has_alloc = false;
+	f.v.access.op = "old::op";
+	f.v.access.stack.frames = only_old;
+	f.v.access.stack.n = 1;
+	f.v.has_previous = false;
+	f.v.has_alloc = false;
 	ck_assert_int_eq(store_finding_submit(s, &f), 0);
 	/* A finding of NULLs (no op, stacks, alloc or previous) stays: the
 	 * NULLs must not keep the prune from deleting what nothing uses. */
 	f = race(ids[1]);
-	f.kind = FINDING_MISSING_RECORD_STREAM;
-	f.access.op = NULL;
-	f.access.nstack = 0;
-	f.has_previous = false;
-	f.has_alloc = false;
+	f.v.kind = finding_kind_name(FINDING_MISSING_RECORD_STREAM);
+	f.v.access.op = NULL;
+	f.v.access.stack.n = 0;
+	f.v.has_previous = false;
+	f.v.has_alloc = false;
 	ck_assert_int_eq(store_finding_submit(s, &f), 0);
 	ck_assert_int_eq(store_process_update(s, ids[0], cnt(1, 0), NOW_MS,
 					      STORE_EXITED), 0);
@@ -1128,11 +1247,11 @@ START_TEST(store_prune_deletes_old_exited_processes)
 	ck_assert_int_eq(store_prune(s, NOW_MS), 0);
 	/* The texts that went can come back (no stale ids anywhere). */
 	f = race(ids[2]);
-	f.access.op = "old::op";
-	f.access.stack = only_old;
-	f.access.nstack = 1;
-	f.has_previous = false;
-	f.has_alloc = false;
+	f.v.access.op = "old::op";
+	f.v.access.stack.frames = only_old;
+	f.v.access.stack.n = 1;
+	f.v.has_previous = false;
+	f.v.has_alloc = false;
 	ck_assert_int_eq(store_finding_submit(s, &f), 0);
 	ck_assert_int_eq(store_flush(s), 0);
 	findings(s, &(struct store_filter){ .has_pid = true, .pid = 3 }, &v);
@@ -1180,7 +1299,7 @@ START_TEST(store_stats_counts)
 	f = race(a);
 	ck_assert_int_eq(store_finding_submit(s, &f), 0);
 	ck_assert_int_eq(store_finding_submit(s, &f), 0);
-	f.access.stream = 9;
+	f.v.access.stream = 9;
 	ck_assert_int_eq(store_finding_submit(s, &f), 0);
 	ck_assert_int_eq(store_flush(s), 0);
 	ck_assert_int_eq(store_stats(s, &st), 0);
@@ -1268,7 +1387,7 @@ START_TEST(store_flush_commits_everything_queued)
 
 	for (int i = 0; i < 5000; i++) {
 		f = race(id);
-		f.access.stream = (uint64_t)(i % 250);
+		f.v.access.stream = (uint64_t)(i % 250);
 		ck_assert_int_eq(store_finding_submit(s, &f), 0);
 		ck_assert_int_eq(store_process_update(s, id, cnt((uint64_t)i, 0),
 						      NOW_MS, STORE_RUNNING),
@@ -1311,9 +1430,9 @@ static int stack_is_cb(void *arg, const struct store_finding *f,
 	const char *const *want = arg;
 
 	(void)p;
-	ck_assert_uint_eq(f->access.nstack, 200);
+	ck_assert_uint_eq(f->v.access.stack.n, 200);
 	for (size_t i = 0; i < 200; i++)
-		ck_assert_str_eq(f->access.stack[i], want[i]);
+		ck_assert_str_eq(f->v.access.stack.frames[i], want[i]);
 	return 0;
 }
 
@@ -1338,9 +1457,9 @@ START_TEST(store_full_disk_keeps_the_queue)
 	}
 	for (int i = 0; i < 50; i++) {
 		f = race(id);
-		f.access.stream = (uint64_t)i;
-		f.access.stack = stack;
-		f.access.nstack = 200;
+		f.v.access.stream = (uint64_t)i;
+		f.v.access.stack.frames = stack;
+		f.v.access.stack.n = 200;
 		ck_assert_int_eq(store_finding_submit(s, &f), 0);
 	}
 	ck_assert_int_eq(store_flush(s), -EIO);
@@ -1467,9 +1586,9 @@ START_TEST(store_full_disk_stores_what_fits)
 			stack[i][j] = frames[i][j];
 		}
 		f = race(id);
-		f.access.stream = (uint64_t)i + 10;
-		f.access.stack = stack[i];
-		f.access.nstack = FRAMES;
+		f.v.access.stream = (uint64_t)i + 10;
+		f.v.access.stack.frames = stack[i];
+		f.v.access.stack.n = FRAMES;
 		ck_assert_int_eq(store_finding_submit(s, &f), 0);
 	}
 	memset(&v, 0, sizeof(v));
@@ -1512,8 +1631,8 @@ START_TEST(store_waiting_writes_are_bounded_and_counted)
 	other = lock_db(path);
 	for (int i = 0; i < 2000; i++) {
 		f = race(id);
-		f.access.stream = (uint64_t)i;
-		f.count = 3;
+		f.v.access.stream = (uint64_t)i;
+		f.v.count = 3;
 		rc = store_finding_submit(s, &f);
 		ck_assert(rc == 0 || rc == -ENOBUFS);
 		accepted += rc == 0;
@@ -1571,6 +1690,8 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, store_migrates_an_empty_file);
 	tcase_add_test(tc, store_migrates_version_1_keeping_rows);
 	tcase_add_test(tc, store_keeps_a_process_run);
+	tcase_add_test(tc, store_migrates_version_3_findings_without_graphs);
+	tcase_add_test(tc, store_keeps_graphs_and_merges_by_the_engines_key);
 	tcase_add_test(tc, store_refuses_a_newer_schema);
 	tcase_add_test(tc, store_refuses_what_is_not_a_database);
 	tcase_add_test(tc, store_reopen_keeps_everything_committed);
