@@ -173,7 +173,8 @@ static int graph_members_grow(struct engine *e, struct capture *c,
 
 /*
  * Stream `s` joins `c`: cstate[s] = `clock` (its first n entries, over
- * members) merged with {s: 0}. 0 or -ENOMEM with nothing changed.
+ * members) merged with {s: 0}. 0 or -ENOMEM with nothing changed. A
+ * clock inside c's own matrix moves when it grows: make room first.
  */
 static int graph_join(struct engine *e, struct capture *c, uint16_t s,
 		      const int64_t *clock, uint32_t n)
@@ -784,6 +785,9 @@ static int graph_stream_wait(struct engine *e, const struct op *op)
 				    ca->nmem);
 		return 1;
 	}
+	/* Room first: growing moves the row that is the joining clock. */
+	if ((err = graph_members_grow(e, cb, cb->nmem + 1)) < 0)
+		return err;
 	err = graph_join(e, cb, s[0], graph_row(cb, e->streams[s[1]].member),
 			 cb->nmem);
 	return err < 0 ? err : 1;
