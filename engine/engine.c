@@ -55,7 +55,7 @@ int engine_feed(struct engine *e, const struct op *op)
 	if (op->kind < OP_FIRST_V2 && graph__active(e)) {
 		err = graph__intercept(e, op);
 		if (err != 0) /* captured or refused, or failed */
-			goto out;
+			goto graph;
 	}
 	switch (op->kind) {
 	case OP_LAUNCH:
@@ -94,9 +94,17 @@ int engine_feed(struct engine *e, const struct op *op)
 	case OP_GRAPH_REPLAY:
 	case OP_GRAPH_DESTROY:
 		err = graph__on_op(e, op);
-		break;
+		goto graph;
 	case OP_KIND_COUNT: /* refused by engine_op_valid() */
 		return -EINVAL;
+	}
+	goto out;
+graph:
+	/* A capture or footprint that lost part of itself could report what
+	 * never happened: forget as at a gap, as engine.h promises. */
+	if (err == -ENOMEM) {
+		history__forget(e);
+		graph__forget(e);
 	}
 out:
 	if (err > 0)

@@ -8,12 +8,15 @@
  */
 #include <check.h>
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
+#include "symtab.h"
 #include "testutil.h"
+#include "trace.h"
 
 static struct tu_findings F;
 
@@ -654,6 +657,133 @@ START_TEST(engine_graph_conformance_traces_keep_invariants)
 }
 END_TEST
 
+/* ---- memory ------------------------------------------------------------- */
+
+static void count_kinds_cb(const struct finding *f, bool first, void *arg)
+{
+	size_t *n = arg;
+
+	(void)first;
+	n[f->kind]++;
+}
+
+/* Feeds `body` (v2, without header) to an engine of at most `max_bytes`,
+ * checking it after each op; counts findings per kind into n. Returns the
+ * number of ops that ran out of memory. */
+static size_t feed_limited(const char *body, size_t max_bytes, size_t *n,
+			   struct engine_stats *st)
+{
+	struct engine_opts o = { .finding_cb = count_kinds_cb, .arg = n,
+				 .max_bytes = max_bytes };
+	struct symtab *syms;
+	struct trace_reader *r;
+	struct engine *e;
+	struct op op;
+	size_t nomem = 0;
+	char *text;
+	int rc;
+
+	ck_assert_int_gt(asprintf(&text, "npusan-trace 2\n%s", body), 0);
+	ck_assert_int_eq(symtab_new(&syms), 0);
+	ck_assert_int_eq(trace_reader_new_mem(text, strlen(text), "t", syms,
+					      &r), 0);
+	if (engine_new(&o, &e) < 0) {
+		nomem = SIZE_MAX;
+		goto out;
+	}
+	while ((rc = trace_read(r, &op)) == 1) {
+		const char *why;
+
+		rc = engine_feed(e, &op);
+		ck_assert_msg(rc == 0 || rc == -ENOMEM, "rc %d", rc);
+		nomem += rc == -ENOMEM;
+		why = engine_check(e);
+		ck_assert_msg(why == NULL, "line %lu: %s",
+			      trace_reader_line(r), why);
+	}
+	ck_assert_int_eq(rc, 0);
+	if (st != NULL)
+		engine_get_stats(e, st);
+	engine_free(e);
+out:
+	trace_reader_close(r);
+	symtab_free(syms);
+	free(text);
+	return nomem;
+}
+
+#define OOM_TRACE                                                      \
+	BRANCHES "stream_wait stream=1 on=2\n"                          \
+		 "capture_end stream=1 graph=7\n"                       \
+		 "alloc ptr=0x2000 size=64 stream=1\n"                  \
+		 "capture_begin stream=2 graph=8\n"                     \
+		 "stream_wait stream=3 on=2\n"                          \
+		 "graph_replay graph=7 stream=2\n"                      \
+		 "launch stream=3 op=x write=0x2000+64\n"               \
+		 "capture_end stream=2 graph=8\n"                       \
+		 "free ptr=0x2000\n"                                    \
+		 "graph_replay graph=8 stream=1\n"                      \
+		 "graph_replay graph=7 stream=0\n"                      \
+		 "launch stream=2 op=y read=0x1000+16\n"
+
+/* Out of memory anywhere in graph work: the engine stays consistent, goes
+ * on, and never reports more than it does with memory to spare. */
+START_TEST(engine_graph_out_of_memory_never_invents)
+{
+	size_t full[FINDING_KIND_COUNT] = { 0 }, failures = 0;
+
+	feed_limited(OOM_TRACE, 0, full, NULL);
+	ck_assert_uint_gt(full[FINDING_DATA_RACE], 0);
+	for (size_t max = 1024; max < 400000; max += max / 16) {
+		size_t n[FINDING_KIND_COUNT] = { 0 };
+		size_t nomem = feed_limited(OOM_TRACE, max, n, NULL);
+
+		if (nomem == SIZE_MAX)
+			continue;
+		failures += nomem > 0;
+		for (int k = 0; k < FINDING_KIND_COUNT; k++)
+			ck_assert_msg(n[k] <= full[k], "max_bytes %zu: kind "
+				      "%d: %zu findings, %zu with no limit",
+				      max, k, n[k], full[k]);
+	}
+	ck_assert_uint_gt(failures, 0);
+}
+END_TEST
+
+/* A graph replayed every step holds its footprint, not its replays: the
+ * engine's memory after 400 steps is what it was after 40. */
+static size_t replay_steps(int steps)
+{
+	char *body = strdup(CAPTURED_MM), *next;
+	struct engine_stats st;
+	size_t n[FINDING_KIND_COUNT] = { 0 };
+
+	for (int i = 0; i < steps; i++) {
+		ck_assert_int_gt(asprintf(&next, "%slaunch stream=1 op=stage "
+					  "write=0x1000+4096\n"
+					  "graph_replay graph=1 stream=1\n"
+					  "stream_sync stream=1\n",
+					  body),
+				 0);
+		free(body);
+		body = next;
+	}
+	feed_limited(body, 0, n, &st);
+	free(body);
+	ck_assert_uint_eq(n[FINDING_DATA_RACE] + n[FINDING_STALE_GRAPH_ADDRESS],
+			  0);
+	return st.bytes;
+}
+
+START_TEST(engine_graph_memory_follows_footprint_not_replays)
+{
+	size_t a = replay_steps(40), b = replay_steps(400);
+
+	ck_assert_msg(b <= a, "%zu bytes after 40 replays, %zu after 400", a,
+		      b);
+}
+END_TEST
+
 static Suite *graph_suite(void)
 {
 	Suite *s = suite_create("engine_graphs");
@@ -693,6 +823,8 @@ static Suite *graph_suite(void)
 	tcase_add_test(life, engine_graph_gap_forgets_graphs);
 	tcase_add_test(life, engine_graph_dedup_key_has_the_graphs);
 	tcase_add_test(life, engine_graph_conformance_traces_keep_invariants);
+	tcase_add_test(life, engine_graph_out_of_memory_never_invents);
+	tcase_add_test(life, engine_graph_memory_follows_footprint_not_replays);
 	suite_add_tcase(s, life);
 	return s;
 }
