@@ -713,7 +713,8 @@ out:
 }
 
 #define OOM_TRACE                                                      \
-	BRANCHES "stream_wait stream=1 on=2\n"                          \
+	BRANCHES "event_record event=2 stream=2\n"                      \
+		 "event_wait event=2 stream=1\n"                        \
 		 "capture_end stream=1 graph=7\n"                       \
 		 "alloc ptr=0x2000 size=64 stream=1\n"                  \
 		 "capture_begin stream=2 graph=8\n"                     \
@@ -734,7 +735,7 @@ START_TEST(engine_graph_out_of_memory_never_invents)
 
 	feed_limited(OOM_TRACE, 0, full, NULL);
 	ck_assert_uint_gt(full[FINDING_DATA_RACE], 0);
-	for (size_t max = 1024; max < 400000; max += max / 16) {
+	for (size_t max = 1024; max < 400000; max += max / 64) {
 		size_t n[FINDING_KIND_COUNT] = { 0 };
 		size_t nomem = feed_limited(OOM_TRACE, max, n, NULL);
 
