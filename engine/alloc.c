@@ -194,6 +194,7 @@ static void alloc_unlink(struct engine *e, struct alloc *a)
 	alloc__usages_free(e, a);
 	pool__put(e, &e->alloc_pool, a);
 	e->st.live_allocs--;
+	e->unlinks++; /* graph.c: replays recheck their allocations */
 }
 
 /*

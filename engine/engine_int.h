@@ -327,6 +327,7 @@ struct engine {
 	struct capture *captures;  /* the active ones */
 	struct u64map crecs;	   /* event id -> struct crec *: captured */
 	uint64_t next_serial;	   /* of allocations and captures */
+	uint64_t unlinks;	   /* allocations that stopped being live */
 	enum detected_at launch_at; /* LAUNCH, or REPLAY during a replay */
 	bool hist_local;	   /* updating a capture's history: no floor */
 

@@ -297,6 +297,13 @@ START_TEST(engine_graph_live_addresses_are_not_stale)
 	run(CAPTURED_MM "graph_replay graph=1 stream=0\n"
 			"graph_replay graph=1 stream=0\n");
 	assert_clean();
+	/* a free between replays: the next replay finds it */
+	run(CAPTURED_MM "graph_replay graph=1 stream=0\n"
+			"alloc ptr=0x20000 size=16\n"
+			"free ptr=0x1000\n"
+			"graph_replay graph=1 stream=0\n");
+	assert_counts(0, 0, 1, 0);
+	ck_assert_uint_eq(F.v[0].access.seq, 2);
 }
 END_TEST
 
