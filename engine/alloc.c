@@ -194,6 +194,7 @@ static void alloc_unlink(struct engine *e, struct alloc *a)
 	alloc__usages_free(e, a);
 	pool__put(e, &e->alloc_pool, a);
 	e->st.live_allocs--;
+	e->unlinks++; /* graph.c: replays recheck their allocations */
 }
 
 /*
@@ -226,8 +227,7 @@ static void alloc_check_record_stream(struct engine *e, struct alloc *a,
 		f.access.stream = e->streams[u->sidx].id;
 		f.access.seq = u->seq;
 		f.access.write = (u->flags & USAGE_WROTE) != 0;
-		f.access.op = e->sites[u->site].op;
-		f.access.stack = e->sites[u->site].stack;
+		finding__fill_site(e, u->site, &f.access);
 		finding__emit(e, &f);
 	}
 }
@@ -290,7 +290,9 @@ int alloc__on_alloc(struct engine *e, const struct op *op)
 		return -ENOMEM;
 	}
 	*a = (struct alloc){ .start = op->ptr, .last = last,
+			     .serial = ++e->next_serial,
 			     .stack = op->stack, .sidx = s,
+			     .graph_pool = op->has_graph,
 			     .size0 = op->size == 0 };
 	alloc_link(e, a, moved ? NULL : &slot);
 	return 0;

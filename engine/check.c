@@ -25,6 +25,7 @@ struct check {
 	bool compare;	    /* second pass: compare refs with the counts */
 	uint64_t accesses;  /* distinct, first pass */
 	uint64_t segments;  /* first pass */
+	uint64_t max_seq;   /* the highest seq the tree being walked holds */
 	const char *why;
 };
 
@@ -38,7 +39,7 @@ static void check_access_ref(struct check *c, const struct access *a)
 {
 	uint64_t *n;
 
-	if (a->sidx >= c->e->nstreams || a->seq > c->e->seq ||
+	if (a->sidx >= c->e->nstreams || a->seq > c->max_seq ||
 	    a->site >= c->e->nsites)
 		check_fail(c, "an access names a stream, launch or site that "
 			      "does not exist");
@@ -212,9 +213,21 @@ static void check_outside(struct check *c)
 	}
 }
 
+/* A capture's history: capture-local numbers, no allocations. */
+static void check_capture_segs(void *arg, const struct rb_root *root,
+			       uint64_t max_seq)
+{
+	struct check *c = arg;
+
+	c->max_seq = max_seq;
+	check_segs(c, root, 0, UINT64_MAX);
+	c->max_seq = c->e->seq;
+}
+
 const char *engine_check(const struct engine *e)
 {
-	struct check c = { .e = e };
+	struct check c = { .e = e, .max_seq = e->seq };
+	const char *why;
 
 	if (u64map_init(&c.refs) < 0)
 		return "out of memory while checking";
@@ -224,6 +237,8 @@ const char *engine_check(const struct engine *e)
 	}
 	check_allocs(&c);
 	check_outside(&c);
+	if ((why = graph__check(e, check_capture_segs, &c)) != NULL)
+		check_fail(&c, why);
 	if (c.segments != e->st.segments)
 		check_fail(&c, "the segments count differs from the trees");
 	if (c.accesses != e->st.accesses)
@@ -233,6 +248,7 @@ const char *engine_check(const struct engine *e)
 	c.compare = true;
 	check_allocs(&c);
 	check_segs(&c, &e->outside, 0, UINT64_MAX);
+	(void)graph__check(e, check_capture_segs, &c);
 	u64map_fini(&c.refs);
 	return c.why;
 }

@@ -52,6 +52,11 @@ int engine_feed(struct engine *e, const struct op *op)
 
 	if (!engine_op_valid(op))
 		return -EINVAL;
+	if (op->kind < OP_FIRST_V2 && graph__active(e)) {
+		err = graph__intercept(e, op);
+		if (err != 0) /* captured or refused, or failed */
+			goto graph;
+	}
 	switch (op->kind) {
 	case OP_LAUNCH:
 		err = launch__on_op(e, op);
@@ -70,6 +75,7 @@ int engine_feed(struct engine *e, const struct op *op)
 		break;
 	case OP_GAP:
 		history__forget(e);
+		graph__forget(e);
 		e->st.gaps++;
 		break;
 	case OP_STREAM_CREATE:
@@ -87,11 +93,22 @@ int engine_feed(struct engine *e, const struct op *op)
 	case OP_CAPTURE_END:
 	case OP_GRAPH_REPLAY:
 	case OP_GRAPH_DESTROY:
-		/* graph semantics: issue 14, next step (an alloc's graph too) */
-		break;
+		err = graph__on_op(e, op);
+		goto graph;
 	case OP_KIND_COUNT: /* refused by engine_op_valid() */
 		return -EINVAL;
 	}
+	goto out;
+graph:
+	/* A capture or footprint that lost part of itself could report what
+	 * never happened: forget as at a gap, as engine.h promises. */
+	if (err == -ENOMEM) {
+		history__forget(e);
+		graph__forget(e);
+	}
+out:
+	if (err > 0)
+		err = 0;
 	if (err == 0 || err == -ENOMEM)
 		e->st.ops++;
 	return err;
@@ -133,6 +150,7 @@ int engine_new(const struct engine_opts *o, struct engine **out)
 	pool__note(e, sizeof(*e));
 	if (alloc__init(e) < 0 || u64map_init(&e->stream_ids) < 0 ||
 	    u64map_init(&e->events) < 0 || u64map_init(&e->site_ids) < 0 ||
+	    u64map_init(&e->graphs) < 0 || u64map_init(&e->crecs) < 0 ||
 	    sync__stream_create(e, 0, &s) < 0) {
 		engine_free(e);
 		return -ENOMEM;
@@ -149,6 +167,7 @@ void engine_free(struct engine *e)
 {
 	if (e == NULL)
 		return;
+	graph__fini(e);
 	history__fini(e);
 	alloc__fini(e);
 	sync__fini(e);

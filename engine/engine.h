@@ -93,9 +93,11 @@ struct finding {
 
 /*
  * The deduplication key of findings.md, its one definition: kind, both
- * streams, both access types, both operators and both stacks; never the
- * pointer. A missing_record_stream's other side is its allocation: the
- * allocation stream (when known) and the allocation's stack. The engine
+ * streams, both access types, both operators, both stacks and both graphs;
+ * never the pointer. A missing_record_stream's other side is its
+ * allocation: the allocation stream (when known) and the allocation's
+ * stack; a stale_graph_address's is the captured allocation's stack only
+ * (graphs.md); an unjoined_capture has no other side. The engine
  * merges occurrences by it, and the daemon's store merges rows by it, so
  * that both count the same distinct findings.
  *
@@ -106,15 +108,17 @@ struct finding {
 struct finding_key {
 	uint64_t s1, s2;
 	uint64_t op1, op2, st1, st2; /* 0: none */
+	uint64_t g1, g2;	     /* the accesses' graphs (graphs.md) */
 	uint8_t kind;
 	uint8_t has_previous; /* side 2 is the previous access, else the
 				 allocation (no operator, no access type) */
 	uint8_t has_s2;
 	uint8_t w1, w2;
-	uint8_t zero[3]; /* no padding: keys compare and hash as bytes */
+	uint8_t has_g1, has_g2;
+	uint8_t zero[1]; /* no padding: keys compare and hash as bytes */
 };
 
-_Static_assert(sizeof(struct finding_key) == 56, "a key has no padding");
+_Static_assert(sizeof(struct finding_key) == 72, "a key has no padding");
 
 /* Text ids naming a finding's operators and stacks; 0 for none. */
 struct finding_text {
@@ -131,7 +135,7 @@ void finding_key(const struct finding *f, const struct finding_text *t,
 		 struct finding_key *k);
 
 /* The longest text of a key, its NUL included. */
-#define FINDING_KEY_TEXT_MAX 192
+#define FINDING_KEY_TEXT_MAX 256
 
 /*
  * `k` as text into `buf`, for a database column: equal keys give equal

@@ -12,6 +12,8 @@
  *              alloc, free, record_stream and flush
  *   history.c  the access history of byte ranges (hists, segments, regions)
  *   launch.c   a launch: checks its accesses, then updates the history
+ *   graph.c    graph capture and replay (trace format v2): captures with
+ *              their capture-local clocks and history, footprints, replays
  *   check.c    engine_check(), the invariants below walked in full
  *   engine.c   engine_feed()'s dispatch over op kinds, and the lifetime
  * Everything the engine holds is counted by pool.c and freed by the part that
@@ -65,6 +67,17 @@
  *     it would change is touched, except while updating the history after
  *     a launch; a failure there forgets the history as `gap` does, which
  *     can only lose findings, never invent them.
+ *  8. Graphs (graph.c). A stream is in at most one active capture
+ *     (stream.cap), whose members list it. A capture's clocks are a
+ *     square matrix over its members, in the order they joined; its
+ *     history is a tree of segments like e->outside, of access records
+ *     whose seq is capture-local and whose site names the graph. A graph
+ *     is capturing (g->cap set) or captured; its footprint holds ranges,
+ *     never bytes, and for each range the allocation its first byte
+ *     belonged to at capture, by serial number: an allocation is still
+ *     live exactly when the one starting at its start has its serial.
+ *     An event's captured record (e->crecs) names its capture by serial;
+ *     one whose capture is no longer active is dead and dropped when met.
  */
 #ifndef NPUSAN_ENGINE_INT_H
 #define NPUSAN_ENGINE_INT_H
@@ -143,6 +156,7 @@ struct usage {
 
 struct alloc {
 	struct rb_node node;
+	uint64_t serial; /* this allocation, never reused (DESIGN 8) */
 	struct alloc *hnext; /* chain in the exact-start hash */
 	uint64_t start;
 	uint64_t last;
@@ -153,19 +167,24 @@ struct alloc {
 	};
 	uint32_t stack;
 	uint16_t sidx; /* STREAM_NONE when unknown */
-	uint16_t nusage : 12;
+	uint16_t nusage : 11;
+	uint16_t graph_pool : 1; /* `alloc ... graph=`: never stale */
 	uint16_t pending : 1; /* DESIGN 6 */
 	uint16_t tree : 1;
 	uint16_t exempt : 1; /* live across a gap: no record_stream check */
 	uint16_t size0 : 1;  /* allocated with size=0 */
 };
 
-_Static_assert(sizeof(struct alloc) == 88, "one per live allocation");
-_Static_assert(ENGINE_MAX_STREAMS < (1 << 12), "usage count fits nusage");
+_Static_assert(sizeof(struct alloc) == 96, "one per live allocation");
+_Static_assert(ENGINE_MAX_STREAMS < (1 << 11), "usage count fits nusage");
+
+struct capture;
 
 struct stream {
 	uint64_t id;
 	int64_t *state;
+	struct capture *cap; /* the active capture it is in, or NULL */
+	uint32_t member;     /* its index among cap's members */
 };
 
 struct event {
@@ -196,10 +215,13 @@ struct pool {
 	struct chunk *empty; /* the one empty chunk kept for reuse */
 };
 
-/* An operator and a stack: what an access reports besides where and when. */
+/* An operator, a stack and, for an access a capture recorded or a replay
+ * made, the graph: what an access reports besides where and when. */
 struct site {
 	uint32_t op;
 	uint32_t stack;
+	bool has_graph;
+	uint64_t graph;
 };
 
 /* One element of a launch's read or write list. */
@@ -282,6 +304,9 @@ struct engine {
 	size_t nsites;
 	size_t sites_cap;
 	struct u64map site_ids; /* op << 32 | stack -> site id */
+	uint32_t *gsite_tab;	/* sites with a graph: open hash of site id + 1 */
+	size_t gsite_mask;
+	size_t ngsites;
 	uint64_t last_site_key;
 	uint32_t last_site;
 
@@ -296,6 +321,15 @@ struct engine {
 	struct dent *dedup;
 	size_t dedup_mask;
 	size_t dedup_count;
+
+	/* Graphs (DESIGN 8), owned by graph.c. */
+	struct u64map graphs;	   /* id -> struct graph * */
+	struct capture *captures;  /* the active ones */
+	struct u64map crecs;	   /* event id -> struct crec *: captured */
+	uint64_t next_serial;	   /* of allocations and captures */
+	uint64_t unlinks;	   /* allocations that stopped being live */
+	enum detected_at launch_at; /* LAUNCH, or REPLAY during a replay */
+	bool hist_local;	   /* updating a capture's history: no floor */
 
 	struct engine_stats st;
 	size_t bytes;
@@ -323,6 +357,9 @@ void pool__fini(struct pool *p);
 /* sync.c: streams, events, clocks. */
 int sync__stream_create(struct engine *e, uint64_t id, uint16_t *out);
 int sync__stream_get_slow(struct engine *e, uint64_t id, uint16_t *out);
+int sync__stream_find(const struct engine *e, uint64_t id);
+int sync__streams_fit(const struct engine *e, const uint64_t *ids, int n);
+void sync__merge(int64_t *dst, const int64_t *src, uint32_t n);
 const int64_t *sync__floor(struct engine *e);
 int sync__on_op(struct engine *e, const struct op *op);
 void sync__fini(struct engine *e);
@@ -330,6 +367,10 @@ void sync__fini(struct engine *e);
 /* finding.c: sites and findings. */
 int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
 			   uint32_t *out);
+int finding__site_get_graph(struct engine *e, uint32_t op, uint32_t stack,
+			    uint64_t graph, uint32_t *out);
+void finding__fill_site(const struct engine *e, uint32_t site,
+			struct finding_access *out);
 void finding__fill_alloc(const struct engine *e, const struct alloc *a,
 			 struct finding *f);
 void finding__fill_access(const struct engine *e, const struct access *a,
@@ -364,11 +405,42 @@ int history__record(struct engine *e, uint64_t start, uint64_t last,
 void history__drop_starting_at(struct engine *e, uint64_t p);
 int history__segs_drop(struct engine *e, struct rb_root *root, uint64_t a,
 		       uint64_t b);
+int history__segs_add_read(struct engine *e, struct rb_root *root,
+			   uint64_t a, uint64_t b, struct access *acc);
+int history__segs_set_write(struct engine *e, struct rb_root *root,
+			    uint64_t a, uint64_t b, struct access *acc);
+void history__segs_clear(struct engine *e, struct rb_root *root);
 void history__fini(struct engine *e);
 
 /* launch.c */
+int launch__prepare(struct engine *e, const struct op *op);
+void launch__seen_reset(struct engine *e);
+bool launch__pair_seen(struct engine *e, const struct access *prev);
+struct access *launch__access_new(struct engine *e, uint16_t s, uint32_t site,
+				  uint64_t seq, uint64_t ptr, bool write);
+int launch__run(struct engine *e, const struct op *op, uint32_t site);
 int launch__on_op(struct engine *e, const struct op *op);
 void launch__fini(struct engine *e);
+
+/* graph.c */
+int graph__on_op(struct engine *e, const struct op *op);
+int graph__intercept(struct engine *e, const struct op *op);
+void graph__forget(struct engine *e);
+void graph__fini(struct engine *e);
+const char *graph__check(const struct engine *e,
+			 void (*segs_cb)(void *arg, const struct rb_root *root,
+					 uint64_t max_seq),
+			 void *arg);
+
+/*
+ * Whether `op` may need graph semantics before its version 1 handling:
+ * only while a capture is active or an event holds a captured record,
+ * so that a version 1 trace never leaves the fast path.
+ */
+static inline bool graph__active(const struct engine *e)
+{
+	return e->captures != NULL || e->crecs.count > 0;
+}
 
 /*
  * The number of stream `id`, created on the spot when new ("backfill").

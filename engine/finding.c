@@ -63,11 +63,79 @@ int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
 					    sizeof(*e->sites))) < 0 ||
 		    (err = u64map_put(&e->site_ids, key, e->nsites)) < 0)
 			return err;
-		e->sites[e->nsites] = (struct site){ op, stack };
+		e->sites[e->nsites] = (struct site){ .op = op, .stack = stack };
 		*out = (uint32_t)e->nsites++;
 	}
 	e->last_site_key = key;
 	e->last_site = *out;
+	return 0;
+}
+
+static uint64_t finding_gsite_hash(uint32_t op, uint32_t stack,
+				   uint64_t graph)
+{
+	return hash_u64(((uint64_t)op << 32 | stack) ^ hash_u64(graph));
+}
+
+/* Doubles the table of sites with a graph, keeping it at most half full. */
+static int finding_gsite_grow(struct engine *e)
+{
+	size_t n = e->gsite_mask ? e->gsite_mask + 1 : 0, nn = n ? 2 * n : 64;
+	uint32_t *t = pool__realloc(e, NULL, 0, nn * sizeof(*t));
+
+	if (t == NULL)
+		return -ENOMEM;
+	memset(t, 0, nn * sizeof(*t));
+	for (size_t i = 0; i < n; i++) {
+		const struct site *s;
+		size_t j;
+
+		if (e->gsite_tab[i] == 0)
+			continue;
+		s = &e->sites[e->gsite_tab[i] - 1];
+		j = finding_gsite_hash(s->op, s->stack, s->graph) & (nn - 1);
+		while (t[j] != 0)
+			j = (j + 1) & (nn - 1);
+		t[j] = e->gsite_tab[i];
+	}
+	pool__free(e, e->gsite_tab, n * sizeof(*t));
+	e->gsite_tab = t;
+	e->gsite_mask = nn - 1;
+	return 0;
+}
+
+/* The id of the site (operator, stack, graph), interned on first use: the
+ * site of an access a capture recorded or a replay made. 0; -E2BIG or
+ * -ENOMEM with *out unwritten. */
+int finding__site_get_graph(struct engine *e, uint32_t op, uint32_t stack,
+			    uint64_t graph, uint32_t *out)
+{
+	size_t i;
+	int err;
+
+	if ((e->ngsites + 1) * 2 > (e->gsite_tab ? e->gsite_mask + 1 : 0) &&
+	    (err = finding_gsite_grow(e)) < 0)
+		return err;
+	i = finding_gsite_hash(op, stack, graph) & e->gsite_mask;
+	for (; e->gsite_tab[i] != 0; i = (i + 1) & e->gsite_mask) {
+		const struct site *s = &e->sites[e->gsite_tab[i] - 1];
+
+		if (s->op == op && s->stack == stack && s->graph == graph) {
+			*out = e->gsite_tab[i] - 1;
+			return 0;
+		}
+	}
+	if (e->nsites >= UINT32_MAX - 1)
+		return -E2BIG;
+	if ((err = pool__grow_array(e, (void **)&e->sites, &e->sites_cap,
+				    e->nsites + 1, sizeof(*e->sites))) < 0)
+		return err;
+	e->sites[e->nsites] = (struct site){ .op = op, .stack = stack,
+					     .has_graph = true,
+					     .graph = graph };
+	e->gsite_tab[i] = (uint32_t)e->nsites + 1;
+	e->ngsites++;
+	*out = (uint32_t)e->nsites++;
 	return 0;
 }
 
@@ -137,6 +205,8 @@ void finding_key(const struct finding *f, const struct finding_text *t,
 	k->op1 = t->op;
 	k->st1 = t->stack;
 	k->w1 = f->access.write;
+	k->has_g1 = f->access.has_graph;
+	k->g1 = f->access.has_graph ? f->access.graph : 0;
 	k->has_previous = f->has_previous;
 	if (f->has_previous) {
 		k->s2 = f->previous.stream;
@@ -144,6 +214,10 @@ void finding_key(const struct finding *f, const struct finding_text *t,
 		k->op2 = t->prev_op;
 		k->st2 = t->prev_stack;
 		k->w2 = f->previous.write;
+		k->has_g2 = f->previous.has_graph;
+		k->g2 = f->previous.has_graph ? f->previous.graph : 0;
+	} else if (f->has_alloc && f->kind == FINDING_STALE_GRAPH_ADDRESS) {
+		k->st2 = t->alloc_stack; /* graphs.md: no allocation stream */
 	} else if (f->has_alloc) {
 		k->s2 = f->alloc.has_stream ? f->alloc.stream : 0;
 		k->has_s2 = f->alloc.has_stream;
@@ -173,6 +247,12 @@ int finding_key_text(const struct finding_key *k,
 	else
 		n += snprintf(buf + n, FINDING_KEY_TEXT_MAX - (size_t)n,
 			      " - ? %" PRIu64, k->st2);
+	/* Graphs only when there are, so that version 1 keys keep theirs. */
+	if (k->has_g1 || k->has_g2)
+		n += snprintf(buf + n, FINDING_KEY_TEXT_MAX - (size_t)n,
+			      " g%c%" PRIu64 " g%c%" PRIu64,
+			      k->has_g1 ? '=' : '-', k->g1,
+			      k->has_g2 ? '=' : '-', k->g2);
 	return n;
 }
 
@@ -216,6 +296,19 @@ void finding__fill_alloc(const struct engine *e, const struct alloc *a,
 	f->alloc.stack = a->stack;
 }
 
+/* An access's operator, stack and graph, from its site. */
+void finding__fill_site(const struct engine *e, uint32_t site,
+			struct finding_access *out)
+{
+	const struct site *s = &e->sites[site];
+
+	assert(site < e->nsites);
+	out->op = s->op;
+	out->stack = s->stack;
+	out->has_graph = s->has_graph;
+	out->graph = s->has_graph ? s->graph : 0;
+}
+
 void finding__fill_access(const struct engine *e, const struct access *a,
 			  struct finding_access *out)
 {
@@ -223,12 +316,12 @@ void finding__fill_access(const struct engine *e, const struct access *a,
 	out->stream = e->streams[a->sidx].id;
 	out->seq = a->seq;
 	out->write = a->write;
-	out->op = e->sites[a->site].op;
-	out->stack = e->sites[a->site].stack;
+	finding__fill_site(e, a->site, out);
 }
 
 void finding__fini(struct engine *e)
 {
+	free(e->gsite_tab);
 	free(e->dedup);
 	free(e->sites);
 	u64map_fini(&e->site_ids);

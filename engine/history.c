@@ -93,11 +93,13 @@ static bool history_same_site(const struct access *a, const struct access *b)
 static void history_hist_prune_reads(struct engine *e, struct hist *h)
 {
 	struct access **r = history__reads(h);
-	const int64_t *floor = sync__floor(e);
+	const int64_t *floor = e->hist_local ? NULL : sync__floor(e);
 	uint32_t n = 0;
 
+	/* A capture's reads carry capture-local numbers: the eager floor
+	 * says nothing of them. */
 	for (uint32_t i = 0; i < h->nreads; i++) {
-		if ((int64_t)r[i]->seq <= floor[r[i]->sidx])
+		if (floor != NULL && (int64_t)r[i]->seq <= floor[r[i]->sidx])
 			history__access_put(e, r[i]);
 		else
 			r[n++] = r[i];
@@ -290,7 +292,7 @@ int history__segs_drop(struct engine *e, struct rb_root *root, uint64_t a,
 	return 0;
 }
 
-static void history_segs_clear(struct engine *e, struct rb_root *root)
+void history__segs_clear(struct engine *e, struct rb_root *root)
 {
 	while (root->node != NULL)
 		history_seg_remove(e, root, history__seg_of(root->node));
@@ -298,8 +300,8 @@ static void history_segs_clear(struct engine *e, struct rb_root *root)
 
 /* Adds read `acc` to the history of [a, b] in `root`, splitting segments
  * at the edges and filling the holes between them. */
-static int history_segs_add_read(struct engine *e, struct rb_root *root,
-				 uint64_t a, uint64_t b, struct access *acc)
+int history__segs_add_read(struct engine *e, struct rb_root *root,
+			   uint64_t a, uint64_t b, struct access *acc)
 {
 	struct seg *g = history__seg_first_from(root, a), *h;
 	uint64_t cur = a;
@@ -338,8 +340,8 @@ static int history_segs_add_read(struct engine *e, struct rb_root *root,
 }
 
 /* Makes `acc` the last write of [a, b] in `root`, with no reads since. */
-static int history_segs_set_write(struct engine *e, struct rb_root *root,
-				  uint64_t a, uint64_t b, struct access *acc)
+int history__segs_set_write(struct engine *e, struct rb_root *root,
+			    uint64_t a, uint64_t b, struct access *acc)
 {
 	struct seg *g = history__seg_first_from(root, a);
 
@@ -382,7 +384,7 @@ static int history_alloc_to_tree(struct engine *e, struct alloc *a)
 void history__alloc_clear(struct engine *e, struct alloc *a)
 {
 	if (a->tree)
-		history_segs_clear(e, &a->segs);
+		history__segs_clear(e, &a->segs);
 	else
 		history_hist_clear(e, &a->whole);
 	memset(&a->whole, 0, sizeof(a->whole));
@@ -392,7 +394,7 @@ void history__alloc_clear(struct engine *e, struct alloc *a)
 /* `gap`: forget history and usages; exempt what is live. */
 void history__forget(struct engine *e)
 {
-	history_segs_clear(e, &e->outside);
+	history__segs_clear(e, &e->outside);
 	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n)) {
 		struct alloc *a = alloc__of(n);
 
@@ -426,7 +428,7 @@ static int history_region_set_write(struct engine *e, const struct region *r,
 	}
 	if (a != NULL && !a->tree && history_alloc_to_tree(e, a) < 0)
 		return -ENOMEM;
-	return history_segs_set_write(e, history__region_tree(e, r), r->start,
+	return history__segs_set_write(e, history__region_tree(e, r), r->start,
 				      r->last, acc);
 }
 
@@ -440,7 +442,7 @@ static int history_region_add_read(struct engine *e, const struct region *r,
 		return history_hist_add_read(e, &a->whole, acc);
 	if (a != NULL && !a->tree && history_alloc_to_tree(e, a) < 0)
 		return -ENOMEM;
-	return history_segs_add_read(e, history__region_tree(e, r), r->start,
+	return history__segs_add_read(e, history__region_tree(e, r), r->start,
 				     r->last, acc);
 }
 
@@ -502,5 +504,5 @@ void history__drop_starting_at(struct engine *e, uint64_t p)
  * as they go (alloc__fini()). */
 void history__fini(struct engine *e)
 {
-	history_segs_clear(e, &e->outside);
+	history__segs_clear(e, &e->outside);
 }

@@ -75,7 +75,7 @@ static int launch_seen_rebuild(struct engine *e)
 }
 
 /* Starts the pairs of a new current access. */
-static void launch_seen_reset(struct engine *e)
+void launch__seen_reset(struct engine *e)
 {
 	if (e->nseen > SEEN_LIST)
 		memset(e->seen_set, 0,
@@ -89,7 +89,7 @@ static void launch_seen_reset(struct engine *e)
  * that spans thousands of segments. When memory runs out the pair is
  * reported again rather than missed.
  */
-static bool launch_pair_seen(struct engine *e, const struct access *prev)
+bool launch__pair_seen(struct engine *e, const struct access *prev)
 {
 	bool hashed = e->nseen > SEEN_LIST;
 
@@ -118,10 +118,10 @@ static void launch_report_race(struct engine *e, const struct elem *cur,
 			       struct access *prev, const struct access *tmpl)
 {
 	struct finding f = { .kind = FINDING_DATA_RACE,
-			     .detected_at = DETECTED_AT_LAUNCH };
+			     .detected_at = e->launch_at };
 
 	/* Each pair is one finding however many segments it shares. */
-	if (launch_pair_seen(e, prev))
+	if (launch__pair_seen(e, prev))
 		return;
 	f.ptr = cur->start;
 	finding__fill_alloc(e, cur->alloc, &f);
@@ -135,7 +135,7 @@ static void launch_report_race(struct engine *e, const struct elem *cur,
 static void launch_check_read(struct engine *e, uint16_t s,
 			      const struct elem *el, const struct access *tmpl)
 {
-	launch_seen_reset(e);
+	launch__seen_reset(e);
 	for (uint32_t i = 0; i < el->npieces; i++) {
 		const struct span *p = &e->pieces[el->piece0 + i];
 		struct region_walk w;
@@ -166,7 +166,7 @@ static void launch_check_write(struct engine *e, uint16_t s,
 	struct seg *cursor = NULL;
 	struct hist *h;
 
-	launch_seen_reset(e);
+	launch__seen_reset(e);
 	history__walk_init(e, &w, el->start, el->last, el->alloc);
 	while (history__walk_next(&w, &r)) {
 		history__for_each_hist (e, &r, h, cursor) {
@@ -312,7 +312,7 @@ static int launch_read_pieces(struct engine *e, struct elem *r, size_t nunion,
  * write covers and finds the allocation each access belongs to. Allocates
  * scratch only; touches no analysis state.
  */
-static int launch_prepare(struct engine *e, const struct op *op)
+int launch__prepare(struct engine *e, const struct op *op)
 {
 	size_t nw = op->nwrites, nr = op->nreads, nu, npieces = 0;
 	struct elem *w, *r;
@@ -402,15 +402,16 @@ static void launch_note_wrote_beyond(struct engine *e, const struct elem *el,
 	}
 }
 
-static struct access *launch_access_new(struct engine *e, uint16_t s,
-					uint32_t site, uint64_t ptr, bool write)
+/* A new access record with one reference, the caller's. */
+struct access *launch__access_new(struct engine *e, uint16_t s, uint32_t site,
+				  uint64_t seq, uint64_t ptr, bool write)
 {
 	struct access *a = pool__get(e, &e->access_pool);
 
 	assert(s < e->nstreams && site < e->nsites);
 	if (a == NULL)
 		return NULL;
-	*a = (struct access){ .ptr = ptr, .seq = e->seq, .sidx = s,
+	*a = (struct access){ .ptr = ptr, .seq = seq, .sidx = s,
 			      .write = write, .refs = 1, .site = site };
 	e->st.accesses++;
 	return a;
@@ -444,7 +445,8 @@ static int launch_update(struct engine *e, uint16_t s, uint32_t site,
 
 		if (el->dup || (!write && el->npieces == 0))
 			continue;
-		el->acc = launch_access_new(e, s, site, el->start, write);
+		el->acc = launch__access_new(e, s, site, e->seq, el->start,
+					     write);
 		if (el->acc == NULL)
 			return -ENOMEM;
 		if (write)
@@ -464,18 +466,21 @@ static int launch_update(struct engine *e, uint16_t s, uint32_t site,
 	return err;
 }
 
-int launch__on_op(struct engine *e, const struct op *op)
+/*
+ * The launch `op` as version 1 runs it, its accesses at `site` (which
+ * names the graph of a replay): takes the next sequence number, checks,
+ * then updates the history and the usages.
+ */
+int launch__run(struct engine *e, const struct op *op, uint32_t site)
 {
 	size_t nw = op->nwrites;
 	struct access tmpl;
-	uint32_t site;
 	uint16_t s;
 	int err;
 
 	if (e->seq == SEQ_MAX)
 		return -EOVERFLOW;
-	if ((err = launch_prepare(e, op)) < 0 ||
-	    (err = finding__site_get(e, op->name, op->stack, &site)) < 0 ||
+	if ((err = launch__prepare(e, op)) < 0 ||
 	    (err = sync__stream_get(e, op->stream, &s)) < 0)
 		return err;
 	e->seq++;
@@ -504,6 +509,16 @@ int launch__on_op(struct engine *e, const struct op *op)
 	if ((err = launch_update(e, s, site, op)) < 0)
 		history__forget(e);
 	return err;
+}
+
+int launch__on_op(struct engine *e, const struct op *op)
+{
+	uint32_t site;
+	int err;
+
+	if ((err = finding__site_get(e, op->name, op->stack, &site)) < 0)
+		return err;
+	return launch__run(e, op, site);
 }
 
 void launch__fini(struct engine *e)

@@ -17,7 +17,7 @@
 
 /* ---- streams, events and clocks ---------------------------------------- */
 
-static void sync_merge(int64_t *dst, const int64_t *src, uint32_t n)
+void sync__merge(int64_t *dst, const int64_t *src, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
 		if (src[i] > dst[i])
@@ -116,7 +116,7 @@ int sync__stream_create(struct engine *e, uint64_t id, uint16_t *out)
 	}
 	e->host[s] = 0;
 	memcpy(state, e->host, e->scap * sizeof(int64_t));
-	e->streams[s] = (struct stream){ id, state };
+	e->streams[s] = (struct stream){ .id = id, .state = state };
 	e->nstreams++;
 	e->st.streams = e->nstreams;
 	sync_clocks_raised(e);
@@ -126,7 +126,7 @@ int sync__stream_create(struct engine *e, uint64_t id, uint16_t *out)
 
 /* The number of stream `id`, or -1 when it is new. A job uses a handful
  * of streams, and scanning those beats hashing. */
-static int sync_stream_find(const struct engine *e, uint64_t id)
+int sync__stream_find(const struct engine *e, uint64_t id)
 {
 	const uint64_t *v;
 
@@ -147,7 +147,7 @@ int sync__stream_get_slow(struct engine *e, uint64_t id, uint16_t *out)
 {
 	int s, err;
 
-	if ((s = sync_stream_find(e, id)) >= 0)
+	if ((s = sync__stream_find(e, id)) >= 0)
 		*out = (uint16_t)s;
 	else if ((err = sync__stream_create(e, id, out)) < 0)
 		return err;
@@ -158,14 +158,14 @@ int sync__stream_get_slow(struct engine *e, uint64_t id, uint16_t *out)
 
 static bool sync_stream_known(const struct engine *e, uint64_t id)
 {
-	return sync_stream_find(e, id) >= 0;
+	return sync__stream_find(e, id) >= 0;
 }
 
 /* Fails with -E2BIG before anything changes when `n` new streams would not
  * fit. sync__stream_get() refuses one new stream by itself; an op that
  * names two asks here first, so that it cannot create the first and then
  * fail. */
-static int sync_streams_fit(const struct engine *e, const uint64_t *ids, int n)
+int sync__streams_fit(const struct engine *e, const uint64_t *ids, int n)
 {
 	uint32_t need = 0;
 
@@ -231,8 +231,8 @@ static void sync_all_streams_merge(struct engine *e, const int64_t *src,
 {
 	assert(n <= e->scap);
 	for (uint32_t s = 0; s < e->nstreams; s++)
-		sync_merge(e->streams[s].state, src, n);
-	sync_merge(e->host, src, n);
+		sync__merge(e->streams[s].state, src, n);
+	sync__merge(e->host, src, n);
 	sync_clocks_raised(e);
 }
 
@@ -261,7 +261,7 @@ int sync__on_op(struct engine *e, const struct op *op)
 		if ((err = sync__stream_get(e, op->stream, &s)) < 0)
 			return err;
 		if ((ev = sync_event_find(e, op->event)) != NULL) {
-			sync_merge(e->streams[s].state, ev->rec, ev->n);
+			sync__merge(e->streams[s].state, ev->rec, ev->n);
 			sync_clocks_raised(e);
 		}
 		return 0;
@@ -270,11 +270,11 @@ int sync__on_op(struct engine *e, const struct op *op)
 			sync_all_streams_merge(e, ev->rec, ev->n);
 		return 0;
 	case OP_STREAM_WAIT:
-		if ((err = sync_streams_fit(e, ids, 2)) < 0 ||
+		if ((err = sync__streams_fit(e, ids, 2)) < 0 ||
 		    (err = sync__stream_get(e, op->stream, &s)) < 0 ||
 		    (err = sync__stream_get(e, op->on, &b)) < 0)
 			return err;
-		sync_merge(e->streams[s].state, e->streams[b].state,
+		sync__merge(e->streams[s].state, e->streams[b].state,
 			   e->nstreams);
 		sync_clocks_raised(e);
 		return 0;

@@ -24,7 +24,9 @@
  *
  * --shape flush generates another shape instead (see generate_flush()):
  * an exact-pointer job with 2,000 live allocations and a `flush` every
- * step, where the cost of flush shows. --trace FILE times the engine over
+ * step, where the cost of flush shows; --shape graph a model captured as
+ * a graph and replayed every step, next to the same model run eagerly
+ * (see generate_graph()). --trace FILE times the engine over
  * any recorded trace, so users can measure the shapes of their own jobs;
  * run_bench.sh then hands the same operations to PyTorch's sanitizer.
  */
@@ -1753,6 +1755,197 @@ static void generate_flush(struct workload *w, uint64_t launches,
 	free(g);
 }
 
+/*
+ * --shape graph: a model captured once as a graph and replayed every step
+ * (torch.cuda.graphs' make_graphed_callables, or an NPUGraph), on
+ * GRAPH_STREAMS streams: the origin forks to the others through an event,
+ * each runs GRAPH_PER_STREAM kernels on its own lane of activations (from
+ * the graph's pool) and the shared weights, and all join back before the
+ * output is written. Each step stages the input, replays, and reads the
+ * output; `eager` generates the same steps with the body issued eagerly,
+ * the figure the replay is compared with.
+ */
+#define GRAPH_STREAMS 8
+#define GRAPH_PER_STREAM 48
+#define GRAPH_LANE 16	  /* activations per stream */
+#define GRAPH_PARAMS 64
+#define GRAPH_TENSOR (256 * 1024)
+
+struct graph_gen {
+	struct workload *w;
+	uint64_t act[GRAPH_STREAMS][GRAPH_LANE];
+	uint64_t param[GRAPH_PARAMS];
+	uint64_t input, output, loss;
+	uint32_t ops[4];
+	uint32_t stack;
+	uint64_t body_launches, body_accesses;
+};
+
+static struct op *graph_launch(struct graph_gen *g, uint64_t s, int name,
+			       size_t nr, size_t nw)
+{
+	struct op *op = workload_emit(g->w, OP_LAUNCH);
+	struct op_range *rg = workload_ranges(g->w, nr + nw);
+
+	op->stream = s;
+	op->name = g->ops[name];
+	op->stack = g->stack;
+	op->reads = rg;
+	op->nreads = nr;
+	op->writes = rg + nr;
+	op->nwrites = nw;
+	g->w->launches++;
+	g->w->accesses += nr + nw;
+	return op;
+}
+
+static struct op_range graph_range(uint64_t ptr)
+{
+	return (struct op_range){ ptr, GRAPH_TENSOR };
+}
+
+static void graph_event(struct graph_gen *g, enum op_kind kind, uint64_t ev,
+			uint64_t s)
+{
+	struct op *op = workload_emit(g->w, kind);
+
+	op->event = ev;
+	op->stream = s;
+}
+
+/* The model's forward: fork, a chain per stream, join, the output. */
+static void graph_body(struct graph_gen *g)
+{
+	struct op *op;
+
+	graph_event(g, OP_EVENT_RECORD, 100, 0);
+	for (uint64_t s = 1; s < GRAPH_STREAMS; s++)
+		graph_event(g, OP_EVENT_WAIT, 100, s);
+	for (int k = 0; k < GRAPH_PER_STREAM; k++) {
+		for (uint64_t s = 0; s < GRAPH_STREAMS; s++) {
+			uint64_t in = k == 0 ? g->input
+				    : g->act[s][(k - 1) % GRAPH_LANE];
+
+			op = graph_launch(g, s, k % 3, 2, 1);
+			((struct op_range *)op->reads)[0] = graph_range(in);
+			((struct op_range *)op->reads)[1] = graph_range(
+				g->param[(s * 7 + (uint64_t)k) % GRAPH_PARAMS]);
+			((struct op_range *)op->writes)[0] =
+				graph_range(g->act[s][k % GRAPH_LANE]);
+		}
+	}
+	for (uint64_t s = 1; s < GRAPH_STREAMS; s++) {
+		graph_event(g, OP_EVENT_RECORD, 100 + s, s);
+		graph_event(g, OP_EVENT_WAIT, 100 + s, 0);
+	}
+	op = graph_launch(g, 0, 3, GRAPH_STREAMS, 1);
+	for (uint64_t s = 0; s < GRAPH_STREAMS; s++)
+		((struct op_range *)op->reads)[s] = graph_range(
+			g->act[s][(GRAPH_PER_STREAM - 1) % GRAPH_LANE]);
+	((struct op_range *)op->writes)[0] = graph_range(g->output);
+}
+
+static uint64_t graph_alloc(struct graph_gen *g, uint64_t *next, bool pool)
+{
+	struct op *op = workload_emit(g->w, OP_ALLOC);
+
+	op->ptr = *next;
+	op->size = GRAPH_TENSOR;
+	op->has_stream = true;
+	op->has_graph = pool;
+	op->graph = pool ? 1 : 0;
+	*next += GRAPH_TENSOR;
+	return op->ptr;
+}
+
+static void graph_setup(struct graph_gen *g, struct workload *w)
+{
+	static const char *const names[4] = { "aten::addmm", "aten::gelu",
+		"aten::native_layer_norm", "aten::cat" };
+	uint64_t next = 0x7f3c80000000ull;
+	uint32_t frame;
+
+	memset(g, 0, sizeof(*g));
+	memset(w, 0, sizeof(*w));
+	g->w = w;
+	if (symtab_new(&w->syms) < 0)
+		die("symtab_new failed");
+	for (int i = 0; i < 4; i++) {
+		if (symtab_intern(w->syms, names[i], strlen(names[i]),
+				  &g->ops[i]) < 0)
+			die("symtab_intern failed");
+	}
+	if (symtab_intern(w->syms, "model.py:12 in forward", 22, &frame) < 0 ||
+	    symtab_intern_stack(w->syms, &frame, 1, &g->stack) < 0)
+		die("symtab_intern failed");
+	for (uint64_t s = 1; s < GRAPH_STREAMS; s++)
+		workload_emit(w, OP_STREAM_CREATE)->stream = s;
+	for (int i = 0; i < GRAPH_PARAMS; i++)
+		g->param[i] = graph_alloc(g, &next, false);
+	for (int s = 0; s < GRAPH_STREAMS; s++) {
+		for (int i = 0; i < GRAPH_LANE; i++)
+			g->act[s][i] = graph_alloc(g, &next, true);
+	}
+	g->input = graph_alloc(g, &next, false);
+	g->output = graph_alloc(g, &next, true);
+	g->loss = graph_alloc(g, &next, false);
+	w->max_live = GRAPH_PARAMS + GRAPH_STREAMS * GRAPH_LANE + 3;
+}
+
+/* One step: stage the input, run the body (a replay, or eagerly), take
+ * the loss, and every tenth step wait for it on the host. */
+static void graph_step(struct graph_gen *g, bool eager)
+{
+	struct op *op = graph_launch(g, 0, 0, 0, 1);
+
+	((struct op_range *)op->writes)[0] = graph_range(g->input);
+	if (eager) {
+		graph_body(g);
+	} else {
+		op = workload_emit(g->w, OP_GRAPH_REPLAY);
+		op->graph = 1;
+		op->stream = 0;
+		g->w->launches += g->body_launches;
+		g->w->accesses += g->body_accesses;
+	}
+	op = graph_launch(g, 0, 3, 1, 1);
+	((struct op_range *)op->reads)[0] = graph_range(g->output);
+	((struct op_range *)op->writes)[0] = graph_range(g->loss);
+	if (g->w->steps++ % 10 == 9)
+		workload_emit(g->w, OP_STREAM_SYNC)->stream = 0;
+}
+
+/* The graph workload (eager false) or its eager twin; `launches` counts
+ * each replayed launch. */
+static void generate_graph(struct workload *w, uint64_t launches, bool eager)
+{
+	struct graph_gen *g = xrealloc(NULL, sizeof(*g));
+	uint64_t l0, a0;
+
+	graph_setup(g, w);
+	if (!eager) {
+		struct op *op = workload_emit(w, OP_CAPTURE_BEGIN);
+
+		op->graph = 1;
+		l0 = w->launches;
+		a0 = w->accesses;
+		graph_body(g);
+		g->body_launches = w->launches - l0;
+		g->body_accesses = w->accesses - a0;
+		w->launches = l0; /* captured: they run at the replays */
+		w->accesses = a0;
+		op = workload_emit(w, OP_CAPTURE_END);
+		op->graph = 1;
+	}
+	while (w->launches < launches) {
+		graph_step(g, eager);
+		if (w->warm_ops == 0)
+			w->warm_ops = w->nops;
+	}
+	workload_emit(w, OP_DEVICE_SYNC);
+	free(g);
+}
+
 /* ---- a recorded trace ------------------------------------------------ */
 
 /* The whole file at path, read into memory; *len its length. */
@@ -2009,7 +2202,9 @@ static const char usage[] =
 	"  --shape S           the generated workload: training (default), the\n"
 	"                      pipeline-parallel training step described in\n"
 	"                      engine_bench.c, or flush, an exact-pointer job\n"
-	"                      with 2000 live allocations and a flush per step\n"
+	"                      with 2000 live allocations and a flush per step,\n"
+	"                      or graph, a model captured once and replayed\n"
+	"                      every step, timed next to its eager twin\n"
 	"  --trace FILE        time the engine over a recorded trace instead\n"
 	"                      (parsed into memory first; - is stdin)\n"
 	"  --write-trace PATH  write the workload as a v1 trace to PATH\n"
@@ -2083,9 +2278,11 @@ static void parse_args(int argc, char **argv, struct bench_opts *o)
 			break;
 		case 'S':
 			if (strcmp(optarg, "training") != 0 &&
-			    strcmp(optarg, "flush") != 0) {
+			    strcmp(optarg, "flush") != 0 &&
+			    strcmp(optarg, "graph") != 0) {
 				fprintf(stderr, "engine_bench: --shape is "
-						"training or flush, not '%s'\n",
+						"training, flush or graph, not "
+						"'%s'\n",
 					optarg);
 				exit(2);
 			}
@@ -2265,6 +2462,76 @@ static void report_memory(const struct workload *w, struct mem_report *m)
 	       (double)ru.ru_maxrss / 1024);
 }
 
+/* The engine's bytes after the whole workload. */
+static struct engine_stats graph_end_stats(const struct workload *w)
+{
+	struct engine_stats st;
+	struct tally t;
+	struct engine *e = engine_or_die(&t);
+	int err;
+
+	for (size_t i = 0; i < w->nops; i++) {
+		if ((err = engine_feed(e, &w->ops[i])) != 0)
+			feed_failed(i, err);
+	}
+	engine_get_stats(e, &st);
+	engine_free(e);
+	return st;
+}
+
+/* One side of --shape graph: launches/s, a replay counting each launch
+ * it runs. Returns the median thread CPU ns per launch, the figure a
+ * loaded machine does not inflate. */
+static double graph_time(const char *what, const struct workload *w,
+			 const struct bench_opts *o, double *secs)
+{
+	double *cpu = xrealloc(NULL, o->runs * sizeof(*cpu)), med, cmed;
+	struct engine_stats st = graph_end_stats(w);
+	struct tally t;
+	char a[32], b[32];
+
+	for (unsigned r = 0; r < o->runs; r++)
+		secs[r] = time_engine(w, w->nops, &t, &cpu[r]);
+	med = median(secs, o->runs);
+	cmed = median(cpu, o->runs);
+	printf("%s: %zu ops, %" PRIu64 " launches: %s launches/s (%.0f ns "
+	       "per launch, thread CPU %.0f ns), %s ops/s; %" PRIu64
+	       " findings; engine at the end %.1f KiB\n",
+	       what, w->nops, w->launches,
+	       sci(a, sizeof(a), (double)w->launches / med),
+	       1e9 * med / (double)w->launches,
+	       1e9 * cmed / (double)w->launches,
+	       sci(b, sizeof(b), (double)w->nops / med), t.occurrences,
+	       (double)st.bytes / 1024);
+	free(cpu);
+	return 1e9 * cmed / (double)w->launches;
+}
+
+/* --shape graph: the replayed model next to the same model run eagerly. */
+static int report_graph(const struct bench_opts *o)
+{
+	struct workload gw, ew;
+	double *secs = xrealloc(NULL, o->runs * sizeof(*secs)), g, e;
+
+	generate_graph(&gw, o->launches, false);
+	generate_graph(&ew, o->launches, true);
+	printf("npusan engine benchmark: single-threaded, nothing pinned\n");
+	printf("workload: a model of %d launches on %d streams captured once "
+	       "as a graph and replayed every step, %" PRIu64 " steps; its "
+	       "eager twin issues the same launches every step\n",
+	       GRAPH_STREAMS * GRAPH_PER_STREAM + 1, GRAPH_STREAMS, gw.steps);
+	g = graph_time("graph (replays)", &gw, o, secs);
+	e = graph_time("eager twin", &ew, o, secs);
+	printf("target, replay cost per launch (thread CPU time): %.2f of "
+	       "eager's; target at most 1\n", g / e);
+	printf("reproduce: engine_bench --shape graph --launches %" PRIu64
+	       " --runs %u\n", o->launches, o->runs);
+	free(secs);
+	workload_free(&gw);
+	workload_free(&ew);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct bench_opts o;
@@ -2275,6 +2542,8 @@ int main(int argc, char **argv)
 	char a[32];
 
 	parse_args(argc, argv, &o);
+	if (strcmp(o.shape, "graph") == 0 && o.input == NULL)
+		return report_graph(&o);
 	if (o.input != NULL)
 		load_trace(&w, o.input);
 	else if (strcmp(o.shape, "flush") == 0)

@@ -59,17 +59,26 @@ static void collect_cb(const struct finding *f, bool first, void *arg)
 	check((unsigned)f->detected_at < DETECTED_AT_COUNT, "bad site");
 	check_access(out->syms, &f->access);
 	if (f->kind == FINDING_DATA_RACE) {
-		check(f->has_previous && f->detected_at == DETECTED_AT_LAUNCH,
+		check(f->has_previous &&
+			      (f->detected_at == DETECTED_AT_LAUNCH ||
+			       f->detected_at == DETECTED_AT_CAPTURE ||
+			       f->detected_at == DETECTED_AT_REPLAY),
 		      "race without its previous access");
 		check_access(out->syms, &f->previous);
 		check(f->previous.stream != f->access.stream,
 		      "race on one stream");
 		check(f->previous.seq < f->access.seq, "race out of order");
-	} else {
+	} else if (f->kind == FINDING_MISSING_RECORD_STREAM) {
 		check(!f->has_previous && f->has_alloc && f->alloc.has_stream &&
 			      f->alloc.stream != f->access.stream &&
 			      f->ptr == f->alloc.ptr,
 		      "malformed missing_record_stream");
+	} else { /* graphs.md: stale_graph_address, unjoined_capture */
+		check(!f->has_previous && f->access.has_graph &&
+			      f->has_alloc == (f->kind ==
+					       FINDING_STALE_GRAPH_ADDRESS) &&
+			      (!f->has_alloc || f->ptr == f->alloc.ptr),
+		      "malformed graph finding");
 	}
 	if (!first) {
 		check(f->id >= 1 && f->id <= out->n, "repeat of an unknown id");
@@ -86,19 +95,14 @@ static void collect_cb(const struct finding *f, bool first, void *arg)
 	out->v[out->n++] = *f;
 }
 
+/* Whether a and b merge into one row: the engine's own key. */
 static bool same_key(const struct finding *a, const struct finding *b)
 {
-	if (a->kind != b->kind || a->access.stream != b->access.stream ||
-	    a->access.op != b->access.op || a->access.stack != b->access.stack ||
-	    a->access.write != b->access.write)
-		return false;
-	if (a->kind == FINDING_DATA_RACE)
-		return a->previous.stream == b->previous.stream &&
-		       a->previous.op == b->previous.op &&
-		       a->previous.stack == b->previous.stack &&
-		       a->previous.write == b->previous.write;
-	return a->alloc.stream == b->alloc.stream &&
-	       a->alloc.stack == b->alloc.stack;
+	struct finding_key ka, kb;
+
+	finding_key(a, NULL, &ka);
+	finding_key(b, NULL, &kb);
+	return memcmp(&ka, &kb, sizeof(ka)) == 0;
 }
 
 static void compare_modes(const struct found *rows, const struct found *all)
