@@ -7,6 +7,7 @@
  */
 #include "trace_int.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -95,6 +96,19 @@ static bool plain8(const unsigned char *p)
 	return (((w - 0x2020202020202020ULL) | w) & 0x8080808080808080ULL) == 0;
 }
 
+/* plain8() of 32 bytes, with one test for the four words. */
+static bool plain32(const unsigned char *p)
+{
+	uint64_t w[4];
+
+	memcpy(w, p, sizeof(w));
+	return (((w[0] - 0x2020202020202020ULL) | w[0] |
+		 (w[1] - 0x2020202020202020ULL) | w[1] |
+		 (w[2] - 0x2020202020202020ULL) | w[2] |
+		 (w[3] - 0x2020202020202020ULL) | w[3]) &
+		0x8080808080808080ULL) == 0;
+}
+
 /* The lexical rules that hold for every byte of a line (DESIGN 2). */
 int trace__line_check(struct trace_reader *r, const char *line, size_t len)
 {
@@ -105,9 +119,13 @@ int trace__line_check(struct trace_reader *r, const char *line, size_t len)
 		unsigned char c;
 		size_t n;
 
+		while (len - i >= 32 && plain32(p + i))
+			i += 32;
 		while (len - i >= 8 && plain8(p + i))
 			i += 8;
-		if (i == len)
+		/* Fewer than 8 left: the last 8, overlapping checked ones. */
+		if (i == len || (len - i < 8 && len >= 8 &&
+				 plain8(p + len - 8)))
 			break;
 		c = p[i];
 		if ((c >= 0x20 && c < 0x80) || c == '\t') {
@@ -238,6 +256,8 @@ static int take_num(struct trace_reader *r, enum key k, const char **pp,
 /* Makes room for element `n` of a range array. */
 static int ranges_reserve(struct op_range **v, size_t *cap, size_t n)
 {
+	if (n < *cap) /* the common case, without a call */
+		return 0;
 	return grow_array((void **)v, cap, n + 1, sizeof(**v));
 }
 
@@ -460,6 +480,59 @@ static int find_key(const char *p, size_t len)
 	return -1;
 }
 
+/*
+ * The key of the "key=" that starts at p, told by its first byte and one
+ * compare of constant length, without scanning for the '='; -1 when p
+ * starts no such key, and the scan in trace__parse_fields() then finds
+ * the key or says what is wrong. A key missing here is only slower.
+ */
+static int key_at(const char *p, const char *end)
+{
+	ptrdiff_t room = end - p;
+
+#define KEY_AT(K, s)                                                  \
+	if (room > (ptrdiff_t)sizeof(s) - 1 &&                        \
+	    memcmp(p, s "=", sizeof(s)) == 0) {                       \
+		assert(strcmp(trace__keys[KEY_##K].name, s) == 0);    \
+		return KEY_##K;                                       \
+	}
+	switch (*p) {
+	case 's':
+		KEY_AT(STREAM, "stream");
+		KEY_AT(SIZE, "size");
+		KEY_AT(STACK, "stack");
+		break;
+	case 'p':
+		KEY_AT(PTR, "ptr");
+		KEY_AT(PID, "pid");
+		break;
+	case 'o':
+		KEY_AT(OP, "op");
+		KEY_AT(ON, "on");
+		break;
+	case 'r':
+		KEY_AT(READ, "read");
+		KEY_AT(RANK, "rank");
+		break;
+	case 'w':
+		KEY_AT(WRITE, "write");
+		break;
+	case 'e':
+		KEY_AT(EVENT, "event");
+		break;
+	case 'f':
+		KEY_AT(FRAME, "frame");
+		break;
+	case 'g':
+		KEY_AT(GRAPH, "graph");
+		break;
+	default:
+		break;
+	}
+#undef KEY_AT
+	return -1;
+}
+
 /* Reads the value of key `k` at *pp into f. */
 static int take_value(struct trace_reader *r, enum key k, const char **pp,
 		      const char *end, struct fields *f)
@@ -493,7 +566,11 @@ int trace__parse_fields(struct trace_reader *r, const struct directive *d,
 		if (p == end || *p == '#')
 			break;
 		key = p;
-		p = trace__scan_to(p, end, C_BLANK | C_HASH | C_EQ);
+		k = key_at(p, end);
+		if (k >= 0)
+			p += trace__keys[k].len;
+		else
+			p = trace__scan_to(p, end, C_BLANK | C_HASH | C_EQ);
 		if (p == end || *p != '=')
 			return trace__fail(r, -EINVAL,
 					   "expected '=' after '%s'",
@@ -502,7 +579,8 @@ int trace__parse_fields(struct trace_reader *r, const struct directive *d,
 		if (p == key)
 			return trace__fail(r, -EINVAL,
 					   "missing key before '='");
-		k = find_key(key, (size_t)(p - key));
+		if (k < 0)
+			k = find_key(key, (size_t)(p - key));
 		if (k < 0 || !(d->allowed & 1u << k))
 			return trace__fail(r, -EINVAL,
 					   "unknown key '%s' for %s",
