@@ -8,7 +8,8 @@
  * blocks too, as analyze reads it); with --analyze, the given npusanctl is
  * run on the file with its output thrown away, and the wall time of the
  * process over the file's size is its throughput. Each figure is the
- * median of --runs runs. A large training-like trace comes from
+ * median of --runs runs, in wall time and in CPU time (the process's
+ * user and system time), which a loaded machine inflates less. A large training-like trace comes from
  * `engine_bench --write-trace FILE` (trace_bench.sh makes one).
  */
 #include <errno.h>
@@ -18,7 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,6 +61,20 @@ static double median(double *v, unsigned n)
 static double now(void)
 {
 	return (double)clock_mono_ns() / 1e9;
+}
+
+/* Seconds of CPU this process has used. */
+static double cpu_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double tv_s(struct timeval tv)
+{
+	return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
 }
 
 static char *slurp(const char *path, size_t *len)
@@ -103,11 +120,11 @@ static size_t read_all(struct trace_reader *r)
 /* Seconds to read the trace: from memory when buf is not NULL, else from
  * the file at path. The op count goes to *nops. */
 static double time_reader(const char *buf, size_t len, const char *path,
-			  size_t *nops)
+			  size_t *nops, double *cpu)
 {
 	struct trace_reader *r;
 	struct symtab *syms;
-	double t0 = now(), t1;
+	double c0 = cpu_now(), t0 = now(), t1;
 	int err;
 
 	if (symtab_new(&syms) < 0)
@@ -118,15 +135,18 @@ static double time_reader(const char *buf, size_t len, const char *path,
 		die(strerror(-err));
 	*nops = read_all(r);
 	t1 = now();
+	*cpu = cpu_now() - c0;
 	trace_reader_close(r);
 	symtab_free(syms);
 	return t1 - t0;
 }
 
-/* Seconds `npusanctl analyze path` runs, output to /dev/null. */
-static double time_analyze(const char *ctl, const char *path)
+/* Seconds `npusanctl analyze path` runs, output to /dev/null; its CPU
+ * seconds in *cpu. */
+static double time_analyze(const char *ctl, const char *path, double *cpu)
 {
 	double t0 = now();
+	struct rusage ru;
 	int status;
 	pid_t pid = fork();
 
@@ -140,8 +160,9 @@ static double time_analyze(const char *ctl, const char *path)
 		execl(ctl, ctl, "analyze", path, (char *)NULL);
 		_exit(127);
 	}
-	if (waitpid(pid, &status, 0) < 0)
+	if (wait4(pid, &status, 0, &ru) < 0)
 		die(strerror(errno));
+	*cpu = tv_s(ru.ru_utime) + tv_s(ru.ru_stime);
 	/* 0 clean, 1 findings, 5 incomplete: each read the whole file. */
 	if (!WIFEXITED(status) || WEXITSTATUS(status) == 2 ||
 	    WEXITSTATUS(status) == 127)
@@ -149,15 +170,15 @@ static double time_analyze(const char *ctl, const char *path)
 	return now() - t0;
 }
 
-static void report(const char *what, double *secs, unsigned runs,
-		   size_t len, size_t nops)
+static void report(const char *what, double *secs, double *cpu,
+		   unsigned runs, size_t len, size_t nops)
 {
-	double med = median(secs, runs);
+	double med = median(secs, runs), cmed = median(cpu, runs);
 
 	printf("%s: %.0f MB/s (%.3f s, %.2e ops/s), median of %u runs "
-	       "(fastest %.0f MB/s)\n",
+	       "(fastest %.0f MB/s); CPU time: %.0f MB/s (%.3f s)\n",
 	       what, (double)len / 1e6 / med, med, (double)nops / med, runs,
-	       (double)len / 1e6 / secs[0]);
+	       (double)len / 1e6 / secs[0], (double)len / 1e6 / cmed, cmed);
 }
 
 int main(int argc, char **argv)
@@ -173,7 +194,7 @@ int main(int argc, char **argv)
 	unsigned runs = 5;
 	bool mem_only = false;
 	size_t len, nops = 0;
-	double *secs;
+	double *secs, *cpu, unused;
 	char *buf;
 	int c;
 
@@ -196,27 +217,29 @@ int main(int argc, char **argv)
 	path = argv[optind];
 	buf = slurp(path, &len);
 	if (mem_only) {
-		time_reader(buf, len, path, &nops);
+		time_reader(buf, len, path, &nops, &unused);
 		free(buf);
 		return 0;
 	}
 	secs = malloc(runs * sizeof(*secs));
-	if (secs == NULL)
+	cpu = malloc(runs * sizeof(*cpu));
+	if (secs == NULL || cpu == NULL)
 		die("out of memory");
 	printf("trace %s: %.1f MB\n", path, (double)len / 1e6);
 	for (unsigned i = 0; i < runs; i++)
-		secs[i] = time_reader(buf, len, path, &nops);
-	report("reader, from memory", secs, runs, len, nops);
+		secs[i] = time_reader(buf, len, path, &nops, &cpu[i]);
+	report("reader, from memory", secs, cpu, runs, len, nops);
 	free(buf);
 	for (unsigned i = 0; i < runs; i++)
-		secs[i] = time_reader(NULL, 0, path, &nops);
-	report("reader, from the file", secs, runs, len, nops);
+		secs[i] = time_reader(NULL, 0, path, &nops, &cpu[i]);
+	report("reader, from the file", secs, cpu, runs, len, nops);
 	if (ctl != NULL) {
 		for (unsigned i = 0; i < runs; i++)
-			secs[i] = time_analyze(ctl, path);
-		report("npusanctl analyze, whole process", secs, runs, len,
-		       nops);
+			secs[i] = time_analyze(ctl, path, &cpu[i]);
+		report("npusanctl analyze, whole process", secs, cpu, runs,
+		       len, nops);
 	}
 	free(secs);
+	free(cpu);
 	return 0;
 }
