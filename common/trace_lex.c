@@ -552,50 +552,73 @@ static int take_value(struct trace_reader *r, enum key k, const char **pp,
 	}
 }
 
+/*
+ * The key at p, scanned up to its '=' and checked in the order that makes
+ * the messages: an '=', a name, a key of the directive, of the trace's
+ * version, not given before. Its end ('=') goes to *pp. k or the error.
+ */
+static int scan_key(struct trace_reader *r, const struct directive *d,
+		    const struct fields *f, const char **pp, const char *end)
+{
+	const char *key = *pp, *p;
+	char qb[QUOTE_BUF];
+	int k;
+
+	p = trace__scan_to(key, end, C_BLANK | C_HASH | C_EQ);
+	if (p == end || *p != '=')
+		return trace__fail(r, -EINVAL, "expected '=' after '%s'",
+				   trace__quote(qb, key, (size_t)(p - key)));
+	if (p == key)
+		return trace__fail(r, -EINVAL, "missing key before '='");
+	k = find_key(key, (size_t)(p - key));
+	if (k < 0 || !(d->allowed & 1u << k))
+		return trace__fail(r, -EINVAL, "unknown key '%s' for %s",
+				   trace__quote(qb, key, (size_t)(p - key)),
+				   d->word);
+	if (trace__keys[k].version > r->version)
+		return trace__fail(r, -EINVAL,
+				   "'%s' needs trace format version %u "
+				   "(the header says version %u)",
+				   trace__keys[k].name, trace__keys[k].version,
+				   r->version);
+	if ((f->seen & 1u << k) && k != KEY_FRAME)
+		return trace__fail(r, -EINVAL, "duplicate key '%s'",
+				   trace__keys[k].name);
+	*pp = p;
+	return k;
+}
+
+/* The keys of the format's `version`. */
+static uint32_t version_keys(unsigned version)
+{
+	uint32_t keys = 0;
+
+	for (int k = 0; k < KEY_COUNT; k++)
+		keys |= trace__keys[k].version <= version ? 1u << k : 0;
+	return keys;
+}
+
 int trace__parse_fields(struct trace_reader *r, const struct directive *d,
 			const char *p, const char *end, struct fields *f)
 {
-	char qb[QUOTE_BUF];
-	uint32_t missing;
+	/* The keys this line may still take without an error: key_at()'s
+	 * finds in it skip every check of scan_key(). */
+	uint32_t open = d->allowed & r->version_keys, missing;
 
+	assert(r->version_keys == version_keys(r->version));
 	for (;;) {
-		const char *key;
 		int k, err;
 
 		p = trace__skip_blanks(p, end);
 		if (p == end || *p == '#')
 			break;
-		key = p;
 		k = key_at(p, end);
-		if (k >= 0)
+		if (k >= 0 && (open & 1u << k))
 			p += trace__keys[k].len;
-		else
-			p = trace__scan_to(p, end, C_BLANK | C_HASH | C_EQ);
-		if (p == end || *p != '=')
-			return trace__fail(r, -EINVAL,
-					   "expected '=' after '%s'",
-					   trace__quote(qb, key,
-							(size_t)(p - key)));
-		if (p == key)
-			return trace__fail(r, -EINVAL,
-					   "missing key before '='");
-		if (k < 0)
-			k = find_key(key, (size_t)(p - key));
-		if (k < 0 || !(d->allowed & 1u << k))
-			return trace__fail(r, -EINVAL,
-					   "unknown key '%s' for %s",
-					   trace__quote(qb, key,
-					   (size_t)(p - key)),
-					   d->word);
-		if (trace__keys[k].version > r->version)
-			return trace__fail(r, -EINVAL,
-					   "'%s' needs trace format version %u "
-					   "(the header says version %u)",
-					   trace__keys[k].name,
-					   trace__keys[k].version, r->version);
-		if ((f->seen & 1u << k) && k != KEY_FRAME)
-			return trace__fail(r, -EINVAL, "duplicate key '%s'",
-					   trace__keys[k].name);
+		else if ((k = scan_key(r, d, f, &p, end)) < 0)
+			return k;
+		if (k != KEY_FRAME) /* the one key that repeats */
+			open &= ~(1u << k);
 		f->seen |= 1u << k;
 		p++;
 		err = take_value(r, (enum key)k, &p, end, f);
@@ -610,4 +633,10 @@ int trace__parse_fields(struct trace_reader *r, const struct directive *d,
 					   trace__keys[k].name, d->word);
 	}
 	return 0;
+}
+
+void trace__set_version(struct trace_reader *r, unsigned version)
+{
+	r->version = version;
+	r->version_keys = version_keys(version);
 }

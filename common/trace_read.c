@@ -224,7 +224,7 @@ static int parse_header(struct trace_reader *r, const char *p, const char *end)
 		return trace__fail(r, -EINVAL, "expected header " HEADER_WANT);
 	if (ver_end - ver == 1 && *ver >= '1' &&
 	    (unsigned)(*ver - '0') <= TRACE_VERSION_MAX) {
-		r->version = (unsigned)(*ver - '0');
+		trace__set_version(r, (unsigned)(*ver - '0'));
 		return 0;
 	}
 	while (ver_digits < ver_end && *ver_digits >= '0' && *ver_digits <= '9')
