@@ -36,7 +36,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define READ_BLOCK (64 * 1024)
+#define READ_BLOCK (256 * 1024)
 /* Room for a message after "FILE:LINE: ". */
 #define MSG_MAX 512
 /* The newest version of the format this reader reads. */
