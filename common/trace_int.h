@@ -108,6 +108,7 @@ struct trace_reader {
 	unsigned long process_line;
 	size_t line_len;
 	unsigned version; /* of the header; 0 before it */
+	uint32_t version_keys; /* bits of the keys of `version` */
 	bool ops_seen;
 	int err;
 	char *msg;
@@ -151,6 +152,9 @@ int trace__line_check(struct trace_reader *r, const char *line, size_t len);
  * the caller zeroed. 0 or the error (trace__fail()). */
 int trace__parse_fields(struct trace_reader *r, const struct directive *d,
 			const char *p, const char *end, struct fields *f);
+
+/* Sets the version of the header just read, and the keys it has. */
+void trace__set_version(struct trace_reader *r, unsigned version);
 
 /* Byte classes of the tokenizer; one table lookup per byte. */
 enum { C_BLANK = 1, C_HASH = 2, C_EQ = 4, C_QUOTE = 8 };

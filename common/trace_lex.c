@@ -7,6 +7,7 @@
  */
 #include "trace_int.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -95,6 +96,19 @@ static bool plain8(const unsigned char *p)
 	return (((w - 0x2020202020202020ULL) | w) & 0x8080808080808080ULL) == 0;
 }
 
+/* plain8() of 32 bytes, with one test for the four words. */
+static bool plain32(const unsigned char *p)
+{
+	uint64_t w[4];
+
+	memcpy(w, p, sizeof(w));
+	return (((w[0] - 0x2020202020202020ULL) | w[0] |
+		 (w[1] - 0x2020202020202020ULL) | w[1] |
+		 (w[2] - 0x2020202020202020ULL) | w[2] |
+		 (w[3] - 0x2020202020202020ULL) | w[3]) &
+		0x8080808080808080ULL) == 0;
+}
+
 /* The lexical rules that hold for every byte of a line (DESIGN 2). */
 int trace__line_check(struct trace_reader *r, const char *line, size_t len)
 {
@@ -105,9 +119,13 @@ int trace__line_check(struct trace_reader *r, const char *line, size_t len)
 		unsigned char c;
 		size_t n;
 
+		while (len - i >= 32 && plain32(p + i))
+			i += 32;
 		while (len - i >= 8 && plain8(p + i))
 			i += 8;
-		if (i == len)
+		/* Fewer than 8 left: the last 8, overlapping checked ones. */
+		if (i == len || (len - i < 8 && len >= 8 &&
+				 plain8(p + len - 8)))
 			break;
 		c = p[i];
 		if ((c >= 0x20 && c < 0x80) || c == '\t') {
@@ -238,6 +256,8 @@ static int take_num(struct trace_reader *r, enum key k, const char **pp,
 /* Makes room for element `n` of a range array. */
 static int ranges_reserve(struct op_range **v, size_t *cap, size_t n)
 {
+	if (n < *cap) /* the common case, without a call */
+		return 0;
 	return grow_array((void **)v, cap, n + 1, sizeof(**v));
 }
 
@@ -460,6 +480,59 @@ static int find_key(const char *p, size_t len)
 	return -1;
 }
 
+/*
+ * The key of the "key=" that starts at p, told by its first byte and one
+ * compare of constant length, without scanning for the '='; -1 when p
+ * starts no such key, and the scan in trace__parse_fields() then finds
+ * the key or says what is wrong. A key missing here is only slower.
+ */
+static int key_at(const char *p, const char *end)
+{
+	ptrdiff_t room = end - p;
+
+#define KEY_AT(K, s)                                                  \
+	if (room > (ptrdiff_t)sizeof(s) - 1 &&                        \
+	    memcmp(p, s "=", sizeof(s)) == 0) {                       \
+		assert(strcmp(trace__keys[KEY_##K].name, s) == 0);    \
+		return KEY_##K;                                       \
+	}
+	switch (*p) {
+	case 's':
+		KEY_AT(STREAM, "stream");
+		KEY_AT(SIZE, "size");
+		KEY_AT(STACK, "stack");
+		break;
+	case 'p':
+		KEY_AT(PTR, "ptr");
+		KEY_AT(PID, "pid");
+		break;
+	case 'o':
+		KEY_AT(OP, "op");
+		KEY_AT(ON, "on");
+		break;
+	case 'r':
+		KEY_AT(READ, "read");
+		KEY_AT(RANK, "rank");
+		break;
+	case 'w':
+		KEY_AT(WRITE, "write");
+		break;
+	case 'e':
+		KEY_AT(EVENT, "event");
+		break;
+	case 'f':
+		KEY_AT(FRAME, "frame");
+		break;
+	case 'g':
+		KEY_AT(GRAPH, "graph");
+		break;
+	default:
+		break;
+	}
+#undef KEY_AT
+	return -1;
+}
+
 /* Reads the value of key `k` at *pp into f. */
 static int take_value(struct trace_reader *r, enum key k, const char **pp,
 		      const char *end, struct fields *f)
@@ -479,45 +552,73 @@ static int take_value(struct trace_reader *r, enum key k, const char **pp,
 	}
 }
 
+/*
+ * The key at p, scanned up to its '=' and checked in the order that makes
+ * the messages: an '=', a name, a key of the directive, of the trace's
+ * version, not given before. Its end ('=') goes to *pp. k or the error.
+ */
+static int scan_key(struct trace_reader *r, const struct directive *d,
+		    const struct fields *f, const char **pp, const char *end)
+{
+	const char *key = *pp, *p;
+	char qb[QUOTE_BUF];
+	int k;
+
+	p = trace__scan_to(key, end, C_BLANK | C_HASH | C_EQ);
+	if (p == end || *p != '=')
+		return trace__fail(r, -EINVAL, "expected '=' after '%s'",
+				   trace__quote(qb, key, (size_t)(p - key)));
+	if (p == key)
+		return trace__fail(r, -EINVAL, "missing key before '='");
+	k = find_key(key, (size_t)(p - key));
+	if (k < 0 || !(d->allowed & 1u << k))
+		return trace__fail(r, -EINVAL, "unknown key '%s' for %s",
+				   trace__quote(qb, key, (size_t)(p - key)),
+				   d->word);
+	if (trace__keys[k].version > r->version)
+		return trace__fail(r, -EINVAL,
+				   "'%s' needs trace format version %u "
+				   "(the header says version %u)",
+				   trace__keys[k].name, trace__keys[k].version,
+				   r->version);
+	if ((f->seen & 1u << k) && k != KEY_FRAME)
+		return trace__fail(r, -EINVAL, "duplicate key '%s'",
+				   trace__keys[k].name);
+	*pp = p;
+	return k;
+}
+
+/* The keys of the format's `version`. */
+static uint32_t version_keys(unsigned version)
+{
+	uint32_t keys = 0;
+
+	for (int k = 0; k < KEY_COUNT; k++)
+		keys |= trace__keys[k].version <= version ? 1u << k : 0;
+	return keys;
+}
+
 int trace__parse_fields(struct trace_reader *r, const struct directive *d,
 			const char *p, const char *end, struct fields *f)
 {
-	char qb[QUOTE_BUF];
-	uint32_t missing;
+	/* The keys this line may still take without an error: key_at()'s
+	 * finds in it skip every check of scan_key(). */
+	uint32_t open = d->allowed & r->version_keys, missing;
 
+	assert(r->version_keys == version_keys(r->version));
 	for (;;) {
-		const char *key;
 		int k, err;
 
 		p = trace__skip_blanks(p, end);
 		if (p == end || *p == '#')
 			break;
-		key = p;
-		p = trace__scan_to(p, end, C_BLANK | C_HASH | C_EQ);
-		if (p == end || *p != '=')
-			return trace__fail(r, -EINVAL,
-					   "expected '=' after '%s'",
-					   trace__quote(qb, key,
-							(size_t)(p - key)));
-		if (p == key)
-			return trace__fail(r, -EINVAL,
-					   "missing key before '='");
-		k = find_key(key, (size_t)(p - key));
-		if (k < 0 || !(d->allowed & 1u << k))
-			return trace__fail(r, -EINVAL,
-					   "unknown key '%s' for %s",
-					   trace__quote(qb, key,
-					   (size_t)(p - key)),
-					   d->word);
-		if (trace__keys[k].version > r->version)
-			return trace__fail(r, -EINVAL,
-					   "'%s' needs trace format version %u "
-					   "(the header says version %u)",
-					   trace__keys[k].name,
-					   trace__keys[k].version, r->version);
-		if ((f->seen & 1u << k) && k != KEY_FRAME)
-			return trace__fail(r, -EINVAL, "duplicate key '%s'",
-					   trace__keys[k].name);
+		k = key_at(p, end);
+		if (k >= 0 && (open & 1u << k))
+			p += trace__keys[k].len;
+		else if ((k = scan_key(r, d, f, &p, end)) < 0)
+			return k;
+		if (k != KEY_FRAME) /* the one key that repeats */
+			open &= ~(1u << k);
 		f->seen |= 1u << k;
 		p++;
 		err = take_value(r, (enum key)k, &p, end, f);
@@ -532,4 +633,10 @@ int trace__parse_fields(struct trace_reader *r, const struct directive *d,
 					   trace__keys[k].name, d->word);
 	}
 	return 0;
+}
+
+void trace__set_version(struct trace_reader *r, unsigned version)
+{
+	r->version = version;
+	r->version_keys = version_keys(version);
 }

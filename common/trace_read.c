@@ -28,6 +28,7 @@
  */
 #include "trace_int.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -35,7 +36,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define READ_BLOCK (64 * 1024)
+#define READ_BLOCK (256 * 1024)
 /* Room for a message after "FILE:LINE: ". */
 #define MSG_MAX 512
 /* The newest version of the format this reader reads. */
@@ -223,7 +224,7 @@ static int parse_header(struct trace_reader *r, const char *p, const char *end)
 		return trace__fail(r, -EINVAL, "expected header " HEADER_WANT);
 	if (ver_end - ver == 1 && *ver >= '1' &&
 	    (unsigned)(*ver - '0') <= TRACE_VERSION_MAX) {
-		r->version = (unsigned)(*ver - '0');
+		trace__set_version(r, (unsigned)(*ver - '0'));
 		return 0;
 	}
 	while (ver_digits < ver_end && *ver_digits >= '0' && *ver_digits <= '9')
@@ -247,6 +248,32 @@ static const struct directive *find_directive(const char *p, size_t len)
 	return NULL;
 }
 
+/*
+ * The directive whose word starts at p, its end in *word_end; NULL when
+ * the word is none. Most lines are launches, allocs and frees: their words
+ * are told by one compare of constant length each, before any scan.
+ */
+static const struct directive *directive_at(const char *p, const char *end,
+					    const char **word_end)
+{
+	ptrdiff_t room = end - p;
+
+#define DIR_AT(i, w)                                                   \
+	if (room > (ptrdiff_t)sizeof(w) - 1 &&                         \
+	    memcmp(p, w, sizeof(w) - 1) == 0 &&                        \
+	    trace__ends_token(p[sizeof(w) - 1])) {                     \
+		assert(strcmp(directives[i].word, w) == 0);            \
+		*word_end = p + sizeof(w) - 1;                         \
+		return &directives[i];                                 \
+	}
+	DIR_AT(0, "launch")
+	DIR_AT(1, "alloc")
+	DIR_AT(2, "free")
+#undef DIR_AT
+	*word_end = trace__token_end(p, end);
+	return find_directive(p, (size_t)(*word_end - p));
+}
+
 /* One line without its ending; 1 with an op, 0 for any other line. */
 static int parse_line(struct trace_reader *r, const char *p, size_t len,
 		      struct op *op)
@@ -265,8 +292,7 @@ static int parse_line(struct trace_reader *r, const char *p, size_t len,
 		return 0;
 	if (r->version == 0)
 		return parse_header(r, p, end);
-	word_end = trace__token_end(p, end);
-	d = find_directive(p, (size_t)(word_end - p));
+	d = directive_at(p, end, &word_end);
 	if (d == NULL)
 		return trace__fail(r, -EINVAL, "unknown directive '%s'",
 				   trace__quote(qb, p, (size_t)(word_end - p)));

@@ -23,6 +23,12 @@
  * so are an allocation and its free, which a dormant or attached agent
  * keeps in its table of live allocations for the snapshot an attach sends.
  *
+ * The floor of a launch is timed too, in the same invocation: the same
+ * record bytes pushed to a bare multi-producer ring in the process's own
+ * memory (a fetch_add of the head, the copy, a release store of the commit
+ * word; no consumer, no check for room, no call through a PLT), and the
+ * launch's figure is printed as a ratio of it.
+ *
  * Build in Release and run: see tests/bench/agent_bench.sh.
  */
 #include <errno.h>
@@ -58,6 +64,10 @@
 #endif
 
 static volatile uintptr_t bench_sink;
+/* Each configuration's median ns/op, by index, written by its process
+ * (MAP_SHARED): main prints the ratios once all have run. */
+static double *bench_medians;
+static size_t bench_index;
 static long bench_consumer_nap_us; /* --consumer-nap-us */
 
 /*
@@ -95,6 +105,9 @@ struct bench_cfg {
 				  launches; per call */
 	bool empty;	       /* the guarded loop without the guard or the
 				  call: what the loop itself costs */
+	bool floor;	       /* the bare ring push, not npusan_launch() */
+	int ratio_of;	       /* print median / cfgs[ratio_of - 1]'s; 0:
+				  none */
 };
 
 /* What one thread does in one run. */
@@ -279,6 +292,65 @@ static int bench_sync(struct bench_shm *shm)
 	return 0;
 }
 
+/* ---- the floor --------------------------------------------------------- */
+
+/* The floor's ring: RING_DEFAULT's 8 MiB, and room past the end so that
+ * a record never wraps. */
+#define BENCH_FLOOR_BYTES (8u << 20)
+
+struct bench_floor {
+	_Alignas(64) _Atomic uint64_t head;
+	_Alignas(64) unsigned char data[BENCH_FLOOR_BYTES + 4096];
+};
+
+static struct bench_floor *bench_floor_ring;
+
+/*
+ * A launch's record pushed as bare as a multi-producer ring allows: the
+ * bytes agent_push_launch() writes, with nothing else around them.
+ */
+static BENCH_NOIPA void bench_floor_push(uint64_t stream, uint32_t name,
+					 const struct npusan_range *reads,
+					 size_t nreads,
+					 const struct npusan_range *writes,
+					 size_t nwrites, uint32_t stack)
+{
+	struct bench_floor *f = bench_floor_ring;
+	uint64_t len = sizeof(struct ring_launch) +
+		       (nreads + nwrites) * sizeof(struct ring_range);
+	uint64_t need = ring_rec_size(len), pos;
+	struct ring_launch *l;
+	struct ring_rec *rec;
+
+	/* Relaxed: it only claims the bytes; the commit word below
+	 * publishes them. */
+	pos = atomic_fetch_add_explicit(&f->head, need, memory_order_relaxed) &
+	      (BENCH_FLOOR_BYTES - 1);
+	rec = (struct ring_rec *)(void *)(f->data + pos);
+	/* Relaxed: the tag is published by the commit word's release. */
+	atomic_store_explicit(&rec->tag, ring_tag(pos), memory_order_relaxed);
+	l = (struct ring_launch *)(void *)(rec + 1);
+	l->kind = RING_OP_LAUNCH;
+	l->flags = 0;
+	l->reserved = 0;
+	l->stack = stack;
+	l->stream = stream;
+	l->name = name;
+	l->nreads = (uint32_t)nreads;
+	l->nwrites = (uint32_t)nwrites;
+	l->reserved2 = 0;
+	for (size_t i = 0; i < nreads; i++)
+		l->ranges[i] = (struct ring_range){ reads[i].ptr, reads[i].len };
+	for (size_t i = 0; i < nwrites; i++)
+		l->ranges[nreads + i] =
+			(struct ring_range){ writes[i].ptr, writes[i].len };
+	/* Release: the record before the word, as ring_commit() does; no
+	 * consumer here pairs with it, but its cost is the floor's. */
+	atomic_store_explicit(&rec->word,
+			      ring_word(RING_COMMIT, RING_REC_LAUNCH, need),
+			      memory_order_release);
+}
+
 /* ---- the producer ------------------------------------------------------ */
 
 /* cfg->iters allocations and frees of distinct blocks, as a caching
@@ -314,7 +386,11 @@ static BENCH_NOIPA void bench_loop(struct bench_thread *t)
 		return;
 	}
 	t->t0 = bench_now_ns();
-	if (cfg->empty) {
+	if (cfg->floor) {
+		for (long i = 0; i < n; i++)
+			bench_floor_push((uint64_t)i & 3, op, reads, 2, writes,
+					 2, stack);
+	} else if (cfg->empty) {
 		for (long i = 0; i < n; i++)
 			bench_sink += (uintptr_t)i;
 	} else if (cfg->guarded && cfg->dormant) {
@@ -425,6 +501,7 @@ static void bench_report(const struct bench_cfg *cfg, bool shared,
 		drop[r] = 100.0 * (double)runs[r].dropped / (double)total;
 	}
 	median = bench_median(per, np);
+	bench_medians[bench_index] = median;
 	printf("%s: %.1f ns/op (median of %d", cfg->label, median,
 	       BENCH_RUNS);
 	if (cfg->threads > 1)
@@ -535,6 +612,13 @@ static int bench_config(const struct bench_cfg *cfg)
 		   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (shm == MAP_FAILED)
 		return 1;
+	if (cfg->floor) {
+		bench_floor_ring = mmap(NULL, sizeof(*bench_floor_ring),
+					PROT_READ | PROT_WRITE,
+					MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (bench_floor_ring == MAP_FAILED)
+			return 1;
+	}
 	memset(shm, 0, sizeof(*shm));
 	shm->nap_us = bench_consumer_nap_us;
 	if (cfg->agent) {
@@ -594,6 +678,7 @@ static int bench_fork(const struct bench_cfg *cfg)
 	pid_t pid;
 
 	fflush(stdout);
+	bench_medians[bench_index] = 0; /* 0 until the child reports */
 	pid = fork();
 	if (pid < 0)
 		return 1;
@@ -602,6 +687,24 @@ static int bench_fork(const struct bench_cfg *cfg)
 	if (waitpid(pid, &status, 0) < 0)
 		return 1;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+/* Each launch against its floor, timed in this same invocation. */
+static void bench_print_ratios(const struct bench_cfg *cfgs, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct bench_cfg *c = &cfgs[i];
+		double of;
+
+		if (c->ratio_of == 0 || bench_medians[i] == 0)
+			continue;
+		of = bench_medians[c->ratio_of - 1];
+		if (of == 0)
+			continue;
+		printf("ratio %s / its floor: %.2f (%.1f / %.1f ns); target "
+		       "at most 2\n",
+		       c->label, bench_medians[i] / of, bench_medians[i], of);
+	}
 }
 
 static void bench_usage(void)
@@ -663,10 +766,18 @@ int main(int argc, char **argv)
 	/* RING_SIZE stays whatever the caller set (8M by default). */
 
 	const struct bench_cfg cfgs[] = {
+		{ .label = "floor: bare ring push of the same record, "
+			   "1 thread",
+		  .threads = 1, .iters = 2000000 / scale, .floor = true },
+		{ .label = "floor: bare ring push of the same record, "
+			   "2 threads",
+		  .threads = 2, .iters = 2000000 / scale, .floor = true },
 		{ .label = "launch 4 ranges, 1 thread", .agent = true,
-		  .threads = 1, .iters = 2000000 / scale, .target_ns = 50 },
+		  .threads = 1, .iters = 2000000 / scale, .target_ns = 50,
+		  .ratio_of = 1 },
 		{ .label = "launch 4 ranges, 2 threads", .agent = true,
-		  .threads = 2, .iters = 2000000 / scale, .target_ns = 150 },
+		  .threads = 2, .iters = 2000000 / scale, .target_ns = 150,
+		  .ratio_of = 2 },
 		{ .label = "launch 4 ranges, agent disabled", .threads = 1,
 		  .iters = 100000000 / scale, .target_ns = 2 },
 		{ .label = "launch 4 ranges, agent disabled, guarded by "
@@ -714,8 +825,17 @@ int main(int argc, char **argv)
 	if (bench_consumer_nap_us > 0)
 		printf("agent_bench: consumer nap %ld us\n",
 		       bench_consumer_nap_us);
-	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++)
+	bench_medians = mmap(NULL, sizeof(cfgs) / sizeof(cfgs[0]) *
+				   sizeof(double),
+			     PROT_READ | PROT_WRITE,
+			     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (bench_medians == MAP_FAILED)
+		return 1;
+	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
+		bench_index = i;
 		if (only == 0 || (size_t)only == i + 1)
 			failed |= bench_fork(&cfgs[i]);
+	}
+	bench_print_ratios(cfgs, sizeof(cfgs) / sizeof(cfgs[0]));
 	return failed;
 }

@@ -1,7 +1,8 @@
 #!/bin/sh
 # agent_bench.sh - builds agent_bench in Release and runs it: what
 # npusan_launch() costs with the agent on (a consumer process draining the
-# ring), off, with NPUSAN_RING_FULL=block and with NPUSAN_STACKS=16.
+# ring), off, with NPUSAN_RING_FULL=block and with NPUSAN_STACKS=16, and
+# its floor (a bare ring push of the same record), with the ratio to it.
 #
 # $BUILD is the build directory (default ./build-bench). Arguments go to
 # agent_bench: --quick (a tenth of the launches), --only N (one
