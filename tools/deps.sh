@@ -8,17 +8,19 @@
 # Installing needs root (or sudo); nothing is installed when all is present.
 set -eu
 
-build="cmake gcc make pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev check libmicrohttpd-dev"
+# go-md2man turns the man pages (docs/man/*.md) into roff.
+build="cmake gcc make pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev check libmicrohttpd-dev go-md2man"
 # python3-torch brings PyTorch's CUDA Sanitizer, the reference the
 # differential test compares npusan's engine with, and the PyTorch the
 # adapter's tests run; python3-dev builds the adapter's C path
 # (npusan._speedups), so that its tests cover both paths; prometheus brings
 # promtool, which checks the metrics exposition and the alerting rules;
 # systemd brings systemd-analyze and systemd-socket-activate, for the units
-# and socket activation. Without them those tests skip (77).
-test_extra="python3-torch python3-dev prometheus systemd"
+# and socket activation; groff-base brings groff, which renders the man
+# pages in their test. Without them those tests skip (77).
+test_extra="python3-torch python3-dev prometheus systemd groff-base"
 # Each tool a test skips without, as TOOL:PACKAGE.
-test_tools="promtool:prometheus systemd-analyze:systemd systemd-socket-activate:systemd"
+test_tools="promtool:prometheus systemd-analyze:systemd systemd-socket-activate:systemd groff:groff-base go-md2man:go-md2man"
 
 # The torch 2 root: Debian 13 (trixie) with its python3-torch (PyTorch 2.6,
 # Python 3.13) and what building npusan and its C path there needs, built
