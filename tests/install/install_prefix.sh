@@ -30,12 +30,21 @@ fail() { echo "install_prefix: FAIL: $*" >&2; exit 1; }
 [ -s "$build/install_manifest.txt" ] || fail "no install_manifest.txt"
 outside=$(grep -v "^$prefix/" "$build/install_manifest.txt" || true)
 [ -z "$outside" ] || fail "installed outside $prefix: $outside"
-for f in bin/npusanctl bin/npusand bin/npusan-replay include/npusan.h; do
+want="bin/npusanctl bin/npusand bin/npusan-replay include/npusan.h
+share/bash-completion/completions/npusanctl"
+# The man pages, where go-md2man made them.
+if [ -f "$build/docs/man/npusanctl.1" ]; then
+	want="$want share/man/man1/npusanctl.1 share/man/man1/npusand.1
+share/man/man1/npusan-replay.1 share/man/man3/libnpusan.3"
+fi
+for f in $want; do
 	[ -e "$prefix/$f" ] || fail "$f not installed"
 done
 pc=$(find "$prefix" -name npusan.pc)
 lib=$(find "$prefix" -name libnpusan.so.0)
-[ -n "$pc" ] && [ -n "$lib" ] || fail "npusan.pc or libnpusan.so.0 not installed"
+if [ -z "$pc" ] || [ -z "$lib" ]; then
+	fail "npusan.pc or libnpusan.so.0 not installed"
+fi
 pydir=$(dirname "$(dirname "$(find "$prefix" -path '*/npusan/__init__.py')")")
 if grep -rl "$build" "$pc" "$pydir/npusan/_installed.py" >/dev/null; then
 	fail "an installed file names the build tree"
@@ -48,7 +57,8 @@ prefix=$tmp/moved
 pc=$prefix/${pc#"$tmp/prefix/"}
 lib=$prefix/${lib#"$tmp/prefix/"}
 pydir=$prefix/${pydir#"$tmp/prefix/"}
-export PKG_CONFIG_PATH="$(dirname "$pc")"
+PKG_CONFIG_PATH=$(dirname "$pc")
+export PKG_CONFIG_PATH
 flags=$(pkg-config --cflags --libs npusan) || fail "pkg-config npusan"
 libdir=$(pkg-config --variable=libdir npusan)
 [ "$(cd "$libdir" && pwd)" = "$(dirname "$lib")" ] ||
@@ -75,8 +85,9 @@ status=0
 "$prefix/bin/npusanctl" run --socket "$sock" -- "$tmp/race" \
 	>"$tmp/nod.out" 2>&1 || status=$?
 mv "$tmp/npusand.away" "$prefix/bin/npusand"
-[ "$status" -eq 3 ] && grep -q "$prefix/bin/npusand" "$tmp/nod.out" ||
+if [ "$status" -ne 3 ] || ! grep -q "$prefix/bin/npusand" "$tmp/nod.out"; then
 	fail "without its npusand, run exited $status: $(cat "$tmp/nod.out")"
+fi
 
 # 4. The installed Python package.
 if ! "$python3" -c '' 2>/dev/null; then
@@ -86,7 +97,7 @@ if ! "$python3" -c '' 2>/dev/null; then
 fi
 found=$(PYTHONPATH=$pydir "$python3" -c \
 	'import npusan._lib as l; print(l.candidates()[-1])')
-[ "$found" -ef "$lib" ] ||
+[ "$found" = "$lib" ] ||
 	fail "the installed package looks for the agent at $found, not $lib"
 if ! "$python3" -c 'import torch' 2>/dev/null; then
 	echo "install_prefix: SKIP the Python part: $python3 has no torch" \

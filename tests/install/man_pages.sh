@@ -77,4 +77,4 @@ for prog in "$daemon" "$replay"; do
 	[ "$n" -gt 0 ] || fail "$name --help lists no option"
 done
 [ "$bad" -eq 0 ] || exit 1
-echo "man_pages: ok ($(echo $commands | wc -w) commands)"
+echo "man_pages: ok ($(echo "$commands" | wc -w) commands)"
