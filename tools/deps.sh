@@ -8,8 +8,11 @@
 # Installing needs root (or sudo); nothing is installed when all is present.
 set -eu
 
-# go-md2man turns the man pages (docs/man/*.md) into roff.
-build="cmake gcc make pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev check libmicrohttpd-dev go-md2man"
+build="cmake gcc make pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev check libmicrohttpd-dev"
+# go-md2man turns the man pages (docs/man/*.md) into roff. Not in $build,
+# which the torch 2 root's stamp names: the root needs no man pages, and a
+# new stamp would build it again on every machine.
+docs="go-md2man"
 # python3-torch brings PyTorch's CUDA Sanitizer, the reference the
 # differential test compares npusan's engine with, and the PyTorch the
 # adapter's tests run; python3-dev builds the adapter's C path
@@ -122,16 +125,16 @@ torch2() {
 }
 
 case "${1:-build}" in
-build) want="$build"; install_missing ;;
+build) want="$build $docs"; install_missing ;;
 test)
-	want="$build $test_extra"
+	want="$build $docs $test_extra"
 	install_missing
 	say_skips
 	# Where the root cannot be built, its tests skip: not an error here.
 	torch2 || true
 	;;
 # gcovr turns gcov's counts into tools/coverage.sh's per-file figures.
-coverage) want="$build $test_extra gcovr"; install_missing ;;
+coverage) want="$build $docs $test_extra gcovr"; install_missing ;;
 torch2) torch2 ;;
 *) echo "usage: tools/deps.sh [build|test|coverage|torch2]" >&2; exit 2 ;;
 esac

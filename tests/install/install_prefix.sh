@@ -9,6 +9,7 @@
 #    private socket, preloads the installed libnpusan and reports race.c's
 #    data race; without the installed npusand it fails rather than taking
 #    another;
+#  - the installed npusan-replay finds the installed libnpusan;
 #  - the installed package names the installed library (_installed.py),
 #    and race.py's race in npusan.torch's CPU emulation is found under the
 #    installed npusanctl with the installed package; that part skips with
@@ -66,6 +67,14 @@ libdir=$(pkg-config --variable=libdir npusan)
 # shellcheck disable=SC2086 # pkg-config's flags are words
 cc -o "$tmp/race" "$here/race.c" $flags -Wl,-rpath,"$libdir" 2>"$tmp/cc.log" ||
 	fail "race.c does not build with $flags: $(cat "$tmp/cc.log")"
+
+# npusan-replay links libnpusan: its RUNPATH ($ORIGIN/../lib) finds the
+# moved tree's.
+found=$(ldd "$prefix/bin/npusan-replay" |
+	sed -n 's/^[[:space:]]*libnpusan.so.0 => \(.*\) (0x.*/\1/p')
+if [ -z "$found" ] || [ "$(readlink -f "$found")" != "$(readlink -f "$lib")" ]; then
+	fail "npusan-replay does not find $lib: $(ldd "$prefix/bin/npusan-replay")"
+fi
 
 # 3. Under the installed npusanctl, which starts the installed daemon.
 unset NPUSAN_LIBRARY NPUSAN_SOCKET LD_PRELOAD PYTHONPATH
