@@ -30,8 +30,11 @@
  *                            (default 8M)
  *   NPUSAN_RING_FULL=drop|block   what a full ring does (default drop:
  *                            the record is counted and reported as a gap)
- *   NPUSAN_STACKS=N          capture up to N native frames per launch and
- *                            allocation (default 0: off)
+ *   NPUSAN_STACKS=N          capture up to N native frames (0 to 128) per
+ *                            launch and allocation that passes
+ *                            NPUSAN_STACK_NATIVE (default 16; 0: off)
+ *   NPUSAN_STACK_METHOD=fp|unwind   how: frame pointers (default) or
+ *                            the unwinder
  *   NPUSAN_LOG=info|debug    diagnostics on stderr (default: only errors in
  *                            the configuration)
  */

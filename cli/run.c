@@ -146,36 +146,64 @@ static bool run_exists(const char *path, int mode)
 	return path[0] != '\0' && access(path, mode) == 0;
 }
 
+/* `file` (or, when "", the directory itself) in install directory `dir`:
+ * absolute, or relative to `exedir`, where npusanctl was installed; the
+ * directory made canonical (no "bin/..") when it exists. `out` has
+ * PATH_MAX bytes. */
+static void run_install_path(char *out, const char *exedir, const char *dir,
+			     const char *file)
+{
+	char path[PATH_MAX], real[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s%s%s", dir[0] == '/' ? "" : exedir,
+		 dir[0] == '/' ? "" : "/", dir);
+	snprintf(out, PATH_MAX, "%s%s%s",
+		 realpath(path, real) != NULL ? real : path,
+		 file[0] ? "/" : "", file);
+}
+
+/* Whether `exe` is the npusanctl of the build tree it was built in. */
+static bool run_in_build_tree(const char *exe)
+{
+	char built[PATH_MAX];
+
+	return realpath(NPUSAN_BINARY_DIR "/npusanctl", built) != NULL &&
+	       strcmp(built, exe) == 0;
+}
+
 /*
  * The agent, the daemon and the Python package: beside npusanctl in the
- * build tree, else where `cmake --install` put them. $NPUSAN_LIBRARY names
- * the agent explicitly.
+ * build tree, else where `cmake --install` put them, found from
+ * npusanctl's own directory (NPUSAN_INSTALL_* are relative to it), so that
+ * an installed tree works under any prefix and once moved.
+ * $NPUSAN_LIBRARY names the agent explicitly.
  */
 static int run_locate(struct run *r)
 {
-	static const char bin[] = NPUSAN_BINARY_DIR "/";
 	const char *lib = getenv("NPUSAN_LIBRARY");
-	char exe[PATH_MAX];
-	bool built;
+	char exe[PATH_MAX], *exedir;
 
 	if (realpath("/proc/self/exe", exe) == NULL) {
 		fprintf(stderr, RUN_CMD ": cannot find my own executable: %s\n",
 			strerror(errno));
 		return CLI_USAGE;
 	}
-	built = strncmp(exe, bin, sizeof(bin) - 1) == 0;
-	snprintf(r->lib, sizeof(r->lib), "%s",
-		 lib != NULL && lib[0] != '\0' ? lib :
-		 built ? NPUSAN_BINARY_DIR "/agent/libnpusan.so" :
-			 NPUSAN_INSTALL_LIBDIR "/libnpusan.so.0");
-	snprintf(r->daemon, sizeof(r->daemon), "%s/npusand",
-		 built ? NPUSAN_BINARY_DIR "/daemon" : dirname(exe));
-	if (!built && !run_exists(r->daemon, X_OK))
+	if (run_in_build_tree(exe)) {
+		snprintf(r->lib, sizeof(r->lib), "%s",
+			 NPUSAN_BINARY_DIR "/agent/libnpusan.so");
 		snprintf(r->daemon, sizeof(r->daemon), "%s",
-			 NPUSAN_INSTALL_BINDIR "/npusand");
-	snprintf(r->pydir, sizeof(r->pydir), "%s",
-		 built ? NPUSAN_SOURCE_DIR "/agent/python" :
-			 NPUSAN_INSTALL_PYDIR);
+			 NPUSAN_BINARY_DIR "/daemon/npusand");
+		snprintf(r->pydir, sizeof(r->pydir), "%s",
+			 NPUSAN_SOURCE_DIR "/agent/python");
+	} else {
+		exedir = dirname(exe);
+		run_install_path(r->lib, exedir, NPUSAN_INSTALL_LIBDIR,
+				 "libnpusan.so.0");
+		snprintf(r->daemon, sizeof(r->daemon), "%s/npusand", exedir);
+		run_install_path(r->pydir, exedir, NPUSAN_INSTALL_PYDIR, "");
+	}
+	if (lib != NULL && lib[0] != '\0')
+		snprintf(r->lib, sizeof(r->lib), "%s", lib);
 	snprintf(r->pystartup, sizeof(r->pystartup), "%s/npusan/_startup",
 		 r->pydir);
 	if (r->lib[0] != '/' || !run_exists(r->lib, R_OK)) {

@@ -10,21 +10,26 @@
 set -eu
 
 build="cmake gcc make pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev check libmicrohttpd-dev"
+# go-md2man turns the man pages (docs/man/*.md) into roff. Not in $build,
+# which the torch 2 root's stamp names: the root needs no man pages, and a
+# new stamp would build it again on every machine.
+docs="go-md2man"
 # python3-torch brings PyTorch's CUDA Sanitizer, the reference the
 # differential test compares npusan's engine with, and the PyTorch the
 # adapter's tests run; python3-dev builds the adapter's C path
 # (npusan._speedups), so that its tests cover both paths; prometheus brings
 # promtool, which checks the metrics exposition and the alerting rules;
 # systemd brings systemd-analyze and systemd-socket-activate, for the units
-# and socket activation. Without them those tests skip (77).
-test_extra="python3-torch python3-dev prometheus systemd"
+# and socket activation; groff-base brings groff, which renders the man
+# pages in their test. Without them those tests skip (77).
+test_extra="python3-torch python3-dev prometheus systemd groff-base"
 # The Debian packages (debian/, dpkg-buildpackage -us -uc -b) and their
 # check, tests/service/deb_install.sh: debhelper and dh-python build them,
 # python3-dev the adapter's C path, lintian checks them, debootstrap makes
 # the Debian 12 root they are installed into.
 deb="debhelper dh-python python3-dev lintian debootstrap"
 # Each tool a test skips without, as TOOL:PACKAGE.
-test_tools="promtool:prometheus systemd-analyze:systemd systemd-socket-activate:systemd"
+test_tools="promtool:prometheus systemd-analyze:systemd systemd-socket-activate:systemd groff:groff-base go-md2man:go-md2man"
 
 # The torch 2 root: Debian 13 (trixie) with its python3-torch (PyTorch 2.6,
 # Python 3.13) and what building npusan and its C path there needs, built
@@ -126,17 +131,17 @@ torch2() {
 }
 
 case "${1:-build}" in
-build) want="$build"; install_missing ;;
+build) want="$build $docs"; install_missing ;;
 test)
-	want="$build $test_extra"
+	want="$build $docs $test_extra"
 	install_missing
 	say_skips
 	# Where the root cannot be built, its tests skip: not an error here.
 	torch2 || true
 	;;
 # gcovr turns gcov's counts into tools/coverage.sh's per-file figures.
-coverage) want="$build $test_extra gcovr"; install_missing ;;
+coverage) want="$build $docs $test_extra gcovr"; install_missing ;;
 torch2) torch2 ;;
-deb) want="$build $deb"; install_missing ;;
+deb) want="$build $docs $deb"; install_missing ;;
 *) echo "usage: tools/deps.sh [build|test|coverage|torch2|deb]" >&2; exit 2 ;;
 esac
