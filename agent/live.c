@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "grow.h"
 #include "hash.h"
 #include "u64map.h"
 
@@ -92,8 +93,6 @@ void live_event_destroy(uint64_t event, live_push_fn push, void *arg)
 static bool live_stripe_put(struct live_stripe *st, const struct live_alloc *a)
 {
 	uint64_t *at;
-	struct live_alloc *grown;
-
 	if (!live_map_ready(&st->index))
 		return false;
 	at = u64map_get(&st->index, a->ptr);
@@ -101,15 +100,9 @@ static bool live_stripe_put(struct live_stripe *st, const struct live_alloc *a)
 		st->ents[*at] = *a;
 		return true;
 	}
-	if (st->n == st->cap) {
-		size_t cap = st->cap ? st->cap * 2 : 64;
-
-		grown = realloc(st->ents, cap * sizeof(*grown));
-		if (grown == NULL)
-			return false;
-		st->ents = grown;
-		st->cap = cap;
-	}
+	if (grow_array((void **)&st->ents, &st->cap, st->n + 1,
+		       sizeof(*st->ents)) < 0)
+		return false;
 	if (u64map_put(&st->index, a->ptr, st->n) < 0)
 		return false;
 	st->ents[st->n++] = *a;
