@@ -967,8 +967,24 @@ static bool agent_drained(const struct ring *r)
 	       ring_load_relaxed(&r->hdr->head);
 }
 
-/* npusan_wait_drained() for one ring: 0; -ENOTCONN when nobody ever
- * drained it and nobody is about to; -ETIMEDOUT. */
+/* Nobody will take what `r` holds: no consumer ever beat on it, and, for
+ * the daemon's ring, no registration is in flight. */
+static bool agent_ring_orphan(int slot, struct ring *r)
+{
+	/* Relaxed: the beat only tells whether a consumer ever was. */
+	return ring_load_relaxed(&r->hdr->beat) == 0 &&
+	       !(slot == AGENT_DAEMON && register_pending());
+}
+
+/*
+ * npusan_wait_drained() for one ring: 0; -ENOTCONN when nobody ever
+ * drained it and nobody is about to; -ETIMEDOUT. Waits until it is
+ * drained and, for the daemon's ring, the process is registered. A registration in flight is waited for even when nothing
+ * was pushed: a process that sent no operation must still be known to the
+ * daemon before it exits, or its job looks as if it never ran instead of
+ * "registered, nothing analysed". A daemon that is gone takes nothing:
+ * wait for the next one to register, and for what its registration pushed.
+ */
 static int agent_wait_ring(int slot, unsigned timeout_ms)
 {
 	struct timespec nap = { 0, 1000000 };
@@ -976,20 +992,11 @@ static int agent_wait_ring(int slot, unsigned timeout_ms)
 
 	if (r == NULL)
 		return 0;
-	/* Relaxed: the beat only tells whether a consumer ever was. None
-	 * yet, and none answering a registration either: nobody will
-	 * drain. */
-	if (ring_load_relaxed(&r->hdr->beat) == 0) {
-		if (agent_drained(r))
-			return 0;
-		if (!(slot == AGENT_DAEMON && register_pending()))
-			return -ENOTCONN;
-	}
-	/* A daemon that is gone takes nothing: wait for the next one to
-	 * register, and for what its registration pushed. */
 	for (unsigned ms = 0; !agent_drained(r) ||
 			      (slot == AGENT_DAEMON && !register_connected());
 	     ms++) {
+		if (agent_ring_orphan(slot, r))
+			return agent_drained(r) ? 0 : -ENOTCONN;
 		if (ms >= timeout_ms)
 			return -ETIMEDOUT;
 		nanosleep(&nap, NULL);

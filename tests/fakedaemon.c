@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -57,6 +58,10 @@ struct fakedaemon {
 	unsigned disconnect_req; /* asked for; served == req when done */
 	unsigned disconnect_served;
 	unsigned nconns_shared; /* a copy of nconns for other threads */
+	/* Set by the test, read by the thread; relaxed: a setting and a
+	 * count, ordering nothing else. */
+	_Atomic unsigned reply_delay_ms;
+	_Atomic unsigned replies; /* replies the agent's socket took */
 };
 
 static int fd_now_abs(unsigned timeout_ms, struct timespec *ts)
@@ -126,6 +131,23 @@ static int fd_reply(int conn)
 	return frame_send(conn, buf, len, -1, FD_SEND_TIMEOUT_MS);
 }
 
+/* fd_reply() after the delay the test asked for, counting a reply the
+ * agent's socket took (one that had exited refuses it). */
+static int fd_reply_late(struct fakedaemon *d, int conn)
+{
+	unsigned ms = atomic_load_explicit(&d->reply_delay_ms,
+					   memory_order_relaxed);
+	struct timespec nap = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	int err;
+
+	if (ms != 0)
+		nanosleep(&nap, NULL);
+	err = fd_reply(conn);
+	if (err == 0)
+		atomic_fetch_add_explicit(&d->replies, 1, memory_order_relaxed);
+	return err;
+}
+
 static void fd_fill(struct fakedaemon_agent *a, const Npusan__Register *r,
 		    int fd)
 {
@@ -179,7 +201,7 @@ static bool fd_serve(struct fakedaemon *d, unsigned i)
 	/* Queued before the reply goes out: once the agent says it is
 	 * registered, fakedaemon_next() already has it. */
 	fd_enqueue(d, &a);
-	return fd_reply(d->conns[i]) == 0;
+	return fd_reply_late(d, d->conns[i]) == 0;
 }
 
 static void fd_accept(struct fakedaemon *d)
@@ -532,4 +554,14 @@ int fakedaemon_collect(int ring_fd, unsigned quiet_ms, unsigned flags,
 	err = fakedaemon_ring_collect(r, quiet_ms, flags, cb, arg, stats);
 	fakedaemon_ring_close(r);
 	return err;
+}
+
+void fakedaemon_delay_replies(struct fakedaemon *d, unsigned ms)
+{
+	atomic_store_explicit(&d->reply_delay_ms, ms, memory_order_relaxed);
+}
+
+unsigned fakedaemon_replies(struct fakedaemon *d)
+{
+	return atomic_load_explicit(&d->replies, memory_order_relaxed);
 }

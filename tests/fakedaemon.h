@@ -66,6 +66,16 @@ unsigned fakedaemon_connections(struct fakedaemon *d);
 int fakedaemon_disconnect(struct fakedaemon *d);
 
 /*
+ * Answers each Register `ms` milliseconds late from now on, as a busy
+ * daemon would; 0 answers at once.
+ */
+void fakedaemon_delay_replies(struct fakedaemon *d, unsigned ms);
+
+/* Register replies the agents' sockets took so far; a reply to an agent
+ * that had exited is not counted. */
+unsigned fakedaemon_replies(struct fakedaemon *d);
+
+/*
  * Stops the thread, closes the listener, every connection and every fd
  * still queued, and removes the socket file. Accepts NULL.
  */

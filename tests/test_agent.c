@@ -755,6 +755,45 @@ START_TEST(agent_daemon_receives_every_operation)
 }
 END_TEST
 
+/* A process that sends no operation still waits, in npusan_wait_drained(),
+ * for the daemon to answer its registration, however busy the daemon: it
+ * must be known before it exits, or its job looks as if it never ran
+ * ("no process registered") instead of "registered, nothing analysed". */
+START_TEST(agent_without_operations_waits_for_its_registration)
+{
+	static const char blind[] = "npusan-trace 1\n"
+				    "process pid=1 job=blind rank=0\n";
+	char *dir = tu_tmpdir(), sock[PATH_MAX], *trace, *err;
+	const char *traces[1];
+	struct fakedaemon_agent agent;
+	struct fakedaemon *d;
+	unsigned n = 0;
+
+	snprintf(sock, sizeof(sock), "%s/npusand.sock", dir);
+	ck_assert_int_eq(fakedaemon_start(sock, &d), 0);
+	fakedaemon_delay_replies(d, 300);
+	setenv("NPUSAN", "1", 1);
+	setenv("NPUSAN_SOCKET", sock, 1);
+	trace = tu_write_file("blind.trace", blind);
+	traces[0] = trace;
+	ck_assert_int_eq(replay(traces, 1, &err), 0);
+	/* Every process that registered (npusan-replay and its child for
+	 * the trace) took its reply, none had exited before it came. */
+	while (fakedaemon_next(d, n == 0 ? 5000 : 500, &agent) == 0) {
+		close(agent.fd);
+		n++;
+	}
+	ck_assert_uint_gt(n, 0);
+	for (int i = 0; i < 100 && fakedaemon_replies(d) < n; i++)
+		tu_nap_ms(10);
+	ck_assert_uint_eq(fakedaemon_replies(d), n);
+	fakedaemon_stop(d);
+	free(err);
+	free(trace);
+	free(dir);
+}
+END_TEST
+
 static Suite *agent_suite(void)
 {
 	Suite *s = suite_create("agent");
@@ -777,6 +816,7 @@ static Suite *agent_suite(void)
 	tcase_add_test(tc, agent_records_graph_calls_as_version_2);
 	tcase_add_test(tc, agent_replay_records_to_a_path_without_pid);
 	tcase_add_test(tc, agent_daemon_receives_every_operation);
+	tcase_add_test(tc, agent_without_operations_waits_for_its_registration);
 	suite_add_tcase(s, tc);
 	return s;
 }
