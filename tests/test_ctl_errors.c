@@ -1,7 +1,6 @@
 /*
- * test_ctl_errors.c - what npusanctl makes of a daemon's
- * errors: an Error reply, a finding that is not there, malformed replies
- * and silence.
+ * test_ctl_errors.c - what npusanctl makes of a daemon's errors: an Error
+ * reply, a finding that is not there, malformed replies and silence.
  */
 #include <check.h>
 #include <errno.h>

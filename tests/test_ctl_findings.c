@@ -1,8 +1,8 @@
 /*
- * test_ctl_findings.c - `npusanctl findings` against the fake
- * daemon: its JSON exactly as docs/findings.md and `analyze --json` have
- * it, answers in several frames or cut short, the table, every filter,
- * --since, and --follow until SIGINT.
+ * test_ctl_findings.c - `npusanctl findings` against the fake daemon: its
+ * JSON exactly as docs/findings.md and `analyze --json` have it, answers in
+ * several frames or cut short, the table, every filter, --since, and
+ * --follow until SIGINT.
  */
 #include <check.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /*
- * test_ctl_list.c - `npusanctl list` and `stats` against
- * the fake daemon: processes grouped by job in an aligned table, JSON and
- * filters, and the daemon's counters.
+ * test_ctl_list.c - `npusanctl list` and `stats` against the fake daemon:
+ * processes grouped by job in an aligned table, JSON and filters, and the
+ * daemon's counters.
  */
 #include <check.h>
 #include <errno.h>

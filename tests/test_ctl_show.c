@@ -1,7 +1,7 @@
 /*
- * test_ctl_show.c - `npusanctl show`: the text report of
- * `analyze` with first and last seen, repeats and JSON, graph findings,
- * and colour only on a terminal.
+ * test_ctl_show.c - `npusanctl show`: the text report of `analyze` with
+ * first and last seen, repeats and JSON, graph findings, and colour only on
+ * a terminal.
  */
 #include <check.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /*
- * test_engine_api.c - the engine's API (test_engine's TCase
- * api): malformed ops, the stream limit, gaps where ops are skipped, out
- * of memory, and memory bounded over a long run.
+ * test_engine_api.c - the engine's API (test_engine's TCase api): malformed
+ * ops, the stream limit, gaps where ops are skipped, out of memory, and
+ * memory bounded over a long run.
  */
 #include <check.h>
 #include <errno.h>

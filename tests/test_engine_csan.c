@@ -1,7 +1,7 @@
 /*
- * test_engine_csan.c - the behaviours PyTorch's CUDA
- * Sanitizer tests of its EventHandler, and the ordering rules around them
- * (test_engine's TCase csan).
+ * test_engine_csan.c - the behaviours PyTorch's CUDA Sanitizer tests of its
+ * EventHandler, and the ordering rules around them (test_engine's TCase
+ * csan).
  */
 #include <check.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /*
- * test_engine_memory.c - test_engine's TCase memory:
- * allocations, frees and backfill, gaps, deduplication, and the access
- * type of the record_stream check.
+ * test_engine_memory.c - test_engine's TCase memory: allocations, frees and
+ * backfill, gaps, deduplication, and the access type of the record_stream
+ * check.
  */
 #include <check.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /*
- * test_engine_ranges.c - test_engine's byte ranges: overlaps,
- * pieces, elements listed twice, the top of the address space.
+ * test_engine_ranges.c - test_engine's byte ranges: overlaps, pieces,
+ * elements listed twice, the top of the address space.
  */
 #include <check.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /*
- * test_server_frames.c - test_server's hostile frames: garbage,
- * truncated, oversized and unknown frames, a query of another version, and
+ * test_server_frames.c - test_server's hostile frames: garbage, truncated,
+ * oversized and unknown frames, a query of another version, and
  * registrations the daemon must refuse or close on.
  */
 #include <check.h>

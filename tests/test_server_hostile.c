@@ -1,7 +1,7 @@
 /*
- * test_server_hostile.c - issue 12's hostile peers that need no
- * second uid (test_server's TCase hostile): a registration handed over
- * by a dead connector, and the modes of what the daemon makes.
+ * test_server_hostile.c - issue 12's hostile peers that need no second uid
+ * (test_server's TCase hostile): a registration handed over by a dead
+ * connector, and the modes of what the daemon makes.
  */
 #include <check.h>
 #include <errno.h>

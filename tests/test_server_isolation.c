@@ -1,7 +1,7 @@
 /*
- * test_server_isolation.c - the tests of `test_server isolation`,
- * as root and nobody: what one user may see, store and lock out of
- * another's daemon.
+ * test_server_isolation.c - the tests of `test_server isolation`, as root
+ * and nobody: what one user may see, store and lock out of another's
+ * daemon.
  */
 #include <check.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /*
- * test_server_query.c - test_server's queries: an empty
- * database, queries answered off the loop and in order, and follow.
+ * test_server_query.c - test_server's queries: an empty database, queries
+ * answered off the loop and in order, and follow.
  */
 #include <check.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /*
- * test_server_root.c - the tests of `test_server root`: what
- * root reads of every user's data, in answers that span frames or are
- * never read, and the connections the daemon caps.
+ * test_server_root.c - the tests of `test_server root`: what root reads of
+ * every user's data, in answers that span frames or are never read, and the
+ * connections the daemon caps.
  */
 #include <check.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /*
- * test_server_users.c - the tests of `test_server users`: the
- * default paths of a user's daemon, as its clients find them.
+ * test_server_users.c - the tests of `test_server users`: the default paths
+ * of a user's daemon, as its clients find them.
  */
 #include <check.h>
 #include <errno.h>

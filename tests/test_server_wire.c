@@ -1,6 +1,6 @@
 /*
- * test_server_wire.c - the wire code (daemon/wire.c) the
- * daemon frames with: names cleaned, batches split, frames reassembled.
+ * test_server_wire.c - the wire code (daemon/wire.c) the daemon frames
+ * with: names cleaned, batches split, frames reassembled.
  */
 #include <check.h>
 #include <errno.h>

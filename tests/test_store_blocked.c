@@ -1,7 +1,7 @@
 /*
- * test_store_blocked.c - test_store's database that takes no
- * writes, full or locked by another program: the writer's queue kept,
- * bounded and counted, and stored once it can be.
+ * test_store_blocked.c - test_store's database that takes no writes, full
+ * or locked by another program: the writer's queue kept, bounded and
+ * counted, and stored once it can be.
  */
 #include <check.h>
 #include <errno.h>

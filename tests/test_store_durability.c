@@ -1,7 +1,7 @@
 /*
- * test_store_durability.c - test_store's durability: what a
- * reopen or a SIGKILL keeps, retention's pruning, the counters, commit
- * callbacks, flush and WAL.
+ * test_store_durability.c - test_store's durability: what a reopen or a
+ * SIGKILL keeps, retention's pruning, the counters, commit callbacks, flush
+ * and WAL.
  */
 #include <check.h>
 #include <errno.h>

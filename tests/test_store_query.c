@@ -1,7 +1,7 @@
 /*
- * test_store_query.c - test_store's queries: the findings'
- * filters and limit, what one user sees of another's, a finding by id, and
- * the process list, recent first and in pages.
+ * test_store_query.c - test_store's queries: the findings' filters and
+ * limit, what one user sees of another's, a finding by id, and the process
+ * list, recent first and in pages.
  */
 #include <check.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /*
- * test_store_schema.c - test_store's schema: migrations from
- * every older version keeping their rows, graphs and runs kept, and the
- * files the store refuses to open.
+ * test_store_schema.c - test_store's schema: migrations from every older
+ * version keeping their rows, graphs and runs kept, and the files the store
+ * refuses to open.
  */
 #include <check.h>
 #include <errno.h>

@@ -1,8 +1,8 @@
 /*
  * engine_bench_model.c - the training workload's machinery (see
- * engine_bench.c): the streams and the caching allocator model, the
- * model's layers and head as tables, the operations the generator emits,
- * the names and stacks of its call sites, and the model's state set up.
+ * engine_bench.c): the streams and the caching allocator model, the model's
+ * layers and head as tables, the operations the generator emits, the names
+ * and stacks of its call sites, and the model's state set up.
  * engine_bench_train.c drives them through a training run.
  */
 #include <errno.h>

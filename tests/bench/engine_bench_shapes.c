@@ -1,7 +1,7 @@
 /*
- * engine_bench_shapes.c - engine_bench's other generated workloads:
- * --shape flush, an exact-pointer job with a flush every step, and
- * --shape graph, a model captured once and replayed, with its eager twin.
+ * engine_bench_shapes.c - engine_bench's other generated workloads: --shape
+ * flush, an exact-pointer job with a flush every step, and --shape graph, a
+ * model captured once and replayed, with its eager twin.
  */
 #include <errno.h>
 #include <inttypes.h>

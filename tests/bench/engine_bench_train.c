@@ -1,8 +1,8 @@
 /*
  * engine_bench_train.c - the training workload (see engine_bench.c):
- * forward and backward through the layers and the head, the input
- * pipeline, micro-batches and optimizer steps with their deliberate
- * mistakes, and generate(), which runs them to the launch limit.
+ * forward and backward through the layers and the head, the input pipeline,
+ * micro-batches and optimizer steps with their deliberate mistakes, and
+ * generate(), which runs them to the launch limit.
  */
 #include <errno.h>
 #include <inttypes.h>
