@@ -52,6 +52,7 @@
 #include "engine.h"
 #include "engine_bench.h"
 #include "engine_bench_train.h"
+#include "grow.h"
 #include "op.h"
 #include "symtab.h"
 #include "trace.h"
@@ -155,10 +156,9 @@ struct op *workload_emit(struct workload *w, enum op_kind kind)
 {
 	struct op *op;
 
-	if (w->nops == w->cap) {
-		w->cap = w->cap ? 2 * w->cap : 1 << 20;
-		w->ops = xrealloc(w->ops, w->cap * sizeof(*w->ops));
-	}
+	if (grow_array((void **)&w->ops, &w->cap, w->nops + 1,
+		       sizeof(*w->ops)) < 0)
+		die("out of memory");
 	op = &w->ops[w->nops++];
 	memset(op, 0, sizeof(*op));
 	op->kind = kind;

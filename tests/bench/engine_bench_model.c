@@ -16,6 +16,7 @@
 
 #include "engine_bench.h"
 #include "engine_bench_train.h"
+#include "grow.h"
 #include "op.h"
 #include "symtab.h"
 
@@ -84,10 +85,9 @@ static void devmem_put(struct devmem *m, int stream, uint64_t block,
 {
 	struct freelist *l = freelist_of(m, stream, block);
 
-	if (l->n == l->cap) {
-		l->cap = l->cap ? 2 * l->cap : 16;
-		l->ptrs = xrealloc(l->ptrs, l->cap * sizeof(*l->ptrs));
-	}
+	if (grow_array((void **)&l->ptrs, &l->cap, l->n + 1,
+		       sizeof(*l->ptrs)) < 0)
+		die("out of memory");
 	l->ptrs[l->n++] = ptr;
 }
 

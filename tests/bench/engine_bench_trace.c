@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "engine_bench.h"
+#include "grow.h"
 #include "op.h"
 #include "symtab.h"
 #include "trace.h"
@@ -35,8 +36,9 @@ static char *slurp(const char *path, size_t *len)
 	buf = xrealloc(NULL, cap);
 	while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
 		n += got;
-		if (n == cap)
-			buf = xrealloc(buf, cap *= 2);
+		if (n == cap &&
+		    grow_array((void **)&buf, &cap, n + 1, sizeof(*buf)) < 0)
+			die("out of memory");
 	}
 	if (ferror(f)) {
 		fprintf(stderr, "engine_bench: reading %s failed\n", path);
