@@ -11,6 +11,8 @@
  * daemon's process id, else by pid and rank), so every process a finding
  * names is in the list asked for after it (a process pruned in between
  * gets a test case of its own from the finding).
+ *
+ * The JUnit file is written by jobreport_junit.c, over jobreport_int.h.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +27,7 @@
 #include "client.h"
 #include "grow.h"
 #include "jobreport.h"
+#include "jobreport_int.h"
 #include "settle.h"
 #include "table.h"
 
@@ -83,49 +86,6 @@ static const char jr_usage[] =
 	"written, 3 no daemon answered or it refused the request, 4 npusan\n"
 	"analysed no operation of the job, 5 no findings but operations were\n"
 	"lost (the verdict is incomplete; 0 with --allow-incomplete).\n";
-
-/* A process of the job and its findings (a testcase). */
-struct jr_proc {
-	bool has_id, has_rank, has_pid;
-	int64_t id; /* the daemon's process id */
-	uint32_t rank, pid;
-	const char *state;
-	const char *run;  /* NULL: none */
-	int64_t first_ms; /* when it registered */
-	bool launcher;    /* no rank, and did nothing */
-	uint64_t events, lost;
-	size_t *finds; /* indexes into jr.finds */
-	size_t nfinds, finds_cap;
-};
-
-struct jr {
-	const char *job;
-	const char *cmd;
-	/* jobreport_findings(): only what was active since, Unix ms; and no
-	 * process without a rank that did nothing (a launcher). */
-	int64_t since_ms;
-	bool json;
-	const char *junit;
-	int error_exitcode;
-	bool allow_incomplete;
-	/* The run reported: `run` (NULL: none) when has_run, else the
-	 * latest (that of the process that registered last), unless all. */
-	bool has_run, all;
-	const char *run;
-	size_t nruns; /* distinct runs of the job's processes listed */
-	/* The job's processes listed, launchers left out of nprocs or not:
-	 * whether any registered at all, for the verdict. */
-	size_t nseen;
-	/* Processes that exited but the daemon had not stored in time. */
-	size_t unstored;
-	Npusan__FromDaemon **msgs; /* every reply, kept for its strings */
-	size_t nmsgs, msgs_cap;
-	const Npusan__Finding **finds;
-	size_t nfinds, finds_cap;
-	struct jr_proc *procs;
-	size_t nprocs, procs_cap;
-	bool answered;
-};
 
 static int jr_keep(struct jr *r, Npusan__FromDaemon *m)
 {
@@ -303,7 +263,6 @@ static int proc_cmp(const void *pa, const void *pb)
 	return a->pid < b->pid ? -1 : a->pid > b->pid;
 }
 
-
 /* Gives each finding to its process. 0; -ENOMEM. */
 static int jr_assign(struct jr *r)
 {
@@ -337,18 +296,6 @@ static int jr_assign(struct jr *r)
 }
 
 /* ---- counting ------------------------------------------------------------ */
-
-struct jr_kind {
-	const char *kind;
-	size_t n;
-};
-
-struct jr_sum {
-	size_t ranks, findings, unstored;
-	uint64_t events, lost, occurrences;
-	struct jr_kind kinds[16]; /* known kinds first, then others */
-	size_t nkinds;
-};
 
 static void jr_count_kind(struct jr_kind *k, size_t *nk, size_t max,
 			  const char *kind)
@@ -391,7 +338,7 @@ static void jr_sum(const struct jr *r, struct jr_sum *s)
 /* ---- the verdict --------------------------------------------------------- */
 
 /* Findings first: a finding is true whatever else was missed. */
-static enum jobreport_verdict jr_outcome(const struct jr_sum *s)
+enum jobreport_verdict jr__outcome(const struct jr_sum *s)
 {
 	if (s->findings > 0)
 		return JOBREPORT_FINDINGS;
@@ -448,7 +395,7 @@ static const char *kind_words(const char *kind, size_t n)
 }
 
 /* A process's name: "rank 0 (pid 1234)", "pid 1234", "rank 0", "?". */
-static void proc_name(const struct jr_proc *p, char *buf, size_t len)
+void jr__proc_name(const struct jr_proc *p, char *buf, size_t len)
 {
 	if (p->has_rank && p->has_pid)
 		snprintf(buf, len, "rank %" PRIu32 " (pid %" PRIu32 ")",
@@ -513,7 +460,7 @@ static char *jr_verdict(const struct jr *r, const struct jr_sum *s)
 	fputs("npusan: job ", b);
 	text_put(b, r->job);
 	fputs(": ", b);
-	if (jr_outcome(s) == JOBREPORT_NOTHING) {
+	if (jr__outcome(s) == JOBREPORT_NOTHING) {
 		jr_why_nothing(r, b);
 	} else if (s->findings == 0) {
 		fputs(s->lost > 0 || s->unstored > 0 ?
@@ -682,7 +629,7 @@ static void jr_json(const struct jr *r, const struct jr_sum *s,
 	       "\"ranks\":%zu,\"processes\":%zu,\"operations\":%" PRIu64
 	       ",\"lost\":%" PRIu64 ",\"findings\":%zu,"
 	       "\"occurrences\":%" PRIu64 ",\"by_kind\":",
-	       jr_outcome(s) == JOBREPORT_CLEAN ? "true" : "false",
+	       jr__outcome(s) == JOBREPORT_CLEAN ? "true" : "false",
 	       s->events > 0 ? "true" : "false",
 	       s->lost == 0 ? "true" : "false", s->ranks, r->nprocs, s->events,
 	       s->lost, s->findings, s->occurrences);
@@ -721,211 +668,6 @@ static void jr_json(const struct jr *r, const struct jr_sum *s,
 		fputs("]}", stdout);
 	}
 	fputs("]}\n", stdout);
-}
-
-/* ---- JUnit --------------------------------------------------------------- */
-
-#define XML_FFFD "\xef\xbf\xbd" /* U+FFFD, the replacement character */
-
-/*
- * One character that text_shown() shows, n bytes at p: markup characters
- * as entities; U+FFFE and U+FFFF (no XML 1.0 characters, not even as
- * references) as U+FFFD.
- */
-static void xml_put_shown(FILE *f, const unsigned char *p, size_t n,
-			  bool attr)
-{
-	if (n == 3 && p[0] == 0xef && p[1] == 0xbf && p[2] >= 0xbe)
-		fputs(XML_FFFD, f);
-	else if (n > 1)
-		fwrite(p, 1, n, f);
-	else if (p[0] == '&')
-		fputs("&amp;", f);
-	else if (p[0] == '<')
-		fputs("&lt;", f);
-	else if (p[0] == '>')
-		fputs("&gt;", f);
-	else if (p[0] == '"' && attr)
-		fputs("&quot;", f);
-	else
-		fputc(p[0], f);
-}
-
-/*
- * `s` as XML character data or an attribute value. What text_shown()
- * (common/text.h, the one policy) refuses becomes U+FFFD, except tab,
- * newline and CR, which XML allows: as they are in character data, as
- * references in attributes (which survive attribute normalisation).
- */
-static void xml_put(FILE *f, const char *s, bool attr)
-{
-	const unsigned char *p = (const unsigned char *)s;
-	size_t avail = strlen(s), n;
-
-	for (; avail > 0; p += n, avail -= n) {
-		if (text_shown(p, avail, &n))
-			xml_put_shown(f, p, n, attr);
-		else if (*p != '\t' && *p != '\n' && *p != '\r')
-			fputs(XML_FFFD, f);
-		else if (attr)
-			fprintf(f, "&#%u;", *p);
-		else
-			fputc(*p, f);
-	}
-}
-
-static void jr_junit_failure(FILE *f, const Npusan__Finding *pf)
-{
-	struct finding_view rf;
-	char *text = NULL, *msg = NULL;
-	size_t len = 0;
-	FILE *m;
-
-	client_finding(pf, &rf); /* checked as the reply came */
-	if (rf.has_previous)
-		(void)!asprintf(&msg, "%s: %s / %s", rf.kind,
-				rf.access.op ? rf.access.op : "?",
-				rf.previous.op ? rf.previous.op : "?");
-	else
-		(void)!asprintf(&msg, "%s: %s", rf.kind,
-				rf.access.op ? rf.access.op : "?");
-	fputs("      <failure type=\"", f);
-	xml_put(f, rf.kind, true);
-	fputs("\" message=\"", f);
-	xml_put(f, msg ? msg : rf.kind, true);
-	fputs("\">", f);
-	m = open_memstream(&text, &len);
-	if (m != NULL) {
-		report_text(m, false, &rf);
-		if (fclose(m) == 0)
-			xml_put(f, text, false);
-	}
-	fputs("</failure>\n", f);
-	free(text);
-	free(msg);
-}
-
-/*
- * Whether the file gets an errored testcase: a job npusan saw nothing of,
- * or saw only part of without findings, must not look green in CI.
- */
-static bool jr_junit_error(const struct jr *r, const struct jr_sum *s)
-{
-	enum jobreport_verdict v = jr_outcome(s);
-
-	return v == JOBREPORT_NOTHING ||
-	       (v == JOBREPORT_INCOMPLETE && !r->allow_incomplete);
-}
-
-static void jr_junit_analysis(FILE *f, const struct jr *r,
-			      const struct jr_sum *s, const char *verdict)
-{
-	fputs("    <testcase classname=\"npusan.", f);
-	xml_put(f, r->job, true);
-	fprintf(f, "\" name=\"npusan analysis\">\n"
-		   "      <error type=\"%s\" message=\"",
-		jr_outcome(s) == JOBREPORT_NOTHING ? "nothing_analysed" :
-						     "incomplete");
-	xml_put(f, verdict, true);
-	fputs("\">", f);
-	xml_put(f, verdict, false);
-	fputs("</error>\n    </testcase>\n", f);
-}
-
-static void jr_junit_body(FILE *f, const struct jr *r, const struct jr_sum *s,
-			  const char *verdict)
-{
-	size_t failed = 0, errors = jr_junit_error(r, s) ? 1 : 0;
-	size_t tests = r->nprocs + errors;
-	char name[64];
-
-	for (size_t i = 0; i < r->nprocs; i++)
-		failed += r->procs[i].nfinds > 0;
-	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-		   "<testsuites name=\"npusan\" tests=\"%zu\" "
-		   "failures=\"%zu\" errors=\"%zu\">\n"
-		   "  <testsuite name=\"npusan job ",
-		tests, failed, errors);
-	xml_put(f, r->job, true);
-	fprintf(f, "\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\" "
-		   "skipped=\"0\">\n"
-		   "    <properties>\n"
-		   "      <property name=\"ranks\" value=\"%zu\"/>\n"
-		   "      <property name=\"operations\" value=\"%" PRIu64
-		   "\"/>\n"
-		   "      <property name=\"lost\" value=\"%" PRIu64 "\"/>\n"
-		   "      <property name=\"findings\" value=\"%zu\"/>\n",
-		tests, failed, errors, s->ranks, s->events, s->lost,
-		s->findings);
-	if (r->has_run && r->run != NULL) {
-		fputs("      <property name=\"run\" value=\"", f);
-		xml_put(f, r->run, true);
-		fputs("\"/>\n", f);
-	}
-	fputs("    </properties>\n", f);
-	if (errors > 0)
-		jr_junit_analysis(f, r, s, verdict);
-	for (size_t i = 0; i < r->nprocs; i++) {
-		const struct jr_proc *p = &r->procs[i];
-
-		proc_name(p, name, sizeof(name));
-		fputs("    <testcase classname=\"npusan.", f);
-		xml_put(f, r->job, true);
-		fprintf(f, "\" name=\"%s\"%s\n", name, p->nfinds ? ">" : "/>");
-		for (size_t j = 0; j < p->nfinds; j++)
-			jr_junit_failure(f, r->finds[p->finds[j]]);
-		if (p->nfinds)
-			fputs("    </testcase>\n", f);
-	}
-	fputs("    <system-out>", f);
-	xml_put(f, verdict, false);
-	fputs("</system-out>\n  </testsuite>\n</testsuites>\n", f);
-}
-
-/* Writes the JUnit file: a temporary file beside it, renamed over it.
- * 0; a negative errno (nothing is left behind). */
-static int jr_junit(const struct jr *r, const struct jr_sum *s,
-		    const char *verdict)
-{
-	size_t n = strlen(r->junit);
-	char *tmp = malloc(n + 16);
-	mode_t mask;
-	FILE *f;
-	int fd, err;
-
-	if (tmp == NULL)
-		return -ENOMEM;
-	snprintf(tmp, n + 16, "%s.tmp.XXXXXX", r->junit);
-	fd = mkstemp(tmp);
-	if (fd < 0) {
-		err = -errno;
-		free(tmp);
-		return err;
-	}
-	mask = umask(0);
-	umask(mask);
-	f = fdopen(fd, "w");
-	if (f == NULL) {
-		err = -errno;
-		close(fd);
-		goto err;
-	}
-	jr_junit_body(f, r, s, verdict);
-	err = fflush(f) != 0 || ferror(f) ? -EIO : 0;
-	if (err == 0 && (fchmod(fd, 0666 & ~mask) < 0 || fsync(fd) < 0))
-		err = -errno;
-	if (fclose(f) != 0 && err == 0)
-		err = -EIO;
-	if (err == 0 && rename(tmp, r->junit) < 0)
-		err = -errno;
-	if (err == 0) {
-		free(tmp);
-		return 0;
-	}
-err:
-	unlink(tmp);
-	free(tmp);
-	return err;
 }
 
 /* ---- the command --------------------------------------------------------- */
@@ -1086,7 +828,7 @@ static int jr_run(struct jr *r, const struct client_opts *co)
 	verdict = jr_verdict(r, &s);
 	if (verdict == NULL)
 		goto oom;
-	if (r->junit != NULL && (err = jr_junit(r, &s, verdict)) < 0) {
+	if (r->junit != NULL && (err = jr__junit(r, &s, verdict)) < 0) {
 		fprintf(stderr, JR_CMD ": cannot write %s: %s\n", r->junit,
 			strerror(-err));
 		free(verdict);
@@ -1099,7 +841,7 @@ static int jr_run(struct jr *r, const struct client_opts *co)
 		goto oom;
 	}
 	free(verdict);
-	return jobreport_status(jr_outcome(&s), r->error_exitcode,
+	return jobreport_status(jr__outcome(&s), r->error_exitcode,
 				r->allow_incomplete);
 oom:
 	fprintf(stderr, JR_CMD ": out of memory\n");
@@ -1153,7 +895,7 @@ int jobreport_findings(const struct client_opts *co, const char *cmd,
 			report_text(stdout, color, &f);
 	}
 	fprintf(json ? stderr : stdout, "%s\n", verdict);
-	*outcome = jr_outcome(&s);
+	*outcome = jr__outcome(&s);
 	status = CLI_OK;
 	goto out;
 oom:

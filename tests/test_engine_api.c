@@ -1,0 +1,210 @@
+/*
+ * test_engine_api.c - the engine's API (test_engine's TCase api): malformed
+ * ops, the stream limit, gaps where ops are skipped, out of memory, and
+ * memory bounded over a long run.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "engine_helpers.h"
+#include "testutil.h"
+
+/* ---- the engine API ----------------------------------------------------- */
+
+static void count_cb(const struct finding *f, bool first, void *arg)
+{
+	(void)f;
+	(void)first;
+	(*(size_t *)arg)++;
+}
+
+START_TEST(engine_rejects_malformed_ops)
+{
+	struct engine_opts o = { .finding_cb = count_cb };
+	struct op_range bad[] = { { 0x10, 0 }, { UINT64_MAX, 2 } };
+	struct op op = { .kind = OP_LAUNCH, .reads = bad, .nreads = 1 };
+	struct engine *e;
+	size_t n = 0;
+
+	o.arg = &n;
+	ck_assert_int_eq(engine_new(&(struct engine_opts){ 0 }, &e), -EINVAL);
+	ck_assert_int_eq(engine_new(&o, &e), 0);
+	ck_assert_int_eq(engine_feed(e, &op), -EINVAL);
+	op.reads = &bad[1];
+	ck_assert_int_eq(engine_feed(e, &op), -EINVAL);
+	op = (struct op){ .kind = OP_ALLOC, .ptr = UINT64_MAX, .size = 2 };
+	ck_assert_int_eq(engine_feed(e, &op), -EINVAL);
+	op = (struct op){ .kind = OP_KIND_COUNT };
+	ck_assert_int_eq(engine_feed(e, &op), -EINVAL);
+	engine_free(e);
+	engine_free(NULL);
+}
+END_TEST
+
+START_TEST(engine_stream_limit_is_an_error_not_a_crash)
+{
+	struct engine_opts o = { .finding_cb = count_cb };
+	struct engine_stats st;
+	struct engine *e;
+	size_t n = 0;
+	struct op op = { .kind = OP_STREAM_CREATE };
+
+	o.arg = &n;
+	ck_assert_int_eq(engine_new(&o, &e), 0);
+	for (uint64_t s = 1; s < ENGINE_MAX_STREAMS; s++) {
+		op.stream = s * 7919;
+		ck_assert_int_eq(engine_feed(e, &op), 0);
+	}
+	op.stream = 1;
+	ck_assert_int_eq(engine_feed(e, &op), -E2BIG);
+	op = (struct op){ .kind = OP_STREAM_WAIT, .stream = 7919, .on = 2 };
+	ck_assert_int_eq(engine_feed(e, &op), -E2BIG);
+	op = (struct op){ .kind = OP_DEVICE_SYNC };
+	ck_assert_int_eq(engine_feed(e, &op), 0);
+	engine_get_stats(e, &st);
+	ck_assert_uint_eq(st.streams, ENGINE_MAX_STREAMS);
+	engine_free(e);
+}
+END_TEST
+
+/* Skipped past the limit: one gap for a run of skipped ops, a new one
+ * after an op analysed in between, and no race across the gap. */
+START_TEST(engine_feed_or_skip_puts_a_gap_where_it_skips)
+{
+	struct engine_opts o = { .finding_cb = count_cb };
+	struct engine_stats st;
+	struct engine *e;
+	size_t n = 0;
+	bool skipping = false;
+	struct op op = { .kind = OP_STREAM_CREATE };
+	struct op_range w = { 0x1000, 8 }, r = { 0x1000, 8 };
+
+	o.arg = &n;
+	ck_assert_int_eq(engine_new(&o, &e), 0);
+	for (uint64_t s = 1; s < ENGINE_MAX_STREAMS; s++) {
+		op.stream = s;
+		ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping), 0);
+	}
+	op = (struct op){ .kind = OP_LAUNCH, .stream = 0, .writes = &w,
+			  .nwrites = 1 };
+	ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping), 0);
+	op = (struct op){ .kind = OP_STREAM_CREATE, .stream = 5000 };
+	ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping),
+			 ENGINE_SKIPPED_GAP);
+	op.stream = 5001;
+	ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping),
+			 ENGINE_SKIPPED);
+	/* The write before the gap and this read make no race. */
+	op = (struct op){ .kind = OP_LAUNCH, .stream = 1, .reads = &r,
+			  .nreads = 1 };
+	ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping), 0);
+	ck_assert_uint_eq(n, 0);
+	op = (struct op){ .kind = OP_STREAM_CREATE, .stream = 5002 };
+	ck_assert_int_eq(engine_feed_or_skip(e, &op, &skipping),
+			 ENGINE_SKIPPED_GAP);
+	engine_get_stats(e, &st);
+	ck_assert_uint_eq(st.gaps, 2);
+	engine_free(e);
+}
+END_TEST
+
+/* Out of memory part way through a launch forgets history instead of
+ * inventing findings, and the engine keeps working. */
+START_TEST(engine_out_of_memory_forgets_and_goes_on)
+{
+	struct engine_opts o = { .finding_cb = count_cb, .max_bytes = 400000 };
+	struct op_range w;
+	struct op op = { .kind = OP_LAUNCH, .writes = &w, .nwrites = 1 };
+	struct engine *e;
+	size_t n = 0, nomem = 0;
+
+	o.arg = &n;
+	ck_assert_int_eq(engine_new(&o, &e), 0);
+	for (uint64_t i = 0; i < 100000; i++) {
+		int rc;
+
+		w = (struct op_range){ i * 64, 8 };
+		op.stream = 0;
+		rc = engine_feed(e, &op);
+		ck_assert(rc == 0 || rc == -ENOMEM);
+		nomem += rc == -ENOMEM;
+	}
+	ck_assert_uint_gt(nomem, 0);
+	ck_assert_uint_eq(n, 0);
+	/* still analysing after the failures */
+	w = (struct op_range){ 0x10, 1 };
+	op.stream = 1;
+	ck_assert_int_eq(engine_feed(e, &op), 0);
+	op.stream = 2;
+	ck_assert_int_eq(engine_feed(e, &op), 0);
+	ck_assert_uint_eq(n, 1);
+	engine_free(e);
+}
+END_TEST
+
+/*
+ * A long run with a bounded working set does not grow: the same training
+ * loop (allocations reused, reads of weights that are never written, an
+ * optimizer step that syncs) has held no more memory after 2000 steps than
+ * after 200. Returns the engine's peak memory.
+ */
+static size_t run_steps(int steps, bool sync)
+{
+	struct engine_opts o = { .finding_cb = count_cb };
+	struct engine_stats st;
+	struct engine *e;
+	size_t n = 0;
+
+	o.arg = &n;
+	ck_assert_int_eq(engine_new(&o, &e), 0);
+	for (int step = 0; step < steps; step++) {
+		for (uint64_t t = 0; t < 64; t++) {
+			struct op_range act = { 0x100000 + t * 0x1000, 0x1000 };
+			struct op_range weight = { 0x900000 + t * 0x1000, 0x1000 };
+			struct op_range rd[2] = { weight, act };
+			struct op a = { .kind = OP_ALLOC, .ptr = act.ptr,
+					.size = act.len, .has_stream = true };
+			struct op l = { .kind = OP_LAUNCH, .stream = t % 2,
+					.name = 1 + (uint32_t)t,
+					.reads = rd, .nreads = 1,
+					.writes = &act, .nwrites = 1 };
+			struct op r = { .kind = OP_LAUNCH, .stream = t % 2,
+					.name = 2, .reads = rd, .nreads = 2 };
+			struct op f = { .kind = OP_FREE, .ptr = act.ptr };
+
+			ck_assert_int_eq(engine_feed(e, &a), 0);
+			ck_assert_int_eq(engine_feed(e, &l), 0);
+			ck_assert_int_eq(engine_feed(e, &r), 0);
+			ck_assert_int_eq(engine_feed(e, &f), 0);
+		}
+		if (sync) {
+			struct op d = { .kind = OP_DEVICE_SYNC };
+
+			ck_assert_int_eq(engine_feed(e, &d), 0);
+		}
+	}
+	engine_get_stats(e, &st);
+	engine_free(e);
+	return st.peak_bytes;
+}
+
+START_TEST(engine_memory_bounded_in_long_run)
+{
+	ck_assert_uint_eq(run_steps(200, true), run_steps(2000, true));
+	/* without any sync, repeats of one site are merged past a bound */
+	ck_assert_uint_eq(run_steps(200, false), run_steps(2000, false));
+}
+END_TEST
+
+void engine_api_add(TCase *tc)
+{
+	tcase_add_test(tc, engine_rejects_malformed_ops);
+	tcase_add_test(tc, engine_stream_limit_is_an_error_not_a_crash);
+	tcase_add_test(tc, engine_feed_or_skip_puts_a_gap_where_it_skips);
+	tcase_add_test(tc, engine_out_of_memory_forgets_and_goes_on);
+	tcase_add_test(tc, engine_memory_bounded_in_long_run);
+}
