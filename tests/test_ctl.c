@@ -31,6 +31,9 @@
 
 extern char **environ;
 
+/* tests/test_ctl_limits.c: --print-limit and --op/--exclude-op. */
+void test_ctl_limits_add(TCase *tc);
+
 /* ---- the fake daemon ----------------------------------------------------- */
 
 enum fq_act {
@@ -1718,6 +1721,7 @@ static Suite *ctl_suite(void)
 	tcase_add_test(tc, ctl_list_groups_by_job_in_an_aligned_table);
 	tcase_add_test(tc, ctl_list_json_and_filters);
 	tcase_add_test(tc, ctl_stats_text_and_json);
+	test_ctl_limits_add(tc);
 	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
 	return s;
