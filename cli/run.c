@@ -617,7 +617,8 @@ static int run_job(struct run *r, int *cmd_status)
 
 /* ---- the findings -------------------------------------------------------- */
 
-/* Counts the processes of other jobs not exited yet. */
+/* Counts the processes of other jobs not exited yet, and the operations
+ * this run's processes lost. */
 struct run_count {
 	const char *job;
 	const char *run;
@@ -637,7 +638,6 @@ static int run_count_cb(void *arg, Npusan__FromDaemon *m)
 	}
 	for (size_t i = 0; i < lr->n_processes; i++) {
 		const Npusan__Process *p = lr->processes[i];
-
 		bool ours = p->job != NULL && strcmp(p->job, c->job) == 0;
 
 		if (p->state != NULL && strcmp(p->state, "exited") != 0 &&
@@ -652,7 +652,7 @@ static int run_count_cb(void *arg, Npusan__FromDaemon *m)
 	return done ? CLIENT_DONE : CLIENT_MORE;
 }
 
-/* Asks the daemon for c->busy. A status. */
+/* Asks the daemon for c->busy and c->lost. A status. */
 static int run_count(const struct client_opts *co, struct run_count *c)
 {
 	Npusan__ListRequest req = NPUSAN__LIST_REQUEST__INIT;
