@@ -35,10 +35,11 @@ struct analyze_opts {
 	bool every;
 	bool allow_incomplete;
 	int error_exitcode;
+	struct cli_print pr; /* --op, --exclude-op, --print-limit, --output */
 };
 
 struct analysis {
-	const struct analyze_opts *o;
+	struct analyze_opts *o;
 	const struct symtab *syms;                 /* the trace's */
 	const struct trace_process *process; /* NULL or !present: unknown */
 	struct finding_frames frames; /* for finding_view_of() */
@@ -74,6 +75,9 @@ static const char analyze_usage[] =
 	"                       (default 1)\n"
 	"  --allow-incomplete   exit 0, not 5, when nothing was found but\n"
 	"                       operations were lost\n"
+	CLI_OUTPUT_HELP
+	CLI_PRINT_LIMIT_HELP
+	CLI_FILTER_HELP
 	"  -h, --help           show this help\n"
 	"\n"
 	"Every trace is analysed, also after a bad one. A trace whose last\n"
@@ -83,7 +87,9 @@ static const char analyze_usage[] =
 	"Exit status: 0 no findings in everything the traces hold, 1 (or N)\n"
 	"findings, 2 usage error or bad input (each error names the file and\n"
 	"line; findings before it are printed), 4 the traces hold no operation,\n"
-	"5 no findings, but operations were lost (gaps, a trace cut short).\n";
+	"5 no findings, but operations were lost (gaps, a trace cut short).\n"
+	"Findings left out by --op or --exclude-op count as none; the verdict\n"
+	"line still counts them.\n";
 
 static void print_finding(struct analysis *a, struct finding *f)
 {
@@ -103,10 +109,7 @@ static void print_finding(struct analysis *a, struct finding *f)
 		rf.has_rank = p->has_rank;
 		rf.rank = p->rank;
 	}
-	if (a->o->json)
-		report_json(stdout, &rf);
-	else
-		report_text(stdout, a->color, &rf);
+	cli_print_finding(&a->o->pr, stdout, a->o->json, a->color, &rf);
 }
 
 static void finding_cb(const struct finding *f, bool first, void *arg)
@@ -322,6 +325,10 @@ static int parse_opts(int argc, char **argv, struct analyze_opts *o)
 		{ "every", no_argument, NULL, 'e' },
 		{ "error-exitcode", required_argument, NULL, 'x' },
 		{ "allow-incomplete", no_argument, NULL, 'a' },
+		CLI_LONGOPT_OUTPUT,
+		CLI_LONGOPT_PRINT_LIMIT,
+		CLI_LONGOPT_OP,
+		CLI_LONGOPT_EXCLUDE_OP,
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -344,6 +351,15 @@ static int parse_opts(int argc, char **argv, struct analyze_opts *o)
 			status = client_parse_exitcode("npusanctl analyze",
 						       optarg,
 						       &o->error_exitcode);
+			if (status >= 0)
+				return status;
+			break;
+		case CLI_OPT_OUTPUT:
+		case CLI_OPT_PRINT_LIMIT:
+		case CLI_OPT_OP:
+		case CLI_OPT_EXCLUDE_OP:
+			status = cli_print_option("npusanctl analyze", c, optarg,
+						  &o->pr);
 			if (status >= 0)
 				return status;
 			break;
@@ -373,8 +389,12 @@ int cli_analyze(int argc, char **argv)
 {
 	struct analyze_opts o = { .error_exitcode = CLI_FINDINGS };
 	struct analysis a = { .o = &o };
-	int status = parse_opts(argc, argv, &o);
+	int status = parse_opts(argc, argv, &o), fd;
 
+	if (status < 0)
+		status = cli_output_open("npusanctl analyze", &o.pr, &fd);
+	if (status < 0)
+		status = cli_output_to("npusanctl analyze", fd);
 	if (status >= 0)
 		return status;
 	a.color = !o.json && report_want_color(stdout);
@@ -386,8 +406,9 @@ int cli_analyze(int argc, char **argv)
 	 * is not plain: findings or a clean analysis say it on stdout. */
 	if (!o.json)
 		print_summary(stdout, &a);
-	else if (a.next_id == 0 && (a.ops == 0 || analysis_incomplete(&a)))
+	else if (o.pr.kept == 0 && (a.ops == 0 || analysis_incomplete(&a)))
 		print_summary(stderr, &a);
+	cli_print_say(&o.pr);
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		fprintf(stderr, "npusanctl: writing the report failed: %s\n",
 			strerror(errno));
@@ -395,7 +416,7 @@ int cli_analyze(int argc, char **argv)
 	}
 	if (a.nbad > 0)
 		return CLI_USAGE;
-	if (a.next_id > 0)
+	if (o.pr.kept > 0)
 		return o.error_exitcode;
 	if (a.ops == 0)
 		return CLI_NOTHING_ANALYSED;

@@ -10,6 +10,9 @@
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include "finding_view.h"
 
 /*
  * Exit statuses shared by every command: 0-2 as docs/findings.md
@@ -53,6 +56,100 @@ struct cli_target {
  */
 int cli_target_option(const char *cmd, int c, const char *arg,
 		      unsigned flags, struct cli_target *t);
+
+/*
+ * What a command prints of its findings, and where (cli/filter.c):
+ * --op PATTERN and --exclude-op PATTERN (fnmatch(3) globs over the
+ * operators of a finding's access and previous access, repeatable),
+ * --print-limit N and --output FILE. Put the CLI_LONGOPT_* a command takes
+ * in its getopt_long() options and hand what they return to
+ * cli_print_option().
+ */
+#define CLI_OPT_OP 0x200
+#define CLI_OPT_EXCLUDE_OP 0x201
+#define CLI_OPT_PRINT_LIMIT 0x202
+#define CLI_OPT_OUTPUT 0x203
+#define CLI_LONGOPT_OP { "op", required_argument, NULL, CLI_OPT_OP }
+#define CLI_LONGOPT_EXCLUDE_OP                                           \
+	{ "exclude-op", required_argument, NULL, CLI_OPT_EXCLUDE_OP }
+#define CLI_LONGOPT_PRINT_LIMIT                                          \
+	{ "print-limit", required_argument, NULL, CLI_OPT_PRINT_LIMIT }
+#define CLI_LONGOPT_OUTPUT { "output", required_argument, NULL, CLI_OPT_OUTPUT }
+
+/* Their --help lines. */
+#define CLI_FILTER_HELP                                                      \
+	"  --op PATTERN         only findings whose access or previous access\n" \
+	"                       ran an operator matching the glob PATTERN\n"     \
+	"                       (fnmatch(3); repeatable: any matches)\n"         \
+	"  --exclude-op PATTERN leave out findings whose access or previous\n"   \
+	"                       access ran an operator matching PATTERN\n"       \
+	"                       (repeatable); findings left out do not count\n"  \
+	"                       toward exit status 1, and standard error says\n" \
+	"                       how many were\n"
+#define CLI_PRINT_LIMIT_HELP                                                 \
+	"  --print-limit N      print at most N findings (0: none); standard\n"  \
+	"                       error says how many more there were; the\n"      \
+	"                       verdict and exit status are unchanged\n"
+#define CLI_OUTPUT_HELP                                                      \
+	"  --output FILE        the report (text or JSON) into FILE (created\n"  \
+	"                       0644, truncated) instead of standard output;\n"  \
+	"                       %p is npusanctl's pid, %q{VAR} the value of\n"   \
+	"                       $VAR, %% a '%'\n"
+
+#define CLI_PRINT_MAX_PATTERNS 32
+
+struct cli_print {
+	const char *ops[CLI_PRINT_MAX_PATTERNS]; /* --op */
+	size_t nops;
+	const char *excl[CLI_PRINT_MAX_PATTERNS]; /* --exclude-op */
+	size_t nexcl;
+	bool has_limit; /* --print-limit */
+	uint64_t limit;
+	const char *output; /* --output's template, or NULL */
+	uint64_t kept, filtered;    /* by the filters */
+	uint64_t printed, unprinted; /* of those kept, by the limit */
+};
+
+/*
+ * Option `c` with its value `arg` into *p for command `cmd`: -1 to go on
+ * parsing; CLI_USAGE after saying what is wrong; -2 when `c` is none of
+ * CLI_OPT_OP, CLI_OPT_EXCLUDE_OP, CLI_OPT_PRINT_LIMIT, CLI_OPT_OUTPUT.
+ */
+int cli_print_option(const char *cmd, int c, const char *arg,
+		     struct cli_print *p);
+
+/* Whether `f` passes --op and --exclude-op; counts it as kept or
+ * filtered. */
+bool cli_print_wanted(struct cli_print *p, const struct finding_view *f);
+
+/* Whether one more kept finding may be printed under --print-limit;
+ * counts it as printed or not. */
+bool cli_print_room(struct cli_print *p);
+
+/* `f` as report_json() or report_text() prints it on `out`, when it passes
+ * the filters and the limit. Whether it passed the filters (counts toward
+ * the exit status). */
+bool cli_print_finding(struct cli_print *p, FILE *out, bool json, bool color,
+		       const struct finding_view *f);
+
+/* The lines on standard error for what was not printed, if any. */
+void cli_print_say(const struct cli_print *p);
+
+/*
+ * --output's template `tmpl` expanded into `out` (`cap` bytes): %p
+ * npusanctl's pid, %q{NAME} $NAME, %% '%'. -1 when done; CLI_USAGE after
+ * saying what is wrong (an unknown %x, %q without {NAME}, $NAME unset, an
+ * empty or too long result).
+ */
+int cli_output_name(const char *cmd, const char *tmpl, char *out, size_t cap);
+
+/* Creates (0644, truncated, close-on-exec) p->output's file into *fd (-1
+ * without --output): -1 to go on; CLI_USAGE after saying why it cannot. */
+int cli_output_open(const char *cmd, const struct cli_print *p, int *fd);
+
+/* From now on standard output is `fd` (none when -1), which is closed:
+ * -1 to go on; CLI_USAGE after saying why it cannot. */
+int cli_output_to(const char *cmd, int fd);
 
 int cli_analyze(int argc, char **argv);
 

@@ -59,6 +59,7 @@ static const char findings_usage[] =
 	"                       updates (its count grew), within a second,\n"
 	"                       until interrupted (Ctrl-C: exit status 0); a\n"
 	"                       daemon that restarts is waited for\n"
+	CLI_FILTER_HELP
 	CLIENT_OPTIONS_HELP
 	"\n"
 	"With --job or --pid, the findings of processes that have exited are\n"
@@ -66,14 +67,15 @@ static const char findings_usage[] =
 	"left.\n"
 	"\n"
 	"Exit status: 0 no findings (or --follow ended by SIGINT or SIGTERM),\n"
-	"1 findings, 2 usage error, 3 no daemon answered or it refused the\n"
-	"request.\n";
+	"1 findings (those left out by --op or --exclude-op count as none),\n"
+	"2 usage error, 3 no daemon answered or it refused the request.\n";
 
 struct findings {
 	bool json, follow;
 	bool answered; /* the first `done` came */
 	struct table *t;
 	uint64_t printed;
+	struct cli_print pr; /* --op, --exclude-op */
 	/* Following: the count printed of each finding id, the user's
 	 * --since (0: none) and when the latest ask began (Unix ms). */
 	struct u64map shown;
@@ -169,7 +171,7 @@ static int findings_reply_cb(void *arg, Npusan__FromDaemon *m)
 		err = findings_news(s, &f);
 		if (err < 0)
 			goto out;
-		if (err == 0)
+		if (err == 0 || !cli_print_wanted(&s->pr, &f))
 			continue;
 		if (s->json)
 			report_json(stdout, &f);
@@ -361,6 +363,9 @@ static int findings_option(int c, char **argv, struct client_opts *co,
 		req->has_limit = true;
 		req->limit = (uint32_t)v;
 		return -1;
+	case CLI_OPT_OP:
+	case CLI_OPT_EXCLUDE_OP:
+		return cli_print_option(FINDINGS_CMD, c, optarg, &s->pr);
 	case 'F':
 		s->follow = true;
 		return -1;
@@ -383,6 +388,8 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		{ "since", required_argument, NULL, 'S' },
 		{ "limit", required_argument, NULL, 'L' },
 		{ "follow", no_argument, NULL, 'F' },
+		CLI_LONGOPT_OP,
+		CLI_LONGOPT_EXCLUDE_OP,
 		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
 		CLIENT_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
@@ -465,6 +472,7 @@ int cli_findings(int argc, char **argv)
 		u64map_fini(&s.shown);
 	}
 	table_free(s.t);
+	cli_print_say(&s.pr);
 	if (status == CLI_OK && !s.follow && s.printed > 0)
 		status = CLI_FINDINGS;
 	return client_end_output(FINDINGS_CMD, status);

@@ -54,6 +54,7 @@
 #include "client.h"
 #include "jobreport.h"
 #include "paths.h"
+#include "report.h"
 #include "settle.h"
 
 #define RUN_CMD "npusanctl run"
@@ -92,6 +93,10 @@ static const char run_usage[] =
 	"                       there are findings (default 1)\n"
 	"  --allow-incomplete   exit 0, not 5, when operations were lost and\n"
 	"                       nothing was found\n"
+	CLI_OUTPUT_HELP
+	"                       CMD's own output stays where it was\n"
+	CLI_PRINT_LIMIT_HELP
+	CLI_FILTER_HELP
 	CLIENT_OPTIONS_HELP
 	"\n"
 	"SIGINT and SIGTERM sent to npusanctl are passed on to CMD; the\n"
@@ -103,8 +108,10 @@ static const char run_usage[] =
 	"npusan analysed no operation of the job (the verdict says why); 5\n"
 	"when operations were lost and nothing was found (0 with\n"
 	"--allow-incomplete); else 0. 127: CMD was not found (126: not\n"
-	"executable); 2: usage error; 3: no daemon could be reached or\n"
-	"started, or it did not answer.\n";
+	"executable); 2: usage error (or the --output file cannot be\n"
+	"created: CMD is then not run); 3: no daemon could be reached or\n"
+	"started, or it did not answer. Findings left out by --op or\n"
+	"--exclude-op count as none; the verdict line still counts them.\n";
 
 struct run {
 	const char *job;
@@ -114,6 +121,8 @@ struct run {
 	int error_exitcode;
 	bool json;
 	bool allow_incomplete;
+	struct cli_print pr; /* --op, --exclude-op, --print-limit, --output */
+	int output_fd;	     /* --output's file until CMD is over, or -1 */
 	char **argv; /* CMD and its arguments */
 	char socket[PATHS_SOCKET_MAX + 1];
 	bool default_socket; /* no --socket nor NPUSAN_SOCKET */
@@ -608,10 +617,13 @@ static int run_job(struct run *r, int *cmd_status)
 
 /* ---- the findings -------------------------------------------------------- */
 
-/* Counts the processes of other jobs not exited yet. */
+/* Counts the processes of other jobs not exited yet, and the operations
+ * this run's processes lost. */
 struct run_count {
 	const char *job;
+	const char *run;
 	size_t busy;
+	uint64_t lost; /* operations the processes of this run lost */
 };
 
 static int run_count_cb(void *arg, Npusan__FromDaemon *m)
@@ -626,17 +638,21 @@ static int run_count_cb(void *arg, Npusan__FromDaemon *m)
 	}
 	for (size_t i = 0; i < lr->n_processes; i++) {
 		const Npusan__Process *p = lr->processes[i];
+		bool ours = p->job != NULL && strcmp(p->job, c->job) == 0;
 
 		if (p->state != NULL && strcmp(p->state, "exited") != 0 &&
-		    (p->job == NULL || strcmp(p->job, c->job) != 0))
+		    !ours)
 			c->busy++;
+		if (ours && p->run != NULL && c->run != NULL &&
+		    strcmp(p->run, c->run) == 0 && p->has_lost)
+			c->lost += p->lost;
 	}
 	done = lr->has_done && lr->done;
 	npusan__from_daemon__free_unpacked(m, NULL);
 	return done ? CLIENT_DONE : CLIENT_MORE;
 }
 
-/* Asks the daemon for c->busy. A status. */
+/* Asks the daemon for c->busy and c->lost. A status. */
 static int run_count(const struct client_opts *co, struct run_count *c)
 {
 	Npusan__ListRequest req = NPUSAN__LIST_REQUEST__INIT;
@@ -645,6 +661,7 @@ static int run_count(const struct client_opts *co, struct run_count *c)
 	q.q_case = NPUSAN__QUERY__Q_LIST;
 	q.list = &req;
 	c->busy = 0;
+	c->lost = 0;
 	return client_query(co, RUN_CMD, &q, run_count_cb, c);
 }
 
@@ -672,6 +689,10 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 {
 	static const struct option longopts[] = {
 		CLI_LONGOPT_JOB,
+		CLI_LONGOPT_OUTPUT,
+		CLI_LONGOPT_PRINT_LIMIT,
+		CLI_LONGOPT_OP,
+		CLI_LONGOPT_EXCLUDE_OP,
 		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
 		{ "error-exitcode", required_argument, NULL, 'x' },
 		{ "allow-incomplete", no_argument, NULL, 'I' },
@@ -702,6 +723,14 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		case 'x':
 			status = client_parse_exitcode(RUN_CMD, optarg,
 						       &r->error_exitcode);
+			if (status >= 0)
+				return status;
+			break;
+		case CLI_OPT_OUTPUT:
+		case CLI_OPT_PRINT_LIMIT:
+		case CLI_OPT_OP:
+		case CLI_OPT_EXCLUDE_OP:
+			status = cli_print_option(RUN_CMD, c, optarg, &r->pr);
 			if (status >= 0)
 				return status;
 			break;
@@ -762,6 +791,42 @@ static void run_name_run(struct run *r)
 	r->run = r->runbuf;
 }
 
+/* report_gate_cb: --op, --exclude-op and --print-limit on the job's report. */
+static bool run_gate_cb(const struct finding_view *f, void *arg)
+{
+	struct cli_print *p = arg;
+
+	return cli_print_wanted(p, f) && cli_print_room(p);
+}
+
+/*
+ * The job's report, as jobreport_findings() prints it, on --output's file
+ * when given, through --op, --exclude-op and --print-limit. When the
+ * filters left out every finding, *verdict is what it would be without
+ * them: incomplete when the run's processes lost operations or were not
+ * stored, else clean. A status.
+ */
+static int run_report(struct run *r, const struct client_opts *co,
+		      size_t unstored, enum jobreport_verdict *verdict)
+{
+	struct run_count c = { .job = r->job, .run = r->run };
+	int status;
+
+	report_set_gate(run_gate_cb, &r->pr);
+	status = jobreport_findings(co, RUN_CMD, r->job, r->run, r->start_ms,
+				    unstored, r->json, verdict);
+	report_set_gate(NULL, NULL);
+	cli_print_say(&r->pr);
+	if (status != CLI_OK || *verdict != JOBREPORT_FINDINGS ||
+	    r->pr.kept > 0)
+		return status;
+	status = run_count(co, &c);
+	if (status == CLI_OK)
+		*verdict = c.lost > 0 || unstored > 0 ? JOBREPORT_INCOMPLETE :
+							JOBREPORT_CLEAN;
+	return status;
+}
+
 static int run_main(struct run *r, struct client_opts *co)
 {
 	enum jobreport_verdict verdict = JOBREPORT_CLEAN;
@@ -784,15 +849,20 @@ static int run_main(struct run *r, struct client_opts *co)
 	r->start_ms = client_now_ms();
 	run_name_run(r);
 	job_status = run_job(r, &cmd_status);
+	/* CMD is over: its output stayed where it was, the report goes to
+	 * --output's file. */
+	status = cli_output_to(RUN_CMD, r->output_fd);
+	r->output_fd = -1;
+	if (job_status == CLI_OK && status >= 0)
+		job_status = status;
+	status = CLI_OK;
 	/* Every process of the job is gone by now: wait until the daemon
 	 * has stored each, so that its findings are all there. */
 	if (job_status == CLI_OK)
 		status = settle_wait(co, RUN_CMD, r->job, 0, r->start_ms,
 				     RUN_SETTLE_MS, &unstored);
 	if (job_status == CLI_OK && status == CLI_OK)
-		status = jobreport_findings(co, RUN_CMD, r->job, r->run,
-					    r->start_ms, unstored, r->json,
-					    &verdict);
+		status = run_report(r, co, unstored, &verdict);
 	run_release_daemon(r, co);
 	if (job_status != CLI_OK)
 		return job_status;
@@ -807,13 +877,18 @@ static int run_main(struct run *r, struct client_opts *co)
 int cli_run(int argc, char **argv)
 {
 	struct client_opts co;
-	struct run r = { .error_exitcode = CLI_FINDINGS };
+	struct run r = { .error_exitcode = CLI_FINDINGS, .output_fd = -1 };
 	int status;
 
 	client_opts_init(&co);
 	status = parse_opts(argc, argv, &co, &r);
+	/* Before anything starts: a file that cannot be made stops here. */
+	if (status < 0)
+		status = cli_output_open(RUN_CMD, &r.pr, &r.output_fd);
 	if (status >= 0)
 		return status;
 	status = run_main(&r, &co);
+	if (r.output_fd >= 0)
+		close(r.output_fd);
 	return client_end_output(RUN_CMD, status);
 }

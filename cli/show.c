@@ -23,6 +23,7 @@ static const char show_usage[] =
 	"Options:\n"
 	"  --json               the finding as one line of JSON, as\n"
 	"                       'npusanctl findings --json' prints it\n"
+	CLI_PRINT_LIMIT_HELP
 	CLIENT_OPTIONS_HELP
 	"\n"
 	"Exit status: 0 shown, 2 usage error or no finding ID (that this user\n"
@@ -31,6 +32,7 @@ static const char show_usage[] =
 struct show {
 	bool json;
 	bool shown;
+	struct cli_print pr; /* --print-limit */
 };
 
 static int show_reply_cb(void *arg, Npusan__FromDaemon *m)
@@ -43,10 +45,8 @@ static int show_reply_cb(void *arg, Npusan__FromDaemon *m)
 	    m->show->finding == NULL ||
 	    client_finding(m->show->finding, &f) < 0)
 		goto out;
-	if (s->json)
-		report_json(stdout, &f);
-	else
-		report_text(stdout, report_want_color(stdout), &f);
+	cli_print_finding(&s->pr, stdout, s->json, report_want_color(stdout),
+			  &f);
 	s->shown = true;
 	err = CLIENT_DONE;
 out:
@@ -59,6 +59,7 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 {
 	static const struct option longopts[] = {
 		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
+		CLI_LONGOPT_PRINT_LIMIT,
 		CLIENT_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
@@ -70,6 +71,12 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
 		if (c == CLIENT_OPT_JSON) {
 			s->json = true;
+			continue;
+		}
+		if (c == CLI_OPT_PRINT_LIMIT) {
+			status = cli_print_option(SHOW_CMD, c, optarg, &s->pr);
+			if (status >= 0)
+				return status;
 			continue;
 		}
 		status = client_option(SHOW_CMD, c, show_usage, argv, co);
@@ -108,5 +115,6 @@ int cli_show(int argc, char **argv)
 	q.q_case = NPUSAN__QUERY__Q_SHOW;
 	q.show = &req;
 	status = client_query(&co, SHOW_CMD, &q, show_reply_cb, &s);
+	cli_print_say(&s.pr);
 	return client_end_output(SHOW_CMD, status);
 }

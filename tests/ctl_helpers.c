@@ -426,3 +426,14 @@ void fq_list(struct fq *q, Npusan__Process **v, size_t n, bool done)
 	m.list = &r;
 	fq_frame(q, &m);
 }
+
+void fq_show(struct fq *q, struct cf *c)
+{
+	Npusan__FromDaemon m = NPUSAN__FROM_DAEMON__INIT;
+	Npusan__ShowReply r = NPUSAN__SHOW_REPLY__INIT;
+
+	r.finding = c != NULL ? &c->f : NULL;
+	m.msg_case = NPUSAN__FROM_DAEMON__MSG_SHOW;
+	m.show = &r;
+	fq_frame(q, &m);
+}

@@ -139,6 +139,9 @@ void cf_spec(struct cf *c, bool race);
 void fq_findings(struct fq *q, struct cf *const *v, size_t n,
 		 bool done);
 
+/* Queues a ShowReply frame of `c` (NULL: no such finding). */
+void fq_show(struct fq *q, struct cf *c);
+
 /* Queues an Error reply of `code` saying `msg`. */
 void fq_error(struct fq *q, const char *msg, int code);
 
@@ -171,5 +174,6 @@ void ctl_findings_add(TCase *tc);
 void ctl_errors_add(TCase *tc);
 void ctl_show_add(TCase *tc);
 void ctl_list_add(TCase *tc);
+void ctl_limits_add(TCase *tc);
 
 #endif

@@ -3,10 +3,12 @@
  * exit statuses and output checked against docs/findings.md.
  */
 #include <check.h>
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -462,6 +464,239 @@ START_TEST(cli_analyze_streams_past_the_limit_are_skipped_as_lost)
 }
 END_TEST
 
+/* The whole of file `path` (caller frees), or NULL when it cannot be read. */
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m;
+	int c;
+
+	if (f == NULL)
+		return NULL;
+	m = open_memstream(&buf, &len);
+	ck_assert_ptr_nonnull(m);
+	while ((c = fgetc(f)) != EOF)
+		fputc(c, m);
+	fclose(f);
+	fclose(m);
+	return buf;
+}
+
+/* The one entry of directory `dir` (caller frees), or NULL if none. */
+static char *only_entry(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char *name = NULL;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		ck_assert_msg(name == NULL, "more than one file in %s", dir);
+		name = strdup(e->d_name);
+	}
+	closedir(d);
+	return name;
+}
+
+START_TEST(cli_analyze_output_file_takes_the_report)
+{
+	char *path = tu_write_file("spec.trace", spec_example), *dir = tu_tmpdir();
+	char tmpl[512], want[512], file[1024], *name, *out, *err, *json;
+	struct stat st;
+	int pid;
+
+	umask(022);
+	setenv("NPUSAN_TEST_TAG", "ci-7", 1);
+	snprintf(tmpl, sizeof(tmpl), "%s/npusan-%%p-%%q{NPUSAN_TEST_TAG}-%%%%.json",
+		 dir);
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", "--json", "--output",
+			     tmpl, path, NULL),
+			 1);
+	ck_assert_str_eq(out, "");
+	ck_assert_str_eq(err, "");
+	name = only_entry(dir);
+	ck_assert_ptr_nonnull(name);
+	ck_assert_int_eq(sscanf(name, "npusan-%d-ci-7-%%.json", &pid), 1);
+	snprintf(want, sizeof(want), "npusan-%d-ci-7-%%.json", pid);
+	ck_assert_str_eq(name, want);
+	snprintf(file, sizeof(file), "%s/%s", dir, name);
+	ck_assert_int_eq(stat(file, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0644);
+	json = slurp(file);
+	ck_assert_uint_eq(count_lines(json), 2);
+	ck_assert_ptr_nonnull(strstr(json, "{\"id\":1,\"kind\":\"data_race\""));
+	free(json);
+	free(out);
+	free(err);
+	/* Text: the verdict goes with the report; the file is truncated. */
+	snprintf(file, sizeof(file), "%s/report.txt", dir);
+	ck_assert_int_eq(ctl(NULL, NULL, NULL, "analyze", "--output", file,
+			     path, NULL),
+			 1);
+	ck_assert_int_eq(ctl(NULL, &out, NULL, "analyze", "--output", file,
+			     "--op", "aten::randn", path, NULL),
+			 1);
+	ck_assert_str_eq(out, "");
+	json = slurp(file);
+	ck_assert_ptr_null(strstr(json, "detected a missing record_stream"));
+	ck_assert_ptr_nonnull(strstr(json, "possible data race"));
+	ck_assert_ptr_nonnull(strstr(json, "npusan: 2 findings in 1 trace"));
+	ck_assert_ptr_null(strstr(json, "{\"id\":"));
+	free(json);
+	free(out);
+	free(name);
+	free(dir);
+	free(path);
+}
+END_TEST
+
+/* `analyze --output TMPL` of `trace` exits 2, says `says`, makes no file. */
+static void output_refused(const char *trace, const char *dir,
+			   const char *tmpl, const char *says)
+{
+	char *out, *err, *left;
+
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", "--output", tmpl,
+			     trace, NULL),
+			 2);
+	ck_assert_msg(strstr(err, says) != NULL, "%s: %s", tmpl, err);
+	ck_assert_str_eq(out, "");
+	left = only_entry(dir);
+	ck_assert_msg(left == NULL, "%s left %s", tmpl, left);
+	free(out);
+	free(err);
+}
+
+START_TEST(cli_analyze_output_errors_are_usage_errors)
+{
+	char *path = tu_write_file("spec.trace", spec_example), *dir = tu_tmpdir();
+	char tmpl[512];
+
+	unsetenv("NPUSAN_TEST_UNSET");
+	snprintf(tmpl, sizeof(tmpl), "%s/r-%%y", dir);
+	output_refused(path, dir, tmpl, "--output: unknown '%y'");
+	snprintf(tmpl, sizeof(tmpl), "%s/r-%%", dir);
+	output_refused(path, dir, tmpl, "--output: unknown '%'");
+	snprintf(tmpl, sizeof(tmpl), "%s/r-%%q{HOME", dir);
+	output_refused(path, dir, tmpl, "'%q' must be followed by {NAME} "
+					"with a closing '}'");
+	snprintf(tmpl, sizeof(tmpl), "%s/r-%%qHOME", dir);
+	output_refused(path, dir, tmpl, "with a closing '}'");
+	snprintf(tmpl, sizeof(tmpl), "%s/r-%%q{NPUSAN_TEST_UNSET}", dir);
+	output_refused(path, dir, tmpl,
+		       "%q{NPUSAN_TEST_UNSET}: $NPUSAN_TEST_UNSET is not set");
+	snprintf(tmpl, sizeof(tmpl), "%s/no/such/dir/r", dir);
+	output_refused(path, dir, tmpl, "cannot open --output file");
+	output_refused(path, dir, "", "names no file");
+	free(dir);
+	free(path);
+}
+END_TEST
+
+START_TEST(cli_analyze_print_limit_prints_the_first_n)
+{
+	char *path = tu_write_file("spec.trace", spec_example), *out, *err;
+
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", "--json",
+			     "--print-limit", "1", path, NULL),
+			 1);
+	ck_assert_uint_eq(count_lines(out), 1);
+	ck_assert_ptr_nonnull(strstr(out, "{\"id\":1,\"kind\":\"data_race\""));
+	ck_assert_str_eq(err, "npusanctl: 1 more finding not printed "
+			      "(--print-limit 1)\n");
+	free(out);
+	free(err);
+	/* 0: none printed, the verdict and exit status as ever. */
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", "--print-limit", "0",
+			     path, NULL),
+			 1);
+	ck_assert_ptr_null(strstr(out, "possible data race"));
+	ck_assert_ptr_nonnull(strstr(out, "npusan: 2 findings in 1 trace"));
+	ck_assert_str_eq(err, "npusanctl: 2 more findings not printed "
+			      "(--print-limit 0)\n");
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", "--json",
+			     "--print-limit", "5", path, NULL),
+			 1);
+	ck_assert_uint_eq(count_lines(out), 2);
+	ck_assert_str_eq(err, "");
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(NULL, NULL, &err, "analyze", "--print-limit", "-1",
+			     path, NULL),
+			 2);
+	ck_assert_ptr_nonnull(strstr(err, "--print-limit needs a number"));
+	free(err);
+	free(path);
+}
+END_TEST
+
+START_TEST(cli_analyze_op_filters_choose_findings_and_exit_status)
+{
+	char *path = tu_write_file("spec.trace", spec_example), *out, *err;
+	char *lossy = tu_write_file("lossy.trace",
+				    "npusan-trace 1\n"
+				    "launch stream=0 op=fwd write=0x10\n"
+				    "gap lost=7\n"
+				    "launch stream=1 op=comm read=0x10\n");
+
+	/* The previous access's operator is enough for --op. */
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", "--json", "--op",
+			     "aten::rand*", path, NULL),
+			 1);
+	ck_assert_uint_eq(count_lines(out), 1);
+	ck_assert_ptr_nonnull(strstr(out, "\"kind\":\"data_race\""));
+	ck_assert_str_eq(err, "npusanctl: 1 finding filtered out by "
+			      "--op/--exclude-op\n");
+	free(out);
+	free(err);
+	/* Repeatable: any pattern matches. */
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", "--json", "--op",
+			     "nothing*", "--op", "aten::add.Tensor", path,
+			     NULL),
+			 1);
+	ck_assert_uint_eq(count_lines(out), 2);
+	ck_assert_str_eq(err, "");
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", "--json",
+			     "--exclude-op", "aten::randn", path, NULL),
+			 1);
+	ck_assert_uint_eq(count_lines(out), 1);
+	ck_assert_ptr_nonnull(strstr(out, "\"kind\":\"missing_record_stream\""));
+	free(out);
+	free(err);
+	/* All filtered out: exit 0, and stderr says what was left out. */
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", "--exclude-op",
+			     "aten::*", path, NULL),
+			 0);
+	ck_assert_ptr_null(strstr(out, "possible data race"));
+	ck_assert_ptr_nonnull(strstr(err, "npusanctl: 2 findings filtered out "
+					  "by --op/--exclude-op"));
+	free(out);
+	free(err);
+	/* ...but what lost operations is still not clean. */
+	ck_assert_int_eq(ctl(NULL, &out, &err, "analyze", "--json", "--op",
+			     "none", lossy, NULL),
+			 5);
+	ck_assert_ptr_nonnull(strstr(err, "the verdict may be incomplete"));
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(NULL, NULL, &err, "analyze", "--op", "", path,
+			     NULL),
+			 2);
+	ck_assert_ptr_nonnull(strstr(err, "--op needs a pattern"));
+	free(err);
+	free(lossy);
+	free(path);
+}
+END_TEST
+
 START_TEST(cli_usage_errors_exit_2_and_help_exits_0)
 {
 	char *out, *err;
@@ -515,6 +750,10 @@ static Suite *cli_suite(void)
 	tcase_add_test(tc, cli_analyze_displays_controls_safely);
 	tcase_add_test(tc, cli_analyze_blind_or_incomplete_is_not_clean);
 	tcase_add_test(tc, cli_analyze_streams_past_the_limit_are_skipped_as_lost);
+	tcase_add_test(tc, cli_analyze_output_file_takes_the_report);
+	tcase_add_test(tc, cli_analyze_output_errors_are_usage_errors);
+	tcase_add_test(tc, cli_analyze_print_limit_prints_the_first_n);
+	tcase_add_test(tc, cli_analyze_op_filters_choose_findings_and_exit_status);
 	tcase_add_test(tc, cli_usage_errors_exit_2_and_help_exits_0);
 	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);

@@ -266,6 +266,7 @@ static Suite *ctl_suite(void)
 	ctl_errors_add(tc);
 	ctl_show_add(tc);
 	ctl_list_add(tc);
+	ctl_limits_add(tc);
 	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
 	return s;

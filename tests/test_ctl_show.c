@@ -16,17 +16,6 @@
 
 /* ---- show ---------------------------------------------------------------- */
 
-static void fq_show(struct fq *q, struct cf *c)
-{
-	Npusan__FromDaemon m = NPUSAN__FROM_DAEMON__INIT;
-	Npusan__ShowReply r = NPUSAN__SHOW_REPLY__INIT;
-
-	r.finding = c != NULL ? &c->f : NULL;
-	m.msg_case = NPUSAN__FROM_DAEMON__MSG_SHOW;
-	m.show = &r;
-	fq_frame(q, &m);
-}
-
 START_TEST(ctl_show_prints_analyze_report_with_seen)
 {
 	struct fq *q = fq_new();

@@ -411,6 +411,186 @@ START_TEST(session_run_sigterm_while_its_daemon_starts)
 }
 END_TEST
 
+/* The entries of directory `dir`, not counting . and .. */
+static unsigned entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	unsigned n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* The whole of file `path` (caller frees). */
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m;
+	int c;
+
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	m = open_memstream(&buf, &len);
+	ck_assert_ptr_nonnull(m);
+	while ((c = fgetc(f)) != EOF)
+		fputc(c, m);
+	fclose(f);
+	fclose(m);
+	return buf;
+}
+
+/*
+ * --output: the report (JSON or text) goes to the file, the job's own
+ * output stays on standard output, the exit status is as ever; a file
+ * that cannot be made is a usage error before the job starts.
+ */
+START_TEST(session_run_output_keeps_the_jobs_own_output_apart)
+{
+	char *race = tu_write_file("race.trace", race_trace), *dir = tu_tmpdir();
+	char *rep = strdup(tu_bin("agent/npusan-replay")), *out, *err, *rpt;
+	char tmpl[512], file[512], mark[512], *pidp;
+	struct tu_daemon d;
+
+	tu_daemon_init(&d);
+	setenv("NPUSAN_TEST_TAG", "o1", 1);
+	snprintf(tmpl, sizeof(tmpl), "%s/run-%%q{NPUSAN_TEST_TAG}-%%p.jsonl",
+		 dir);
+	ck_assert_int_eq(ctl(&out, &err, "run", "--json", "--output", tmpl,
+			     "--job", "o1", "--", "/bin/sh", "-c",
+			     "echo job-says-hi; exec \"$0\" \"$1\"", rep, race,
+			     NULL),
+			 1);
+	ck_assert_str_eq(out, "job-says-hi\n");
+	ck_assert_msg(strstr(err, "npusan: job o1: 1 finding") != NULL, "%s",
+		      err);
+	free(out);
+	free(err);
+	ck_assert_uint_eq(entries(dir), 1);
+	{
+		DIR *dd = opendir(dir);
+		struct dirent *e;
+
+		while ((e = readdir(dd)) != NULL && e->d_name[0] == '.')
+			;
+		ck_assert_ptr_nonnull(e);
+		ck_assert_msg(strncmp(e->d_name, "run-o1-", 7) == 0, "%s",
+			      e->d_name);
+		pidp = e->d_name + 7;
+		ck_assert(*pidp >= '1' && *pidp <= '9');
+		ck_assert_ptr_nonnull(strstr(pidp, ".jsonl"));
+		snprintf(file, sizeof(file), "%s/%s", dir, e->d_name);
+		closedir(dd);
+	}
+	rpt = slurp(file);
+	ck_assert_uint_eq(tu_count_lines(rpt, ""), 1);
+	ck_assert_uint_eq(tu_count_lines(rpt, "{\"id\":"), 1);
+	ck_assert_ptr_nonnull(strstr(rpt, "\"kind\":\"data_race\""));
+	free(rpt);
+	/* Text: the verdict line goes with the report. */
+	snprintf(file, sizeof(file), "%s/report.txt", dir);
+	ck_assert_int_eq(ctl(&out, NULL, "run", "--output", file, "--job",
+			     "o2", "--", "/bin/sh", "-c",
+			     "echo job-says-hi; exec \"$0\" \"$1\"", rep, race,
+			     NULL),
+			 1);
+	ck_assert_str_eq(out, "job-says-hi\n");
+	rpt = slurp(file);
+	ck_assert_ptr_nonnull(strstr(rpt, "possible data race"));
+	ck_assert_ptr_nonnull(strstr(rpt, "npusan: job o2: 1 finding"));
+	free(rpt);
+	free(out);
+	/* Cannot be made: exit 2, and the job never ran. */
+	snprintf(mark, sizeof(mark), "%s/ran", dir);
+	snprintf(file, sizeof(file), "%s/no/such/dir", dir);
+	ck_assert_int_eq(ctl(&out, &err, "run", "--output", file, "--",
+			     "/bin/touch", mark, NULL),
+			 2);
+	ck_assert_msg(strstr(err, "cannot open --output file") != NULL, "%s",
+		      err);
+	ck_assert_int_eq(access(mark, F_OK), -1);
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(&out, &err, "run", "--output", "x-%y", "--",
+			     "/bin/touch", mark, NULL),
+			 2);
+	ck_assert_ptr_nonnull(strstr(err, "--output: unknown '%y'"));
+	ck_assert_int_eq(access(mark, F_OK), -1);
+	free(out);
+	free(err);
+	no_daemon_left(&d);
+	free(rep);
+	free(race);
+	free(dir);
+	free(d.dir);
+}
+END_TEST
+
+/*
+ * --print-limit hides findings but not the verdict nor the exit status;
+ * --op/--exclude-op leave findings out of both, say so on stderr, and a
+ * run that lost operations is still no clean run.
+ */
+START_TEST(session_run_print_limit_and_op_filters)
+{
+	static const char lossy_race[] =
+		"npusan-trace 1\n"
+		"process pid=1 rank=0\n"
+		"alloc ptr=0x1000 size=64 stream=0\n"
+		"stream_create stream=1\n"
+		"launch stream=0 op=produce write=0x1000+64\n"
+		"launch stream=1 op=consume read=0x1000+64\n"
+		"gap lost=3\n"
+		"device_sync\n"
+		"free ptr=0x1000\n";
+	char *race = tu_write_file("race.trace", race_trace);
+	char *lossy = tu_write_file("lossy.trace", lossy_race);
+	char *rep = strdup(tu_bin("agent/npusan-replay")), *out, *err;
+	struct tu_daemon d;
+
+	tu_daemon_init(&d);
+	ck_assert_int_eq(ctl(&out, &err, "run", "--print-limit", "0", "--job",
+			     "p1", "--", rep, race, NULL),
+			 1);
+	ck_assert_ptr_null(strstr(out, "possible data race"));
+	ck_assert_ptr_nonnull(strstr(out, "npusan: job p1: 1 finding"));
+	ck_assert_msg(strstr(err, "npusanctl: 1 more finding not printed "
+				  "(--print-limit 0)\n") != NULL, "%s", err);
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(&out, &err, "run", "--op", "cons*", "--job", "p2",
+			     "--", rep, race, NULL),
+			 1);
+	ck_assert_ptr_nonnull(strstr(out, "possible data race"));
+	ck_assert_ptr_null(strstr(err, "filtered out"));
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(&out, &err, "run", "--exclude-op", "produce",
+			     "--job", "p3", "--", rep, race, NULL),
+			 0);
+	ck_assert_ptr_null(strstr(out, "possible data race"));
+	ck_assert_msg(strstr(err, "npusanctl: 1 finding filtered out by "
+				  "--op/--exclude-op\n") != NULL, "%s", err);
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(&out, &err, "run", "--exclude-op", "produce",
+			     "--job", "p4", "--", rep, lossy, NULL),
+			 5);
+	ck_assert_ptr_nonnull(strstr(err, "1 finding filtered out"));
+	free(out);
+	free(err);
+	no_daemon_left(&d);
+	free(rep);
+	free(race);
+	free(lossy);
+	free(d.dir);
+}
+END_TEST
+
 void test_session_run_add(TCase *run)
 {
 	tcase_set_timeout(run, 120);
@@ -421,4 +601,6 @@ void test_session_run_add(TCase *run)
 	tcase_add_test(run, session_run_uses_a_running_daemon);
 	tcase_add_test(run, session_run_forwards_sigterm);
 	tcase_add_test(run, session_run_sigterm_while_its_daemon_starts);
+	tcase_add_test(run, session_run_output_keeps_the_jobs_own_output_apart);
+	tcase_add_test(run, session_run_print_limit_and_op_filters);
 }
