@@ -10,8 +10,11 @@ cd "$(dirname "$0")/.."
 build=${BUILD:-build/coverage}
 tools/deps.sh coverage
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DNPUSAN_COVERAGE=ON >/dev/null
-cmake --build "$build" -j "$(nproc)" >/dev/null
-find "$build" -name '*.gcda' -delete
+# Every object compiled afresh, and no notes file left from a source or
+# target that is gone: gcovr reads every .gcno under the build, and one
+# from an older layout names functions at other lines than the new one.
+find "$build" \( -name '*.gcno' -o -name '*.gcda' \) -delete
+cmake --build "$build" --clean-first -j "$(nproc)" >/dev/null
 rc=0
 ctest --test-dir "$build" -j "$(nproc)" --output-on-failure >"$build/ctest.log" 2>&1 || rc=$?
 tail -n 3 "$build/ctest.log"
@@ -20,7 +23,8 @@ tail -n 3 "$build/ctest.log"
 # product.
 gcovr --root . --object-directory "$build" --exclude 'tests/' \
 	--exclude '.*\.pb-c\.c' --exclude "$build/" \
-	--print-summary --sort-percentage -s 2>/dev/null >"$build/gcovr.txt" || true
+	--print-summary --sort-percentage -s >"$build/gcovr.txt" \
+	2>"$build/gcovr.err" || cat "$build/gcovr.err" >&2
 gcovr --root . --object-directory "$build" --exclude 'tests/' \
 	--exclude '.*\.pb-c\.c' --exclude "$build/" --branches \
 	>"$build/gcovr-branches.txt" 2>/dev/null || true
