@@ -58,6 +58,13 @@ int cli_target_option(const char *cmd, int c, const char *arg,
 		      unsigned flags, struct cli_target *t);
 
 /*
+ * After getopt_long(): CLI_USAGE, after naming the first one, when
+ * operands are left in argv from `optind` on, for a command `cmd` that
+ * takes none; else -1 to go on.
+ */
+int cli_no_operands(const char *cmd, int argc, char **argv);
+
+/*
  * What a command prints of its findings, and where (cli/filter.c):
  * --op PATTERN and --exclude-op PATTERN (fnmatch(3) globs over the
  * operators of a finding's access and previous access, repeatable),

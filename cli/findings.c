@@ -408,12 +408,8 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		if (status >= 0)
 			return status;
 	}
-	if (optind < argc) {
-		fprintf(stderr, FINDINGS_CMD ": unexpected argument '%s'\n"
-					     "Try '" FINDINGS_CMD " --help'.\n",
-			argv[optind]);
+	if (cli_no_operands(FINDINGS_CMD, argc, argv) >= 0)
 		return CLI_USAGE;
-	}
 	req->job = (char *)t.job;
 	req->has_pid = t.has_pid;
 	req->pid = t.pid;

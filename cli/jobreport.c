@@ -752,12 +752,8 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		if (status >= 0)
 			return status;
 	}
-	if (optind < argc) {
-		fprintf(stderr, JR_CMD ": unexpected argument '%s'\n"
-				       "Try '" JR_CMD " --help'.\n",
-			argv[optind]);
+	if (cli_no_operands(JR_CMD, argc, argv) >= 0)
 		return CLI_USAGE;
-	}
 	return jr_check_opts(r);
 }
 

@@ -281,12 +281,8 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		if (status >= 0)
 			return status;
 	}
-	if (optind < argc) {
-		fprintf(stderr, LIST_CMD ": unexpected argument '%s'\n"
-					 "Try '" LIST_CMD " --help'.\n",
-			argv[optind]);
+	if (cli_no_operands(LIST_CMD, argc, argv) >= 0)
 		return CLI_USAGE;
-	}
 	req->job = (char *)t.job;
 	req->has_pid = t.has_pid;
 	req->pid = t.pid;

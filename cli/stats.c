@@ -148,12 +148,8 @@ int cli_stats(int argc, char **argv)
 		if (status >= 0)
 			return status;
 	}
-	if (optind < argc) {
-		fprintf(stderr, STATS_CMD ": unexpected argument '%s'\n"
-					  "Try '" STATS_CMD " --help'.\n",
-			argv[optind]);
+	if (cli_no_operands(STATS_CMD, argc, argv) >= 0)
 		return CLI_USAGE;
-	}
 	q.q_case = NPUSAN__QUERY__Q_STATS;
 	q.stats = &req;
 	status = client_query(&co, STATS_CMD, &q, stats_reply_cb, &json);

@@ -32,3 +32,12 @@ int cli_target_option(const char *cmd, int c, const char *arg,
 	t->pid = (uint32_t)v;
 	return -1;
 }
+
+int cli_no_operands(const char *cmd, int argc, char **argv)
+{
+	if (optind >= argc)
+		return -1;
+	fprintf(stderr, "%s: unexpected argument '%s'\nTry '%s --help'.\n",
+		cmd, argv[optind], cmd);
+	return CLI_USAGE;
+}
