@@ -5,8 +5,9 @@
  * and the record_stream check over them at free and flush (DESIGN 6); and
  * the ops alloc, free, record_stream and flush.
  *
- * Owns every struct alloc (from e->alloc_pool) with its usage array, the
- * hash buckets and the pending list; alloc__fini() frees them all. The
+ * Owns every struct alloc (from e->alloc_pool) with its usages (one from
+ * e->usage_pool, more in an array), the hash buckets and the pending
+ * list; alloc__fini() frees them all. The
  * history an allocation holds belongs to history.c, which clears it when
  * the allocation goes.
  */
@@ -135,14 +136,48 @@ static void alloc_link(struct engine *e, struct alloc *a,
 	e->st.live_allocs++;
 }
 
-/* Usage arrays hold 2, 4, 8... entries: the capacity follows the count. */
+/* Usage arrays hold 1, 2, 4, 8... entries: the capacity follows the count.
+ * A single usage, the usual case, is an object of e->usage_pool (malloc
+ * would round it up to twice its size); more are an array. */
 static size_t alloc_usage_cap(size_t n)
 {
-	size_t cap = 2;
+	size_t cap = 1;
 
 	while (cap < n)
 		cap *= 2;
 	return n == 0 ? 0 : cap;
+}
+
+static void alloc_usages_put(struct engine *e, struct usage *u, size_t n)
+{
+	if (n == 1)
+		pool__put(e, &e->usage_pool, u);
+	else if (n > 1)
+		pool__free(e, u, alloc_usage_cap(n) * sizeof(*u));
+}
+
+/* Room for usage n + 1 of `a` (holding n); 0 or -ENOMEM. */
+static int alloc_usages_grow(struct engine *e, struct alloc *a, size_t n)
+{
+	struct usage *u;
+
+	if (alloc_usage_cap(n + 1) == alloc_usage_cap(n))
+		return 0;
+	if (n == 0) {
+		u = pool__get(e, &e->usage_pool);
+	} else if (n == 1) {
+		if ((u = pool__realloc(e, NULL, 0, 2 * sizeof(*u))) != NULL) {
+			u[0] = a->usages[0];
+			pool__put(e, &e->usage_pool, a->usages);
+		}
+	} else {
+		u = pool__realloc(e, a->usages, alloc_usage_cap(n) * sizeof(*u),
+				  alloc_usage_cap(n + 1) * sizeof(*u));
+	}
+	if (u == NULL)
+		return -ENOMEM;
+	a->usages = u;
+	return 0;
 }
 
 /* The usage entry of stream `s` in `a`, added when new. */
@@ -156,13 +191,8 @@ struct usage *alloc__usage_get(struct engine *e, struct alloc *a, uint16_t s)
 		if (a->usages[i].sidx == s)
 			return &a->usages[i];
 	}
-	if (alloc_usage_cap(n) == n) {
-		u = pool__realloc(e, a->usages, alloc_usage_cap(n) * sizeof(*u),
-				  alloc_usage_cap(n + 1) * sizeof(*u));
-		if (u == NULL)
-			return NULL;
-		a->usages = u;
-	}
+	if (alloc_usages_grow(e, a, n) < 0)
+		return NULL;
 	assert(n < e->nstreams); /* one usage per stream at most */
 	u = &a->usages[a->nusage++];
 	memset(u, 0, sizeof(*u));
@@ -172,12 +202,24 @@ struct usage *alloc__usage_get(struct engine *e, struct alloc *a, uint16_t s)
 
 void alloc__usages_free(struct engine *e, struct alloc *a)
 {
-	pool__free(e, a->usages,
-		   alloc_usage_cap(a->nusage) * sizeof(*a->usages));
+	alloc_usages_put(e, a->usages, a->nusage);
 	a->usages = NULL;
 	a->nusage = 0;
 }
 
+/* DESIGN 6: takes `a` off the pending list; the last entry fills its
+ * place, since flush sorts the list anyway. */
+static void alloc_pending_del(struct engine *e, struct alloc *a)
+{
+	struct alloc *moved;
+
+	if (!a->pending || e->pending_all)
+		return;
+	assert(a->pidx < e->npending && e->pending[a->pidx] == a);
+	moved = e->pending[--e->npending];
+	e->pending[a->pidx] = moved;
+	moved->pidx = a->pidx;
+}
 
 /* Forgets allocation `a` with its history and usages. */
 static void alloc_unlink(struct engine *e, struct alloc *a)
@@ -190,6 +232,7 @@ static void alloc_unlink(struct engine *e, struct alloc *a)
 	if (e->last_view == a)
 		e->last_view = NULL;
 	rb_erase(&e->allocs, &a->node);
+	alloc_pending_del(e, a);
 	history__alloc_clear(e, a);
 	alloc__usages_free(e, a);
 	pool__put(e, &e->alloc_pool, a);
@@ -232,8 +275,9 @@ static void alloc_check_record_stream(struct engine *e, struct alloc *a,
 	}
 }
 
-/* DESIGN 6: `a` has a use the next flush must check. Past twice the live
- * allocations (or without memory) the list gives way to a walk of all. */
+/* DESIGN 6: `a` has a use the next flush must check. Past
+ * ALLOC_PENDING_MAX pending allocations (or without memory) the list
+ * gives way to a walk of all. */
 void alloc__pending_add(struct engine *e, struct alloc *a)
 {
 	if (a->pending)
@@ -241,14 +285,15 @@ void alloc__pending_add(struct engine *e, struct alloc *a)
 	a->pending = 1;
 	if (e->pending_all)
 		return;
-	if (e->npending >= 2 * e->st.live_allocs + 64 ||
+	if (e->npending >= ALLOC_PENDING_MAX ||
 	    pool__grow_array(e, (void **)&e->pending, &e->pending_cap,
 			     e->npending + 1, sizeof(*e->pending)) < 0) {
 		e->pending_all = true;
 		e->npending = 0;
 		return;
 	}
-	e->pending[e->npending++] = a->start;
+	a->pidx = (uint32_t)e->npending;
+	e->pending[e->npending++] = a;
 }
 
 
@@ -263,6 +308,8 @@ int alloc__on_alloc(struct engine *e, const struct op *op)
 	uint16_t s = STREAM_NONE;
 	int err;
 
+	if (e->next_serial >= ALLOC_SERIAL_MAX)
+		return -EOVERFLOW;
 	if (e->st.live_allocs >= 2 * (e->amask + 1) &&
 	    (err = alloc_hash_grow(e)) < 0)
 		return err;
@@ -332,9 +379,10 @@ int alloc__on_record_stream(struct engine *e, const struct op *op)
 	return 0;
 }
 
-static int alloc_u64_cmp(const void *a, const void *b)
+static int alloc_start_cmp(const void *a, const void *b)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	uint64_t x = (*(struct alloc *const *)a)->start;
+	uint64_t y = (*(struct alloc *const *)b)->start;
 
 	return (x > y) - (x < y);
 }
@@ -345,9 +393,8 @@ static void alloc_flush_one(struct engine *e, struct alloc *a)
 	a->pending = 0;
 }
 
-/* DESIGN 6: the pending allocations, in address order. A start listed
- * twice, or whose allocation was freed (and perhaps another made there),
- * names no pending allocation the second time. */
+/* DESIGN 6: the pending allocations, in address order. A freed one left
+ * the list as it went, so the list holds exactly the pending ones. */
 void alloc__on_flush(struct engine *e)
 {
 	if (e->pending_all) {
@@ -357,13 +404,9 @@ void alloc__on_flush(struct engine *e)
 		e->pending_all = false;
 	} else if (e->npending > 0) {
 		qsort(e->pending, e->npending, sizeof(*e->pending),
-		      alloc_u64_cmp);
-		for (size_t i = 0; i < e->npending; i++) {
-			struct alloc *a = alloc__at(e, e->pending[i]);
-
-			if (a != NULL && a->pending)
-				alloc_flush_one(e, a);
-		}
+		      alloc_start_cmp);
+		for (size_t i = 0; i < e->npending; i++)
+			alloc_flush_one(e, e->pending[i]);
 	}
 	e->npending = 0;
 }

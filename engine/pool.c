@@ -1,8 +1,9 @@
 /*
  * pool.c - the engine's memory: every byte it holds is counted here, so that
  * engine_get_stats() can report it and max_bytes can refuse growth past it.
- * Small fixed-size objects (access records, segments, allocations) come from
- * per-kind pools of slabs; everything else from pool__realloc().
+ * Small fixed-size objects (access records, segments, allocations, single
+ * usages) come from per-kind pools of slabs; everything else from
+ * pool__realloc().
  *
  * Owns the slabs: pool__put() returns an object, pool__fini() frees every
  * slab of a pool at engine_free(). Arrays got from pool__realloc() belong
