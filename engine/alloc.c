@@ -136,16 +136,25 @@ static void alloc_link(struct engine *e, struct alloc *a,
 	e->st.live_allocs++;
 }
 
-/* Usage arrays hold 1, 2, 4, 8... entries: the capacity follows the count.
- * A single usage, the usual case, is an object of e->usage_pool (malloc
- * would round it up to twice its size); more are an array. */
+/*
+ * The capacity of a usage array follows its count, without a field of its
+ * own: exact up to USAGE_EXACT entries (one stream's new use of an
+ * allocation is rare next to its launches, so a realloc each is cheap),
+ * then powers of two. A single usage, the usual case, is an object of
+ * e->usage_pool (malloc would round it up to twice its size); more are an
+ * array.
+ */
+#define USAGE_EXACT 8
+
 static size_t alloc_usage_cap(size_t n)
 {
-	size_t cap = 1;
+	size_t cap = USAGE_EXACT;
 
+	if (n <= USAGE_EXACT)
+		return n;
 	while (cap < n)
 		cap *= 2;
-	return n == 0 ? 0 : cap;
+	return cap;
 }
 
 static void alloc_usages_put(struct engine *e, struct usage *u, size_t n)
@@ -262,13 +271,13 @@ static void alloc_check_record_stream(struct engine *e, struct alloc *a,
 		if ((u->flags & (USAGE_USED | USAGE_RECORDED |
 				 USAGE_REPORTED)) != USAGE_USED)
 			continue;
-		if ((int64_t)u->seq <= cstate[u->sidx])
+		if ((int64_t)usage__seq(u) <= cstate[u->sidx])
 			continue;
 		u->flags |= USAGE_REPORTED;
 		f.ptr = a->start;
 		finding__fill_alloc(e, a, &f);
 		f.access.stream = e->streams[u->sidx].id;
-		f.access.seq = u->seq;
+		f.access.seq = usage__seq(u);
 		f.access.write = (u->flags & USAGE_WROTE) != 0;
 		finding__fill_site(e, u->site, &f.access);
 		finding__emit(e, &f);

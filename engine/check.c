@@ -113,7 +113,8 @@ static void check_usages(struct check *c, const struct alloc *a)
 			check_fail(c, "a usage names a stream that does not "
 				      "exist");
 		if ((u->flags & USAGE_USED) &&
-		    (u->sidx == a->sidx || a->exempt || u->seq > c->e->seq))
+		    (u->sidx == a->sidx || a->exempt ||
+		     usage__seq(u) > c->e->seq))
 			check_fail(c, "a usage is recorded that the "
 				      "record_stream rule never records");
 		for (size_t j = 0; j < i; j++) {
@@ -144,7 +145,8 @@ static void check_pending(struct check *c, const struct alloc *a)
 
 		if ((u->flags & (USAGE_USED | USAGE_RECORDED |
 				 USAGE_REPORTED)) == USAGE_USED &&
-		    (int64_t)u->seq > e->streams[a->sidx].state[u->sidx])
+		    (int64_t)usage__seq(u) >
+			    e->streams[a->sidx].state[u->sidx])
 			check_fail(c, "an allocation a flush would skip has an "
 				      "unordered use to report");
 	}

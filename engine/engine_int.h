@@ -150,13 +150,31 @@ enum {
 	USAGE_REPORTED = 8,
 };
 
-/* What one stream other than the allocation stream did with an allocation. */
+/* What one stream other than the allocation stream did with an allocation:
+ * 12 bytes, in words of 32 bits so that arrays of them pack, the sequence
+ * number's 48 bits split in two (usage__seq()). */
 struct usage {
-	uint64_t seq;
 	uint32_t site;
-	uint16_t sidx;
-	uint8_t flags;
+	uint32_t seq_lo;
+	uint32_t seq_hi : 16;
+	uint32_t sidx : 11;
+	uint32_t flags : 5;
 };
+
+_Static_assert(sizeof(struct usage) == 12, "usages pack");
+_Static_assert(ENGINE_MAX_STREAMS <= (1 << 11), "stream numbers fit usage");
+
+static inline uint64_t usage__seq(const struct usage *u)
+{
+	return (uint64_t)u->seq_hi << 32 | u->seq_lo;
+}
+
+static inline void usage__set_seq(struct usage *u, uint64_t seq)
+{
+	assert(seq <= SEQ_MAX);
+	u->seq_lo = (uint32_t)seq;
+	u->seq_hi = (uint32_t)(seq >> 32);
+}
 
 /*
  * One per live allocation, so every byte counts: 96 bytes, the numbers
