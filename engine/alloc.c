@@ -249,6 +249,38 @@ static void alloc_unlink(struct engine *e, struct alloc *a)
 	e->unlinks++; /* graph.c: replays recheck their allocations */
 }
 
+/* The record_stream rule for one usage of an allocation whose stream's
+ * clock is `cstate`: a use not named by record_stream, not reported yet,
+ * and not ordered before the stream's present (not n <= state[C][U]). */
+static bool alloc_usage_unordered(const struct usage *u, const int64_t *cstate)
+{
+	return (u->flags & (USAGE_USED | USAGE_RECORDED | USAGE_REPORTED)) ==
+		       USAGE_USED &&
+	       (int64_t)usage__seq(u) > cstate[u->sidx];
+}
+
+/* The clock of `a`'s stream, or NULL when `a` is exempt from the rule. */
+static const int64_t *alloc_rule_clock(const struct engine *e,
+				       const struct alloc *a)
+{
+	assert(a->sidx == STREAM_NONE || a->sidx < e->nstreams);
+	if (a->exempt || a->sidx == STREAM_NONE)
+		return NULL;
+	return e->streams[a->sidx].state;
+}
+
+/* Whether the record_stream check of `a` would report now. */
+static bool alloc_would_report(const struct engine *e, const struct alloc *a)
+{
+	const int64_t *cstate = alloc_rule_clock(e, a);
+
+	for (size_t i = 0; cstate != NULL && i < a->nusage; i++) {
+		if (alloc_usage_unordered(&a->usages[i], cstate))
+			return true;
+	}
+	return false;
+}
+
 /*
  * The record_stream check at free or flush: every usage (U, n) of a
  * stream not named by record_stream, with not n <= state[C][U], is a
@@ -257,21 +289,14 @@ static void alloc_unlink(struct engine *e, struct alloc *a)
 static void alloc_check_record_stream(struct engine *e, struct alloc *a,
 				      enum detected_at at)
 {
-	const int64_t *cstate;
+	const int64_t *cstate = alloc_rule_clock(e, a);
 
-	assert(a->sidx == STREAM_NONE || a->sidx < e->nstreams);
-	if (a->exempt || a->sidx == STREAM_NONE)
-		return;
-	cstate = e->streams[a->sidx].state;
-	for (size_t i = 0; i < a->nusage; i++) {
+	for (size_t i = 0; cstate != NULL && i < a->nusage; i++) {
 		struct usage *u = &a->usages[i];
 		struct finding f = { .kind = FINDING_MISSING_RECORD_STREAM,
 				     .detected_at = at };
 
-		if ((u->flags & (USAGE_USED | USAGE_RECORDED |
-				 USAGE_REPORTED)) != USAGE_USED)
-			continue;
-		if ((int64_t)usage__seq(u) <= cstate[u->sidx])
+		if (!alloc_usage_unordered(u, cstate))
 			continue;
 		u->flags |= USAGE_REPORTED;
 		f.ptr = a->start;
@@ -402,21 +427,37 @@ static void alloc_flush_one(struct engine *e, struct alloc *a)
 	a->pending = 0;
 }
 
-/* DESIGN 6: the pending allocations, in address order. A freed one left
- * the list as it went, so the list holds exactly the pending ones. */
+/*
+ * DESIGN 6: the pending allocations, in address order. A freed one left
+ * the list as it went, so the list holds exactly the pending ones. Most
+ * have nothing to report: those that do move to the front of the list, and
+ * only they are sorted and checked.
+ */
 void alloc__on_flush(struct engine *e)
 {
+	size_t nreport = 0;
+
 	if (e->pending_all) {
 		for (struct rb_node *n = rb_first(&e->allocs); n;
 		     n = rb_next(n))
 			alloc_flush_one(e, alloc__of(n));
 		e->pending_all = false;
-	} else if (e->npending > 0) {
-		qsort(e->pending, e->npending, sizeof(*e->pending),
-		      alloc_start_cmp);
-		for (size_t i = 0; i < e->npending; i++)
-			alloc_flush_one(e, e->pending[i]);
+		return;
 	}
+	for (size_t i = 0; i < e->npending; i++) {
+		struct alloc *a = e->pending[i];
+
+		a->pending = 0;
+		if (alloc_would_report(e, a)) {
+			e->pending[i] = e->pending[nreport];
+			e->pending[nreport++] = a;
+		}
+	}
+	if (nreport > 1)
+		qsort(e->pending, nreport, sizeof(*e->pending),
+		      alloc_start_cmp);
+	for (size_t i = 0; i < nreport; i++)
+		alloc_check_record_stream(e, e->pending[i], DETECTED_AT_FLUSH);
 	e->npending = 0;
 }
 
