@@ -150,7 +150,7 @@ int engine_new(const struct engine_opts *o, struct engine **out)
 	e->usage_pool.size = sizeof(struct usage);
 	pool__note(e, sizeof(*e));
 	if (alloc__init(e) < 0 || u64map_init(&e->stream_ids) < 0 ||
-	    u64map_init(&e->events) < 0 || u64map_init(&e->site_ids) < 0 ||
+	    u64map_init(&e->events) < 0 ||
 	    u64map_init(&e->graphs) < 0 || u64map_init(&e->crecs) < 0 ||
 	    sync__stream_create(e, 0, &s) < 0) {
 		engine_free(e);

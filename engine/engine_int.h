@@ -338,10 +338,8 @@ struct engine {
 	struct site *sites; /* site id -> operator and stack */
 	size_t nsites;
 	size_t sites_cap;
-	struct u64map site_ids; /* op << 32 | stack -> site id */
-	uint32_t *gsite_tab;	/* sites with a graph: open hash of site id + 1 */
-	size_t gsite_mask;
-	size_t ngsites;
+	uint32_t *site_tab;	/* open hash of site id + 1, at most half full */
+	size_t site_mask;
 	uint64_t last_site_key;
 	uint32_t last_site;
 

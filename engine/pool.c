@@ -23,8 +23,8 @@
 size_t pool__bytes(const struct engine *e)
 {
 	return e->bytes + u64map_bytes(&e->stream_ids) +
-	       u64map_bytes(&e->events) + u64map_bytes(&e->site_ids) +
-	       u64map_bytes(&e->graphs) + u64map_bytes(&e->crecs);
+	       u64map_bytes(&e->events) + u64map_bytes(&e->graphs) +
+	       u64map_bytes(&e->crecs);
 }
 
 void pool__note(struct engine *e, size_t add)
