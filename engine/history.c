@@ -123,12 +123,16 @@ static void history_hist_prune_reads(struct engine *e, struct hist *h)
 
 /* DESIGN 5 for a last write: once dead, no later read or write can race
  * it, so a hist gaining a read lets it go. Not in a capture's history,
- * whose numbers are capture-local. */
+ * whose numbers are capture-local. The host's clock bounds the floor and
+ * moves only at host syncs: checked first, it spares recomputing a floor
+ * that every event op makes stale. */
 static void history_hist_drop_dead_write(struct engine *e, struct hist *h)
 {
-	if (h->write == NULL || e->hist_local)
+	const struct access *w = h->write;
+
+	if (w == NULL || e->hist_local || (int64_t)w->seq > e->host[w->sidx])
 		return;
-	if ((int64_t)h->write->seq <= sync__floor(e)[h->write->sidx]) {
+	if ((int64_t)w->seq <= sync__floor(e)[w->sidx]) {
 		history__access_put(e, h->write);
 		h->write = NULL;
 	}
