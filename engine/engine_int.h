@@ -49,13 +49,14 @@
  *  4. A launch first checks all its accesses against the history from
  *     before it and only then updates the history, so it never conflicts
  *     with itself and overlapping writes all see the same past.
- *  5. A read (T, n) is dead once n <= floor[T] = min(host[T], state[S][T]
- *     for every S): clocks only grow and new streams copy the host, so no
- *     later access can conflict with it. Dead reads are dropped when a read
- *     list grows, a dead last write when its hist gains a read. Past READS_COALESCE live reads on one range, older reads
- *     that repeat a newer read's stream, operator and stack are merged into
- *     it: that bounds memory in loops that never synchronize, and can only
- *     lower the occurrence count of a finding, never hide a distinct one.
+ *  5. An access (T, n) is dead once n <= floor[T] = min(host[T],
+ *     state[S][T] for every S): clocks only grow and new streams copy the
+ *     host, so no later access can conflict with it. Dead reads are dropped
+ *     when a read list grows, a dead last write when its hist gains a read.
+ *     Past READS_COALESCE live reads on one range, older reads that repeat
+ *     a newer read's stream, operator and stack are merged into it: that
+ *     bounds memory in loops that never synchronize, and can only lower
+ *     the occurrence count of a finding, never hide a distinct one.
  *  6. A flush checks only the allocations with a use that may still be
  *     unsettled: a usage found ordered stays ordered (clocks only grow), and
  *     a reported or recorded one never reports again, so an allocation
@@ -338,7 +339,7 @@ struct engine {
 	struct site *sites; /* site id -> operator and stack */
 	size_t nsites;
 	size_t sites_cap;
-	uint32_t *site_tab;	/* open hash of site id + 1, at most half full */
+	uint32_t *site_tab; /* open hash of site id + 1, at most half full */
 	size_t site_mask;
 	uint64_t last_site_key;
 	uint32_t last_site;
