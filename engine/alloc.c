@@ -5,8 +5,9 @@
  * and the record_stream check over them at free and flush (DESIGN 6); and
  * the ops alloc, free, record_stream and flush.
  *
- * Owns every struct alloc (from e->alloc_pool) with its usage array, the
- * hash buckets and the pending list; alloc__fini() frees them all. The
+ * Owns every struct alloc (from e->alloc_pool) with its usages (one from
+ * e->usage_pool, more in an array), the hash buckets and the pending
+ * list; alloc__fini() frees them all. The
  * history an allocation holds belongs to history.c, which clears it when
  * the allocation goes.
  */
@@ -135,14 +136,57 @@ static void alloc_link(struct engine *e, struct alloc *a,
 	e->st.live_allocs++;
 }
 
-/* Usage arrays hold 2, 4, 8... entries: the capacity follows the count. */
+/*
+ * The capacity of a usage array follows its count, without a field of its
+ * own: exact up to USAGE_EXACT entries (one stream's new use of an
+ * allocation is rare next to its launches, so a realloc each is cheap),
+ * then powers of two. A single usage, the usual case, is an object of
+ * e->usage_pool (malloc would round it up to twice its size); more are an
+ * array.
+ */
+#define USAGE_EXACT 8
+
 static size_t alloc_usage_cap(size_t n)
 {
-	size_t cap = 2;
+	size_t cap = USAGE_EXACT;
 
+	if (n <= USAGE_EXACT)
+		return n;
 	while (cap < n)
 		cap *= 2;
-	return n == 0 ? 0 : cap;
+	return cap;
+}
+
+static void alloc_usages_put(struct engine *e, struct usage *u, size_t n)
+{
+	if (n == 1)
+		pool__put(e, &e->usage_pool, u);
+	else if (n > 1)
+		pool__free(e, u, alloc_usage_cap(n) * sizeof(*u));
+}
+
+/* Room for usage n + 1 of `a` (holding n); 0 or -ENOMEM. */
+static int alloc_usages_grow(struct engine *e, struct alloc *a, size_t n)
+{
+	struct usage *u;
+
+	if (alloc_usage_cap(n + 1) == alloc_usage_cap(n))
+		return 0;
+	if (n == 0) {
+		u = pool__get(e, &e->usage_pool);
+	} else if (n == 1) {
+		if ((u = pool__realloc(e, NULL, 0, 2 * sizeof(*u))) != NULL) {
+			u[0] = a->usages[0];
+			pool__put(e, &e->usage_pool, a->usages);
+		}
+	} else {
+		u = pool__realloc(e, a->usages, alloc_usage_cap(n) * sizeof(*u),
+				  alloc_usage_cap(n + 1) * sizeof(*u));
+	}
+	if (u == NULL)
+		return -ENOMEM;
+	a->usages = u;
+	return 0;
 }
 
 /* The usage entry of stream `s` in `a`, added when new. */
@@ -156,13 +200,8 @@ struct usage *alloc__usage_get(struct engine *e, struct alloc *a, uint16_t s)
 		if (a->usages[i].sidx == s)
 			return &a->usages[i];
 	}
-	if (alloc_usage_cap(n) == n) {
-		u = pool__realloc(e, a->usages, alloc_usage_cap(n) * sizeof(*u),
-				  alloc_usage_cap(n + 1) * sizeof(*u));
-		if (u == NULL)
-			return NULL;
-		a->usages = u;
-	}
+	if (alloc_usages_grow(e, a, n) < 0)
+		return NULL;
 	assert(n < e->nstreams); /* one usage per stream at most */
 	u = &a->usages[a->nusage++];
 	memset(u, 0, sizeof(*u));
@@ -172,12 +211,24 @@ struct usage *alloc__usage_get(struct engine *e, struct alloc *a, uint16_t s)
 
 void alloc__usages_free(struct engine *e, struct alloc *a)
 {
-	pool__free(e, a->usages,
-		   alloc_usage_cap(a->nusage) * sizeof(*a->usages));
+	alloc_usages_put(e, a->usages, a->nusage);
 	a->usages = NULL;
 	a->nusage = 0;
 }
 
+/* DESIGN 6: takes `a` off the pending list; the last entry fills its
+ * place, since flush sorts the list anyway. */
+static void alloc_pending_del(struct engine *e, struct alloc *a)
+{
+	struct alloc *moved;
+
+	if (!a->pending || e->pending_all)
+		return;
+	assert(a->pidx < e->npending && e->pending[a->pidx] == a);
+	moved = e->pending[--e->npending];
+	e->pending[a->pidx] = moved;
+	moved->pidx = a->pidx;
+}
 
 /* Forgets allocation `a` with its history and usages. */
 static void alloc_unlink(struct engine *e, struct alloc *a)
@@ -190,11 +241,44 @@ static void alloc_unlink(struct engine *e, struct alloc *a)
 	if (e->last_view == a)
 		e->last_view = NULL;
 	rb_erase(&e->allocs, &a->node);
+	alloc_pending_del(e, a);
 	history__alloc_clear(e, a);
 	alloc__usages_free(e, a);
 	pool__put(e, &e->alloc_pool, a);
 	e->st.live_allocs--;
 	e->unlinks++; /* graph.c: replays recheck their allocations */
+}
+
+/* The record_stream rule for one usage of an allocation whose stream's
+ * clock is `cstate`: a use not named by record_stream, not reported yet,
+ * and not ordered before the stream's present (not n <= state[C][U]). */
+static bool alloc_usage_unordered(const struct usage *u, const int64_t *cstate)
+{
+	return (u->flags & (USAGE_USED | USAGE_RECORDED | USAGE_REPORTED)) ==
+		       USAGE_USED &&
+	       (int64_t)usage__seq(u) > cstate[u->sidx];
+}
+
+/* The clock of `a`'s stream, or NULL when `a` is exempt from the rule. */
+static const int64_t *alloc_rule_clock(const struct engine *e,
+				       const struct alloc *a)
+{
+	assert(a->sidx == STREAM_NONE || a->sidx < e->nstreams);
+	if (a->exempt || a->sidx == STREAM_NONE)
+		return NULL;
+	return e->streams[a->sidx].state;
+}
+
+/* Whether the record_stream check of `a` would report now. */
+static bool alloc_would_report(const struct engine *e, const struct alloc *a)
+{
+	const int64_t *cstate = alloc_rule_clock(e, a);
+
+	for (size_t i = 0; cstate != NULL && i < a->nusage; i++) {
+		if (alloc_usage_unordered(&a->usages[i], cstate))
+			return true;
+	}
+	return false;
 }
 
 /*
@@ -205,35 +289,29 @@ static void alloc_unlink(struct engine *e, struct alloc *a)
 static void alloc_check_record_stream(struct engine *e, struct alloc *a,
 				      enum detected_at at)
 {
-	const int64_t *cstate;
+	const int64_t *cstate = alloc_rule_clock(e, a);
 
-	assert(a->sidx == STREAM_NONE || a->sidx < e->nstreams);
-	if (a->exempt || a->sidx == STREAM_NONE)
-		return;
-	cstate = e->streams[a->sidx].state;
-	for (size_t i = 0; i < a->nusage; i++) {
+	for (size_t i = 0; cstate != NULL && i < a->nusage; i++) {
 		struct usage *u = &a->usages[i];
 		struct finding f = { .kind = FINDING_MISSING_RECORD_STREAM,
 				     .detected_at = at };
 
-		if ((u->flags & (USAGE_USED | USAGE_RECORDED |
-				 USAGE_REPORTED)) != USAGE_USED)
-			continue;
-		if ((int64_t)u->seq <= cstate[u->sidx])
+		if (!alloc_usage_unordered(u, cstate))
 			continue;
 		u->flags |= USAGE_REPORTED;
 		f.ptr = a->start;
 		finding__fill_alloc(e, a, &f);
 		f.access.stream = e->streams[u->sidx].id;
-		f.access.seq = u->seq;
+		f.access.seq = usage__seq(u);
 		f.access.write = (u->flags & USAGE_WROTE) != 0;
 		finding__fill_site(e, u->site, &f.access);
 		finding__emit(e, &f);
 	}
 }
 
-/* DESIGN 6: `a` has a use the next flush must check. Past twice the live
- * allocations (or without memory) the list gives way to a walk of all. */
+/* DESIGN 6: `a` has a use the next flush must check. Past
+ * ALLOC_PENDING_MAX pending allocations (or without memory) the list
+ * gives way to a walk of all. */
 void alloc__pending_add(struct engine *e, struct alloc *a)
 {
 	if (a->pending)
@@ -241,14 +319,15 @@ void alloc__pending_add(struct engine *e, struct alloc *a)
 	a->pending = 1;
 	if (e->pending_all)
 		return;
-	if (e->npending >= 2 * e->st.live_allocs + 64 ||
+	if (e->npending >= ALLOC_PENDING_MAX ||
 	    pool__grow_array(e, (void **)&e->pending, &e->pending_cap,
 			     e->npending + 1, sizeof(*e->pending)) < 0) {
 		e->pending_all = true;
 		e->npending = 0;
 		return;
 	}
-	e->pending[e->npending++] = a->start;
+	a->pidx = (uint32_t)e->npending;
+	e->pending[e->npending++] = a;
 }
 
 
@@ -263,6 +342,8 @@ int alloc__on_alloc(struct engine *e, const struct op *op)
 	uint16_t s = STREAM_NONE;
 	int err;
 
+	if (e->next_serial >= ALLOC_SERIAL_MAX)
+		return -EOVERFLOW;
 	if (e->st.live_allocs >= 2 * (e->amask + 1) &&
 	    (err = alloc_hash_grow(e)) < 0)
 		return err;
@@ -332,9 +413,10 @@ int alloc__on_record_stream(struct engine *e, const struct op *op)
 	return 0;
 }
 
-static int alloc_u64_cmp(const void *a, const void *b)
+static int alloc_start_cmp(const void *a, const void *b)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	uint64_t x = (*(struct alloc *const *)a)->start;
+	uint64_t y = (*(struct alloc *const *)b)->start;
 
 	return (x > y) - (x < y);
 }
@@ -345,26 +427,37 @@ static void alloc_flush_one(struct engine *e, struct alloc *a)
 	a->pending = 0;
 }
 
-/* DESIGN 6: the pending allocations, in address order. A start listed
- * twice, or whose allocation was freed (and perhaps another made there),
- * names no pending allocation the second time. */
+/*
+ * DESIGN 6: the pending allocations, in address order. A freed one left
+ * the list as it went, so the list holds exactly the pending ones. Most
+ * have nothing to report: those that do move to the front of the list, and
+ * only they are sorted and checked.
+ */
 void alloc__on_flush(struct engine *e)
 {
+	size_t nreport = 0;
+
 	if (e->pending_all) {
 		for (struct rb_node *n = rb_first(&e->allocs); n;
 		     n = rb_next(n))
 			alloc_flush_one(e, alloc__of(n));
 		e->pending_all = false;
-	} else if (e->npending > 0) {
-		qsort(e->pending, e->npending, sizeof(*e->pending),
-		      alloc_u64_cmp);
-		for (size_t i = 0; i < e->npending; i++) {
-			struct alloc *a = alloc__at(e, e->pending[i]);
+		return;
+	}
+	for (size_t i = 0; i < e->npending; i++) {
+		struct alloc *a = e->pending[i];
 
-			if (a != NULL && a->pending)
-				alloc_flush_one(e, a);
+		a->pending = 0;
+		if (alloc_would_report(e, a)) {
+			e->pending[i] = e->pending[nreport];
+			e->pending[nreport++] = a;
 		}
 	}
+	if (nreport > 1)
+		qsort(e->pending, nreport, sizeof(*e->pending),
+		      alloc_start_cmp);
+	for (size_t i = 0; i < nreport; i++)
+		alloc_check_record_stream(e, e->pending[i], DETECTED_AT_FLUSH);
 	e->npending = 0;
 }
 

@@ -113,7 +113,8 @@ static void check_usages(struct check *c, const struct alloc *a)
 			check_fail(c, "a usage names a stream that does not "
 				      "exist");
 		if ((u->flags & USAGE_USED) &&
-		    (u->sidx == a->sidx || a->exempt || u->seq > c->e->seq))
+		    (u->sidx == a->sidx || a->exempt ||
+		     usage__seq(u) > c->e->seq))
 			check_fail(c, "a usage is recorded that the "
 				      "record_stream rule never records");
 		for (size_t j = 0; j < i; j++) {
@@ -123,19 +124,18 @@ static void check_usages(struct check *c, const struct alloc *a)
 	}
 }
 
-/* DESIGN 6: an allocation a flush would skip has nothing to report. */
+/* DESIGN 6: the list holds exactly the pending allocations, each at its
+ * pidx, and an allocation a flush would skip has nothing to report. */
 static void check_pending(struct check *c, const struct alloc *a)
 {
 	const struct engine *e = c->e;
-	bool listed = false;
 
 	if (e->pending_all)
 		return;
 	if (a->pending) {
-		for (size_t i = 0; i < e->npending && !listed; i++)
-			listed = e->pending[i] == a->start;
-		if (!listed)
-			check_fail(c, "a pending allocation is not listed");
+		if (a->pidx >= e->npending || e->pending[a->pidx] != a)
+			check_fail(c, "a pending allocation is not listed at "
+				      "its place");
 		return;
 	}
 	if (a->exempt || a->sidx == STREAM_NONE)
@@ -145,7 +145,8 @@ static void check_pending(struct check *c, const struct alloc *a)
 
 		if ((u->flags & (USAGE_USED | USAGE_RECORDED |
 				 USAGE_REPORTED)) == USAGE_USED &&
-		    (int64_t)u->seq > e->streams[a->sidx].state[u->sidx])
+		    (int64_t)usage__seq(u) >
+			    e->streams[a->sidx].state[u->sidx])
 			check_fail(c, "an allocation a flush would skip has an "
 				      "unordered use to report");
 	}
@@ -155,7 +156,7 @@ static void check_allocs(struct check *c)
 {
 	const struct engine *e = c->e;
 	const struct alloc *prev = NULL;
-	uint64_t live = 0;
+	uint64_t live = 0, pending = 0;
 
 	if (rb_check(&e->allocs) < 0)
 		check_fail(c, "the allocation tree is not a red-black tree");
@@ -181,11 +182,14 @@ static void check_allocs(struct check *c)
 			check_hist(c, &a->whole);
 		check_usages(c, a);
 		check_pending(c, a);
+		pending += a->pending;
 		live++;
 		prev = a;
 	}
 	if (!c->compare && live != e->st.live_allocs)
 		check_fail(c, "live_allocs differs from the allocation tree");
+	if (!e->pending_all && pending != e->npending)
+		check_fail(c, "the pending list holds what is not pending");
 }
 
 /* Bytes no allocation covers keep their history outside; never both. */

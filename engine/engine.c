@@ -147,9 +147,10 @@ int engine_new(const struct engine_opts *o, struct engine **out)
 	e->access_pool.size = sizeof(struct access);
 	e->seg_pool.size = sizeof(struct seg);
 	e->alloc_pool.size = sizeof(struct alloc);
+	e->usage_pool.size = sizeof(struct usage);
 	pool__note(e, sizeof(*e));
 	if (alloc__init(e) < 0 || u64map_init(&e->stream_ids) < 0 ||
-	    u64map_init(&e->events) < 0 || u64map_init(&e->site_ids) < 0 ||
+	    u64map_init(&e->events) < 0 ||
 	    u64map_init(&e->graphs) < 0 || u64map_init(&e->crecs) < 0 ||
 	    sync__stream_create(e, 0, &s) < 0) {
 		engine_free(e);
@@ -176,6 +177,7 @@ void engine_free(struct engine *e)
 	pool__fini(&e->access_pool);
 	pool__fini(&e->seg_pool);
 	pool__fini(&e->alloc_pool);
+	pool__fini(&e->usage_pool);
 	free(e);
 }
 

@@ -49,20 +49,23 @@
  *  4. A launch first checks all its accesses against the history from
  *     before it and only then updates the history, so it never conflicts
  *     with itself and overlapping writes all see the same past.
- *  5. A read (T, n) is dead once n <= floor[T] = min(host[T], state[S][T]
- *     for every S): clocks only grow and new streams copy the host, so no
- *     later access can conflict with it. Dead reads are dropped when a read
- *     list grows. Past READS_COALESCE live reads on one range, older reads
- *     that repeat a newer read's stream, operator and stack are merged into
- *     it: that bounds memory in loops that never synchronize, and can only
- *     lower the occurrence count of a finding, never hide a distinct one.
+ *  5. An access (T, n) is dead once n <= floor[T] = min(host[T],
+ *     state[S][T] for every S): clocks only grow and new streams copy the
+ *     host, so no later access can conflict with it. Dead reads are dropped
+ *     when a read list grows, a dead last write when its hist gains a read.
+ *     Past READS_COALESCE live reads on one range, older reads that repeat
+ *     a newer read's stream, operator and stack are merged into it: that
+ *     bounds memory in loops that never synchronize, and can only lower
+ *     the occurrence count of a finding, never hide a distinct one.
  *  6. A flush checks only the allocations with a use that may still be
  *     unsettled: a usage found ordered stays ordered (clocks only grow), and
  *     a reported or recorded one never reports again, so an allocation
  *     needs a check only after a launch gave it a new latest use. Such an
- *     allocation is `pending`, its start in e->pending; flush checks those
- *     in address order, as a walk of every allocation would. When the list
- *     outgrows the live allocations, the next flush walks them all instead.
+ *     allocation is `pending` and listed in e->pending at its pidx until
+ *     a flush checks it or it is freed, so flush and free cost what has
+ *     something to check; flush sorts the list into address order, as a
+ *     walk of every allocation would go. When the list cannot grow (out of
+ *     memory, or ALLOC_PENDING_MAX), the next flush walks them all.
  *  7. Every allocation of memory that could fail happens before the state
  *     it would change is touched, except while updating the history after
  *     a launch; a failure there forgets the history as `gap` does, which
@@ -92,7 +95,9 @@
 #include "rbtree.h"
 #include "u64map.h"
 
-#define STREAM_NONE UINT16_MAX
+/* "no stream": above every stream number, and within struct alloc's
+ * 11 bits. */
+#define STREAM_NONE 0x7ff
 /* Small slabs: after a step frees its activations, the fewer objects a
  * slab holds, the likelier it empties and goes back to malloc. */
 #define POOL_CHUNK (4 * 1024)
@@ -146,17 +151,41 @@ enum {
 	USAGE_REPORTED = 8,
 };
 
-/* What one stream other than the allocation stream did with an allocation. */
+/* What one stream other than the allocation stream did with an allocation:
+ * 12 bytes, in words of 32 bits so that arrays of them pack, the sequence
+ * number's 48 bits split in two (usage__seq()). */
 struct usage {
-	uint64_t seq;
 	uint32_t site;
-	uint16_t sidx;
-	uint8_t flags;
+	uint32_t seq_lo;
+	uint32_t seq_hi : 16;
+	uint32_t sidx : 11;
+	uint32_t flags : 5;
 };
 
+_Static_assert(sizeof(struct usage) == 12, "usages pack");
+_Static_assert(ENGINE_MAX_STREAMS <= (1 << 11), "stream numbers fit usage");
+
+static inline uint64_t usage__seq(const struct usage *u)
+{
+	return (uint64_t)u->seq_hi << 32 | u->seq_lo;
+}
+
+static inline void usage__set_seq(struct usage *u, uint64_t seq)
+{
+	assert(seq <= SEQ_MAX);
+	u->seq_lo = (uint32_t)seq;
+	u->seq_hi = (uint32_t)(seq >> 32);
+}
+
+/*
+ * One per live allocation, so every byte counts: 96 bytes, the numbers
+ * packed into two words. A stream number needs 11 bits (STREAM_NONE
+ * included), a serial 48 (2^48 allocations outlast any process, as
+ * SEQ_MAX's launches do) and a place in e->pending 21: past 2^21 pending
+ * allocations the next flush walks them all (DESIGN 6).
+ */
 struct alloc {
 	struct rb_node node;
-	uint64_t serial; /* this allocation, never reused (DESIGN 8) */
 	struct alloc *hnext; /* chain in the exact-start hash */
 	uint64_t start;
 	uint64_t last;
@@ -165,17 +194,23 @@ struct alloc {
 		struct hist whole;   /* tree == 0: one record for all */
 		struct rb_root segs; /* tree == 1: segments */
 	};
-	uint32_t stack;
-	uint16_t sidx; /* STREAM_NONE when unknown */
-	uint16_t nusage : 11;
-	uint16_t graph_pool : 1; /* `alloc ... graph=`: never stale */
-	uint16_t pending : 1; /* DESIGN 6 */
-	uint16_t tree : 1;
-	uint16_t exempt : 1; /* live across a gap: no record_stream check */
-	uint16_t size0 : 1;  /* allocated with size=0 */
+	uint64_t serial : 48; /* this allocation, never reused (DESIGN 8) */
+	uint64_t sidx : 11;   /* STREAM_NONE when unknown */
+	uint64_t graph_pool : 1; /* `alloc ... graph=`: never stale */
+	uint64_t pending : 1; /* DESIGN 6 */
+	uint64_t tree : 1;
+	uint64_t exempt : 1; /* live across a gap: no record_stream check */
+	uint64_t size0 : 1;  /* allocated with size=0 */
+	uint64_t stack : 32;
+	uint64_t nusage : 11;
+	uint64_t pidx : 21; /* its place in e->pending while pending */
 };
 
+#define ALLOC_SERIAL_MAX ((UINT64_C(1) << 48) - 1)
+#define ALLOC_PENDING_MAX (UINT32_C(1) << 21)
+
 _Static_assert(sizeof(struct alloc) == 96, "one per live allocation");
+_Static_assert(STREAM_NONE < (1 << 11), "stream numbers fit sidx");
 _Static_assert(ENGINE_MAX_STREAMS < (1 << 11), "usage count fits nusage");
 
 struct capture;
@@ -284,13 +319,14 @@ struct engine {
 	struct alloc **abuckets; /* exact-start hash (DESIGN 3) */
 	size_t amask;
 	struct rb_root outside; /* history of bytes no allocation covers */
-	uint64_t *pending;	/* DESIGN 6: starts of pending allocations */
+	struct alloc **pending; /* DESIGN 6: the pending allocations */
 	size_t npending;
 	size_t pending_cap;
 	bool pending_all;	/* the list overflowed: flush walks them all */
 	struct pool access_pool;
 	struct pool seg_pool;
 	struct pool alloc_pool;
+	struct pool usage_pool; /* an allocation's single usage */
 	uint64_t max_access_len;
 
 	struct elem *elems; /* launch scratch: writes, then reads */
@@ -303,10 +339,8 @@ struct engine {
 	struct site *sites; /* site id -> operator and stack */
 	size_t nsites;
 	size_t sites_cap;
-	struct u64map site_ids; /* op << 32 | stack -> site id */
-	uint32_t *gsite_tab;	/* sites with a graph: open hash of site id + 1 */
-	size_t gsite_mask;
-	size_t ngsites;
+	uint32_t *site_tab; /* open hash of site id + 1, at most half full */
+	size_t site_mask;
 	uint64_t last_site_key;
 	uint32_t last_site;
 

@@ -5,7 +5,7 @@
  * merges occurrences, and finding__emit(), the one way out to the caller's
  * callback.
  *
- * Owns e->sites, e->site_ids and e->dedup, freed by finding__fini(). A
+ * Owns e->sites, e->site_tab and e->dedup, freed by finding__fini(). A
  * finding handed to the callback lives on the caller's stack.
  */
 #include "engine_int.h"
@@ -44,63 +44,86 @@ const char *detected_at_name(enum detected_at at)
 
 /* ---- sites ------------------------------------------------------------- */
 
-/* finding__site_get() past its one-entry cache: looks the pair up, and
- * interns it on first use. 0; -E2BIG or -ENOMEM with *out unwritten. */
-int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
-			   uint32_t *out)
+static uint64_t finding_site_hash(const struct site *s)
 {
-	uint64_t key = (uint64_t)op << 32 | stack;
-	const uint64_t *v;
-	int err;
+	uint64_t key = (uint64_t)s->op << 32 | s->stack;
 
-	if ((v = u64map_get(&e->site_ids, key)) != NULL) {
-		*out = (uint32_t)*v;
-	} else {
-		if (e->nsites == UINT32_MAX)
-			return -E2BIG;
-		if ((err = pool__grow_array(e, (void **)&e->sites,
-					    &e->sites_cap, e->nsites + 1,
-					    sizeof(*e->sites))) < 0 ||
-		    (err = u64map_put(&e->site_ids, key, e->nsites)) < 0)
-			return err;
-		e->sites[e->nsites] = (struct site){ .op = op, .stack = stack };
-		*out = (uint32_t)e->nsites++;
-	}
-	e->last_site_key = key;
-	e->last_site = *out;
-	return 0;
+	return hash_u64(s->has_graph ? key ^ hash_u64(s->graph) : key);
 }
 
-static uint64_t finding_gsite_hash(uint32_t op, uint32_t stack,
-				   uint64_t graph)
+static bool finding_site_eq(const struct site *a, const struct site *b)
 {
-	return hash_u64(((uint64_t)op << 32 | stack) ^ hash_u64(graph));
+	return a->op == b->op && a->stack == b->stack &&
+	       a->has_graph == b->has_graph &&
+	       (!a->has_graph || a->graph == b->graph);
 }
 
-/* Doubles the table of sites with a graph, keeping it at most half full. */
-static int finding_gsite_grow(struct engine *e)
+/* Doubles the table of sites, keeping it at most half full. */
+static int finding_site_tab_grow(struct engine *e)
 {
-	size_t n = e->gsite_mask ? e->gsite_mask + 1 : 0, nn = n ? 2 * n : 64;
+	size_t n = e->site_tab ? e->site_mask + 1 : 0, nn = n ? 2 * n : 64;
 	uint32_t *t = pool__realloc(e, NULL, 0, nn * sizeof(*t));
 
 	if (t == NULL)
 		return -ENOMEM;
 	memset(t, 0, nn * sizeof(*t));
 	for (size_t i = 0; i < n; i++) {
-		const struct site *s;
 		size_t j;
 
-		if (e->gsite_tab[i] == 0)
+		if (e->site_tab[i] == 0)
 			continue;
-		s = &e->sites[e->gsite_tab[i] - 1];
-		j = finding_gsite_hash(s->op, s->stack, s->graph) & (nn - 1);
+		j = finding_site_hash(&e->sites[e->site_tab[i] - 1]) & (nn - 1);
 		while (t[j] != 0)
 			j = (j + 1) & (nn - 1);
-		t[j] = e->gsite_tab[i];
+		t[j] = e->site_tab[i];
 	}
-	pool__free(e, e->gsite_tab, n * sizeof(*t));
-	e->gsite_tab = t;
-	e->gsite_mask = nn - 1;
+	pool__free(e, e->site_tab, n * sizeof(*t));
+	e->site_tab = t;
+	e->site_mask = nn - 1;
+	return 0;
+}
+
+/* The id of site `want`, interned on first use. 0; -E2BIG or -ENOMEM with
+ * *out unwritten. */
+static int finding_site_intern(struct engine *e, const struct site *want,
+			       uint32_t *out)
+{
+	size_t i;
+	int err;
+
+	if ((e->nsites + 1) * 2 > (e->site_tab ? e->site_mask + 1 : 0) &&
+	    (err = finding_site_tab_grow(e)) < 0)
+		return err;
+	i = finding_site_hash(want) & e->site_mask;
+	for (; e->site_tab[i] != 0; i = (i + 1) & e->site_mask) {
+		if (finding_site_eq(&e->sites[e->site_tab[i] - 1], want)) {
+			*out = e->site_tab[i] - 1;
+			return 0;
+		}
+	}
+	if (e->nsites >= UINT32_MAX - 1)
+		return -E2BIG;
+	if ((err = pool__grow_array(e, (void **)&e->sites, &e->sites_cap,
+				    e->nsites + 1, sizeof(*e->sites))) < 0)
+		return err;
+	e->sites[e->nsites] = *want;
+	e->site_tab[i] = (uint32_t)e->nsites + 1;
+	*out = (uint32_t)e->nsites++;
+	return 0;
+}
+
+/* finding__site_get() past its one-entry cache: looks the pair up, and
+ * interns it on first use. 0; -E2BIG or -ENOMEM with *out unwritten. */
+int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
+			   uint32_t *out)
+{
+	struct site want = { .op = op, .stack = stack };
+	int err;
+
+	if ((err = finding_site_intern(e, &want, out)) < 0)
+		return err;
+	e->last_site_key = (uint64_t)op << 32 | stack;
+	e->last_site = *out;
 	return 0;
 }
 
@@ -110,33 +133,10 @@ static int finding_gsite_grow(struct engine *e)
 int finding__site_get_graph(struct engine *e, uint32_t op, uint32_t stack,
 			    uint64_t graph, uint32_t *out)
 {
-	size_t i;
-	int err;
+	struct site want = { .op = op, .stack = stack, .has_graph = true,
+			     .graph = graph };
 
-	if ((e->ngsites + 1) * 2 > (e->gsite_tab ? e->gsite_mask + 1 : 0) &&
-	    (err = finding_gsite_grow(e)) < 0)
-		return err;
-	i = finding_gsite_hash(op, stack, graph) & e->gsite_mask;
-	for (; e->gsite_tab[i] != 0; i = (i + 1) & e->gsite_mask) {
-		const struct site *s = &e->sites[e->gsite_tab[i] - 1];
-
-		if (s->op == op && s->stack == stack && s->graph == graph) {
-			*out = e->gsite_tab[i] - 1;
-			return 0;
-		}
-	}
-	if (e->nsites >= UINT32_MAX - 1)
-		return -E2BIG;
-	if ((err = pool__grow_array(e, (void **)&e->sites, &e->sites_cap,
-				    e->nsites + 1, sizeof(*e->sites))) < 0)
-		return err;
-	e->sites[e->nsites] = (struct site){ .op = op, .stack = stack,
-					     .has_graph = true,
-					     .graph = graph };
-	e->gsite_tab[i] = (uint32_t)e->nsites + 1;
-	e->ngsites++;
-	*out = (uint32_t)e->nsites++;
-	return 0;
+	return finding_site_intern(e, &want, out);
 }
 
 /* ---- findings ----------------------------------------------------------- */
@@ -321,8 +321,7 @@ void finding__fill_access(const struct engine *e, const struct access *a,
 
 void finding__fini(struct engine *e)
 {
-	free(e->gsite_tab);
+	free(e->site_tab);
 	free(e->dedup);
 	free(e->sites);
-	u64map_fini(&e->site_ids);
 }

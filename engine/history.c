@@ -121,10 +121,28 @@ static void history_hist_prune_reads(struct engine *e, struct hist *h)
 	h->nreads = n;
 }
 
+/* DESIGN 5 for a last write: once dead, no later read or write can race
+ * it, so a hist gaining a read lets it go. Not in a capture's history,
+ * whose numbers are capture-local. The host's clock bounds the floor and
+ * moves only at host syncs: checked first, it spares recomputing a floor
+ * that every event op makes stale. */
+static void history_hist_drop_dead_write(struct engine *e, struct hist *h)
+{
+	const struct access *w = h->write;
+
+	if (w == NULL || e->hist_local || (int64_t)w->seq > e->host[w->sidx])
+		return;
+	if ((int64_t)w->seq <= sync__floor(e)[w->sidx]) {
+		history__access_put(e, h->write);
+		h->write = NULL;
+	}
+}
+
 static int history_hist_add_read(struct engine *e, struct hist *h,
 				 struct access *acc)
 {
 	assert(!acc->write && acc->refs > 0);
+	history_hist_drop_dead_write(e, h);
 	assert(h->cap == 0 ? h->nreads <= 1 : h->nreads <= h->cap);
 	if (h->cap == 0 && h->nreads == 0) {
 		h->rd.one = acc;

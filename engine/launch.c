@@ -361,10 +361,10 @@ static int launch_note_usage(struct engine *e, const struct elem *el,
 		return 0;
 	if ((u = alloc__usage_get(e, a, s)) == NULL)
 		return -ENOMEM;
-	if (!(u->flags & USAGE_USED) || u->seq != e->seq) {
+	if (!(u->flags & USAGE_USED) || usage__seq(u) != e->seq) {
 		/* a new latest use: its own op, stack and write flag */
 		u->flags = (uint8_t)((u->flags & ~USAGE_WROTE) | USAGE_USED);
-		u->seq = e->seq;
+		usage__set_seq(u, e->seq);
 		u->site = site;
 	}
 	if (el->acc->write)
@@ -396,7 +396,7 @@ static void launch_note_wrote_beyond(struct engine *e, const struct elem *el,
 			struct usage *u = &a->usages[i];
 
 			if (u->sidx == s && (u->flags & USAGE_USED) &&
-			    u->seq == e->seq)
+			    usage__seq(u) == e->seq)
 				u->flags |= USAGE_WROTE;
 		}
 	}

@@ -1,8 +1,9 @@
 /*
  * pool.c - the engine's memory: every byte it holds is counted here, so that
  * engine_get_stats() can report it and max_bytes can refuse growth past it.
- * Small fixed-size objects (access records, segments, allocations) come from
- * per-kind pools of slabs; everything else from pool__realloc().
+ * Small fixed-size objects (access records, segments, allocations, single
+ * usages) come from per-kind pools of slabs; everything else from
+ * pool__realloc().
  *
  * Owns the slabs: pool__put() returns an object, pool__fini() frees every
  * slab of a pool at engine_free(). Arrays got from pool__realloc() belong
@@ -22,8 +23,8 @@
 size_t pool__bytes(const struct engine *e)
 {
 	return e->bytes + u64map_bytes(&e->stream_ids) +
-	       u64map_bytes(&e->events) + u64map_bytes(&e->site_ids) +
-	       u64map_bytes(&e->graphs) + u64map_bytes(&e->crecs);
+	       u64map_bytes(&e->events) + u64map_bytes(&e->graphs) +
+	       u64map_bytes(&e->crecs);
 }
 
 void pool__note(struct engine *e, size_t add)

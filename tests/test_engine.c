@@ -269,6 +269,55 @@ START_TEST(engine_flush_then_free_reports_once)
 }
 END_TEST
 
+/* A read lets a dead last write go (DESIGN 5), never a live one: every
+ * later reader still races it. */
+START_TEST(engine_read_keeps_live_write_for_later_readers)
+{
+	run("stream_create stream=1\n"
+	    "stream_create stream=2\n"
+	    "alloc ptr=0x1000 size=64 stream=0\n"
+	    "launch stream=0 op=w write=0x1000+64\n"
+	    "launch stream=1 op=r1 read=0x1000+64\n"
+	    "launch stream=2 op=r2 read=0x1000+64\n"
+	    "device_sync\n"
+	    "launch stream=1 op=r3 read=0x1000+64\n"
+	    "launch stream=2 op=w2 write=0x1000+64\n");
+	assert_findings(3, 0);
+	ck_assert_str_eq(tu_op(&F, 0, false), "r1");
+	ck_assert_str_eq(tu_op(&F, 1, false), "r2");
+	ck_assert_str_eq(tu_op(&F, 1, true), "w");
+	/* r3 let the dead w go; w2 races r3 only */
+	ck_assert_str_eq(tu_op(&F, 2, false), "w2");
+	ck_assert_str_eq(tu_op(&F, 2, true), "r3");
+}
+END_TEST
+
+/* flush reports in address order, whatever the order of use, and a free
+ * between use and flush leaves the others pending. */
+START_TEST(engine_flush_reports_in_address_order)
+{
+	static const uint64_t ptr[] = { 0x4000, 0x1000, 0x2000, 0x3000 };
+
+	run("stream_create stream=1\n"
+	    "alloc ptr=0x1000 size=64 stream=0\n"
+	    "alloc ptr=0x2000 size=64 stream=0\n"
+	    "alloc ptr=0x3000 size=64 stream=0\n"
+	    "alloc ptr=0x4000 size=64 stream=0\n"
+	    "stream_wait stream=1 on=0\n"
+	    "launch stream=1 op=c read=0x3000+64\n"
+	    "launch stream=1 op=d read=0x4000+64\n"
+	    "launch stream=1 op=a read=0x1000+64\n"
+	    "launch stream=1 op=b read=0x2000+64\n"
+	    "free ptr=0x4000\n"
+	    "flush\n");
+	assert_findings(0, 4);
+	ck_assert_int_eq(F.v[0].detected_at, DETECTED_AT_FREE);
+	for (size_t i = 0; i < 4; i++)
+		ck_assert_uint_eq(F.v[i].ptr, ptr[i]);
+	ck_assert_int_eq(F.v[3].detected_at, DETECTED_AT_FLUSH);
+}
+END_TEST
+
 /* One finding per usage stream. */
 START_TEST(engine_missing_record_stream_per_usage_stream)
 {
@@ -371,6 +420,8 @@ static Suite *engine_suite(void)
 	tcase_add_test(seed, engine_missing_record_stream_reports_latest_use_type);
 	tcase_add_test(seed, engine_record_stream_check_needs_known_other_stream);
 	tcase_add_test(seed, engine_flush_then_free_reports_once);
+	tcase_add_test(seed, engine_flush_reports_in_address_order);
+	tcase_add_test(seed, engine_read_keeps_live_write_for_later_readers);
 	tcase_add_test(seed, engine_missing_record_stream_per_usage_stream);
 	tcase_add_test(seed, engine_producer_consumer_is_clean);
 	tcase_add_test(seed, engine_producer_consumer_without_wait_races);
