@@ -158,17 +158,25 @@ static bool run_exists(const char *path, int mode)
 /* `file` (or, when "", the directory itself) in install directory `dir`:
  * absolute, or relative to `exedir`, where npusanctl was installed; the
  * directory made canonical (no "bin/..") when it exists. `out` has
- * PATH_MAX bytes. */
+ * PATH_MAX bytes; a path that does not fit leaves it empty, which
+ * run_locate() reports as not found. */
 static void run_install_path(char *out, const char *exedir, const char *dir,
 			     const char *file)
 {
 	char path[PATH_MAX], real[PATH_MAX];
+	int n;
 
-	snprintf(path, sizeof(path), "%s%s%s", dir[0] == '/' ? "" : exedir,
-		 dir[0] == '/' ? "" : "/", dir);
-	snprintf(out, PATH_MAX, "%s%s%s",
-		 realpath(path, real) != NULL ? real : path,
-		 file[0] ? "/" : "", file);
+	out[0] = '\0';
+	n = snprintf(path, sizeof(path), "%s%s%s",
+		     dir[0] == '/' ? "" : exedir, dir[0] == '/' ? "" : "/",
+		     dir);
+	if (n < 0 || (size_t)n >= sizeof(path))
+		return;
+	n = snprintf(out, PATH_MAX, "%s%s%s",
+		     realpath(path, real) != NULL ? real : path,
+		     file[0] ? "/" : "", file);
+	if (n < 0 || n >= PATH_MAX)
+		out[0] = '\0';
 }
 
 /* Whether `exe` is the npusanctl of the build tree it was built in. */
