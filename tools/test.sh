@@ -4,6 +4,7 @@
 # ThreadSanitizer. CI runs exactly this (.ci/run). The torch tests run on
 # the host's PyTorch and, as the test torch2_root, on PyTorch 2.6 in the
 # Debian 13 root that tools/deps.sh builds once (skipped where it cannot).
+# Last it runs the README's first command, tools/demo.sh, in Release.
 set -eu
 cd "$(dirname "$0")/.."
 tools/deps.sh test
@@ -38,3 +39,15 @@ if ! $run build/tsan/tsan-probe; then
 	exit 1
 fi
 $run ctest --test-dir build/tsan --output-on-failure -L concurrency -j "$(nproc)"
+
+# Last, the README's first command as a user runs it: a Release build (-O2,
+# where gcc sees what a Debug build does not, -Wformat-truncation among it)
+# and the demo job, which must print its two seeded findings and exit 1.
+demo=$(tools/demo.sh 2>&1) && rc=0 || rc=$?
+if [ "$rc" -ne 1 ] || ! printf '%s\n' "$demo" | grep -q \
+	'npusan: job demo: 2 findings (1 data race, 1 missing record_stream)'; then
+	printf '%s\n' "$demo" >&2
+	echo "npusan: tools/demo.sh exited $rc without its two findings" >&2
+	exit 1
+fi
+echo "npusan: tools/demo.sh: the two seeded findings, exit 1"
