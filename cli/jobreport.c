@@ -168,6 +168,8 @@ static int jr_list_cb(void *arg, Npusan__FromDaemon *m)
 		jp->pid = p->pid;
 		jp->state = p->state;
 		jp->run = p->run;
+		jp->host = p->hostname;
+		jp->exe = p->executable;
 		jp->first_ms = p->has_first_ms ? p->first_ms : 0;
 		jp->launcher = !p->has_rank &&
 			       (!p->has_events || p->events == 0) &&
