@@ -396,20 +396,6 @@ static const char *kind_words(const char *kind, size_t n)
 	return kind;
 }
 
-/* A process's name: "rank 0 (pid 1234)", "pid 1234", "rank 0", "?". */
-void jr__proc_name(const struct jr_proc *p, char *buf, size_t len)
-{
-	if (p->has_rank && p->has_pid)
-		snprintf(buf, len, "rank %" PRIu32 " (pid %" PRIu32 ")",
-			 p->rank, p->pid);
-	else if (p->has_rank)
-		snprintf(buf, len, "rank %" PRIu32, p->rank);
-	else if (p->has_pid)
-		snprintf(buf, len, "pid %" PRIu32, p->pid);
-	else
-		snprintf(buf, len, "unknown process");
-}
-
 /* Where the findings are: " on rank 0", " on ranks 0, 1 and 3", " on
  * rank 0 and pid 77" (a process without a rank). Processes come sorted. */
 static void jr_where(const struct jr *r, FILE *b)

@@ -77,9 +77,6 @@ struct jr_sum {
  * was missed. */
 enum jobreport_verdict jr__outcome(const struct jr_sum *s);
 
-/* A process's name: "rank 0 (pid 1234)", "pid 1234", "rank 0", "?". */
-void jr__proc_name(const struct jr_proc *p, char *buf, size_t len);
-
 /*
  * Writes r->junit, the JUnit XML file of the job (jobreport_junit.c): a
  * test case per process but launchers, named by what stays the same from
