@@ -4,7 +4,7 @@
  * (the job's findings, then its processes), so that no protocol change is
  * needed: ranks and processes seen, operations analysed and lost, findings
  * by kind and by rank, and a one-line verdict; or one JSON object; and
- * optionally a JUnit XML file (a test case per process, a failure per
+ * optionally a JUnit XML file (a test case per rank, a failure per
  * finding) that CI systems display natively.
  *
  * Findings are asked for first: a finding names its process (by the
@@ -63,9 +63,11 @@ static const char jr_usage[] =
 	"                         pid, state, operations, lost, findings,\n"
 	"                         by_kind, ids (its finding ids))\n"
 	"  --junit FILE         also write a JUnit XML file: a testsuite for\n"
-	"                       the job, a testcase per process ('rank 0 (pid\n"
-	"                       1234)'), a <failure> per finding (message:\n"
-	"                       its kind and operators; body: its report),\n"
+	"                       the job, a testcase per rank (classname\n"
+	"                       'npusan.JOB.HOST', name 'rank 0'; none for a\n"
+	"                       launcher), a <failure> per finding (message:\n"
+	"                       its kind, operators and top frames; body:\n"
+	"                       its report),\n"
 	"                       and a testcase 'npusan analysis' with an\n"
 	"                       <error> when the exit status is 4 or 5;\n"
 	"                       written to a temporary file and renamed\n"
