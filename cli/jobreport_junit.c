@@ -1,9 +1,10 @@
 /*
  * jobreport_junit.c - `npusanctl report --junit FILE`: the job as JUnit XML
  * that CI systems display natively, a test case per rank (launchers left
- * out) named the same from run to run, and a failure per finding, written to a temporary file renamed over FILE. The job and
- * its sums come from jobreport.c (jobreport_int.h); the strings are the
- * daemon's, escaped here as XML 1.0 allows.
+ * out) named the same from run to run and a failure per finding, written
+ * to a temporary file renamed over FILE. The job and its sums come from
+ * jobreport.c (jobreport_int.h); the strings are the daemon's, escaped
+ * here as XML 1.0 allows.
  */
 #include <errno.h>
 #include <inttypes.h>
