@@ -4,7 +4,7 @@
  * (the job's findings, then its processes), so that no protocol change is
  * needed: ranks and processes seen, operations analysed and lost, findings
  * by kind and by rank, and a one-line verdict; or one JSON object; and
- * optionally a JUnit XML file (a test case per process, a failure per
+ * optionally a JUnit XML file (a test case per rank, a failure per
  * finding) that CI systems display natively.
  *
  * Findings are asked for first: a finding names its process (by the
@@ -63,9 +63,11 @@ static const char jr_usage[] =
 	"                         pid, state, operations, lost, findings,\n"
 	"                         by_kind, ids (its finding ids))\n"
 	"  --junit FILE         also write a JUnit XML file: a testsuite for\n"
-	"                       the job, a testcase per process ('rank 0 (pid\n"
-	"                       1234)'), a <failure> per finding (message:\n"
-	"                       its kind and operators; body: its report),\n"
+	"                       the job, a testcase per rank (classname\n"
+	"                       'npusan.JOB.HOST', name 'rank 0'; none for a\n"
+	"                       launcher), a <failure> per finding (message:\n"
+	"                       its kind, operators and top frames; body:\n"
+	"                       its report),\n"
 	"                       and a testcase 'npusan analysis' with an\n"
 	"                       <error> when the exit status is 4 or 5;\n"
 	"                       written to a temporary file and renamed\n"
@@ -168,6 +170,8 @@ static int jr_list_cb(void *arg, Npusan__FromDaemon *m)
 		jp->pid = p->pid;
 		jp->state = p->state;
 		jp->run = p->run;
+		jp->host = p->hostname;
+		jp->exe = p->executable;
 		jp->first_ms = p->has_first_ms ? p->first_ms : 0;
 		jp->launcher = !p->has_rank &&
 			       (!p->has_events || p->events == 0) &&
@@ -392,20 +396,6 @@ static const char *kind_words(const char *kind, size_t n)
 	if (strcmp(kind, "unjoined_capture") == 0)
 		return n == 1 ? "unjoined capture" : "unjoined captures";
 	return kind;
-}
-
-/* A process's name: "rank 0 (pid 1234)", "pid 1234", "rank 0", "?". */
-void jr__proc_name(const struct jr_proc *p, char *buf, size_t len)
-{
-	if (p->has_rank && p->has_pid)
-		snprintf(buf, len, "rank %" PRIu32 " (pid %" PRIu32 ")",
-			 p->rank, p->pid);
-	else if (p->has_rank)
-		snprintf(buf, len, "rank %" PRIu32, p->rank);
-	else if (p->has_pid)
-		snprintf(buf, len, "pid %" PRIu32, p->pid);
-	else
-		snprintf(buf, len, "unknown process");
 }
 
 /* Where the findings are: " on rank 0", " on ranks 0, 1 and 3", " on

@@ -22,6 +22,8 @@ struct jr_proc {
 	uint32_t rank, pid;
 	const char *state;
 	const char *run;  /* NULL: none */
+	const char *host; /* its node's hostname; NULL: unknown */
+	const char *exe;  /* its executable; NULL: unknown */
 	int64_t first_ms; /* when it registered */
 	bool launcher;    /* no rank, and did nothing */
 	uint64_t events, lost;
@@ -75,13 +77,11 @@ struct jr_sum {
  * was missed. */
 enum jobreport_verdict jr__outcome(const struct jr_sum *s);
 
-/* A process's name: "rank 0 (pid 1234)", "pid 1234", "rank 0", "?". */
-void jr__proc_name(const struct jr_proc *p, char *buf, size_t len);
-
 /*
  * Writes r->junit, the JUnit XML file of the job (jobreport_junit.c): a
- * test case per process, a failure per finding, `verdict` as the suite's
- * output. A temporary file beside it, renamed over it. 0; a negative
+ * test case per process but launchers, named by what stays the same from
+ * run to run (job, node, rank), a failure per finding, `verdict` as the
+ * suite's output. A temporary file beside it, renamed over it. 0; a negative
  * errno (nothing is left behind).
  */
 int jr__junit(const struct jr *r, const struct jr_sum *s, const char *verdict);

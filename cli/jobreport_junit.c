@@ -1,9 +1,10 @@
 /*
  * jobreport_junit.c - `npusanctl report --junit FILE`: the job as JUnit XML
- * that CI systems display natively, a test case per process and a failure
- * per finding, written to a temporary file renamed over FILE. The job and
- * its sums come from jobreport.c (jobreport_int.h); the strings are the
- * daemon's, escaped here as XML 1.0 allows.
+ * that CI systems display natively, a test case per rank (launchers left
+ * out) named the same from run to run and a failure per finding, written
+ * to a temporary file renamed over FILE. The job and its sums come from
+ * jobreport.c (jobreport_int.h); the strings are the daemon's, escaped
+ * here as XML 1.0 allows.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -67,21 +68,61 @@ static void xml_put(FILE *f, const char *s, bool attr)
 	}
 }
 
+/* Frames of a stack in a failure's signature: enough to tell two
+ * findings of one operator apart, few enough to survive a refactoring. */
+#define JR_JUNIT_FRAMES 2
+
+static void jr_junit_frames(FILE *m, const char *what,
+			    const struct finding_stack *st)
+{
+	size_t n = st->n < JR_JUNIT_FRAMES ? st->n : JR_JUNIT_FRAMES;
+
+	if (n == 0)
+		return;
+	fprintf(m, "; %s ", what);
+	for (size_t i = 0; i < n; i++)
+		fprintf(m, "%s%s", i ? ", " : "", st->frames[i]);
+}
+
+/*
+ * The finding's signature, what CI systems compare from run to run: its
+ * kind, operators and top frames, never an id, a pid or a pointer. "?"
+ * for an operator the agent did not know. Caller frees; NULL: no memory.
+ */
+static char *jr_junit_signature(const struct finding_view *rf)
+{
+	char *sig = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&sig, &len);
+
+	if (m == NULL)
+		return NULL;
+	fprintf(m, "%s: %s", rf->kind, rf->access.op ? rf->access.op : "?");
+	if (rf->has_previous)
+		fprintf(m, " / %s", rf->previous.op ? rf->previous.op : "?");
+	jr_junit_frames(m, "at", &rf->access.stack);
+	if (rf->has_previous)
+		jr_junit_frames(m, "previous at", &rf->previous.stack);
+	if (fclose(m) != 0) {
+		free(sig);
+		return NULL;
+	}
+	return sig;
+}
+
+/* A failure per finding: its signature as the message, its text report
+ * as the body, without the pid (the testcase names the rank), so that
+ * the same job gives the same file from run to run. */
 static void jr_junit_failure(FILE *f, const Npusan__Finding *pf)
 {
 	struct finding_view rf;
-	char *text = NULL, *msg = NULL;
+	char *text = NULL, *msg;
 	size_t len = 0;
 	FILE *m;
 
 	client_finding(pf, &rf); /* checked as the reply came */
-	if (rf.has_previous)
-		(void)!asprintf(&msg, "%s: %s / %s", rf.kind,
-				rf.access.op ? rf.access.op : "?",
-				rf.previous.op ? rf.previous.op : "?");
-	else
-		(void)!asprintf(&msg, "%s: %s", rf.kind,
-				rf.access.op ? rf.access.op : "?");
+	msg = jr_junit_signature(&rf);
+	rf.has_pid = false;
 	fputs("      <failure type=\"", f);
 	xml_put(f, rf.kind, true);
 	fputs("\" message=\"", f);
@@ -99,6 +140,54 @@ static void jr_junit_failure(FILE *f, const Npusan__Finding *pf)
 }
 
 /*
+ * A testcase's classname: npusan.JOB.HOST, the node's name in it so that
+ * the files of a job's nodes merge without two testcases of one name;
+ * npusan.JOB when the node is unknown.
+ */
+static void jr_junit_class(FILE *f, const struct jr *r, const char *host)
+{
+	fputs("classname=\"npusan.", f);
+	xml_put(f, r->job, true);
+	if (host != NULL && host[0] != '\0') {
+		fputc('.', f);
+		xml_put(f, host, true);
+	}
+	fputc('"', f);
+}
+
+/*
+ * A testcase's name, the same from run to run: "rank 1"; for a process
+ * without a rank, its executable's name ("python3 without a rank"), as
+ * no pid names a test twice.
+ */
+static void jr_junit_name(FILE *f, const struct jr_proc *p)
+{
+	const char *exe = p->exe != NULL ? strrchr(p->exe, '/') : NULL;
+
+	fputs(" name=\"", f);
+	if (p->has_rank) {
+		fprintf(f, "rank %" PRIu32, p->rank);
+	} else {
+		exe = exe != NULL ? exe + 1 : p->exe;
+		xml_put(f, exe != NULL && exe[0] != '\0' ? exe : "process",
+			true);
+		fputs(" without a rank", f);
+	}
+	fputc('"', f);
+}
+
+/* The node of the job's processes (the first known), for the analysis
+ * testcase: NULL when none is known. */
+static const char *jr_junit_host(const struct jr *r)
+{
+	for (size_t i = 0; i < r->nprocs; i++) {
+		if (r->procs[i].host != NULL)
+			return r->procs[i].host;
+	}
+	return NULL;
+}
+
+/*
  * Whether the file gets an errored testcase: a job npusan saw nothing of,
  * or saw only part of without findings, must not look green in CI.
  */
@@ -113,9 +202,9 @@ static bool jr_junit_error(const struct jr *r, const struct jr_sum *s)
 static void jr_junit_analysis(FILE *f, const struct jr *r,
 			      const struct jr_sum *s, const char *verdict)
 {
-	fputs("    <testcase classname=\"npusan.", f);
-	xml_put(f, r->job, true);
-	fprintf(f, "\" name=\"npusan analysis\">\n"
+	fputs("    <testcase ", f);
+	jr_junit_class(f, r, jr_junit_host(r));
+	fprintf(f, " name=\"npusan analysis\">\n"
 		   "      <error type=\"%s\" message=\"",
 		jr__outcome(s) == JOBREPORT_NOTHING ? "nothing_analysed" :
 						     "incomplete");
@@ -129,11 +218,12 @@ static void jr_junit_body(FILE *f, const struct jr *r, const struct jr_sum *s,
 			  const char *verdict)
 {
 	size_t failed = 0, errors = jr_junit_error(r, s) ? 1 : 0;
-	size_t tests = r->nprocs + errors;
-	char name[64];
+	size_t tests = errors;
 
-	for (size_t i = 0; i < r->nprocs; i++)
+	for (size_t i = 0; i < r->nprocs; i++) {
 		failed += r->procs[i].nfinds > 0;
+		tests += !r->procs[i].launcher;
+	}
 	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
 		   "<testsuites name=\"npusan\" tests=\"%zu\" "
 		   "failures=\"%zu\" errors=\"%zu\">\n"
@@ -161,10 +251,12 @@ static void jr_junit_body(FILE *f, const struct jr *r, const struct jr_sum *s,
 	for (size_t i = 0; i < r->nprocs; i++) {
 		const struct jr_proc *p = &r->procs[i];
 
-		jr__proc_name(p, name, sizeof(name));
-		fputs("    <testcase classname=\"npusan.", f);
-		xml_put(f, r->job, true);
-		fprintf(f, "\" name=\"%s\"%s\n", name, p->nfinds ? ">" : "/>");
+		if (p->launcher) /* as the verdict: no test of the job's */
+			continue;
+		fputs("    <testcase ", f);
+		jr_junit_class(f, r, p->host);
+		jr_junit_name(f, p);
+		fputs(p->nfinds ? ">\n" : "/>\n", f);
 		for (size_t j = 0; j < p->nfinds; j++)
 			jr_junit_failure(f, r->finds[p->finds[j]]);
 		if (p->nfinds)

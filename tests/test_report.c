@@ -238,16 +238,22 @@ START_TEST(report_job_with_findings)
 	ck_assert_uint_eq(count_str(xml, "<testcase "), 2);
 	ck_assert_uint_eq(count_str(xml, "<failure "), 2);
 	ck_assert_uint_eq(count_str(xml, "</failure>"), 2);
-	ck_assert_ptr_nonnull(strstr(xml, "name=\"rank 0 (pid "));
-	ck_assert_ptr_nonnull(strstr(xml, "name=\"rank 1 (pid "));
+	ck_assert_ptr_nonnull(strstr(xml, " name=\"rank 0\">"));
+	ck_assert_ptr_nonnull(strstr(xml, " name=\"rank 1\"/>"));
 	ck_assert_ptr_nonnull(strstr(xml, "message=\"data_race: "
-					  "hccl::all_reduce / aten::mm\""));
+					  "hccl::all_reduce / aten::mm; at "
+					  "dist.py:17 in all_reduce_grads, "
+					  "train.py:90 in step; previous at "
+					  "model.py:52 in backward, train.py:88 "
+					  "in step\""));
+	ck_assert_ptr_nonnull(strstr(xml, "message=\"missing_record_stream: "
+					  "aten::_to_copy; at metrics.py:12 in "
+					  "log_loss, train.py:98 in step\""));
 	ck_assert_ptr_nonnull(strstr(xml, "type=\"missing_record_stream\""));
 	ck_assert_ptr_nonnull(strstr(xml, "npusan detected a possible data "
 					  "race"));
 	/* The clean rank's testcase is empty. */
-	ck_assert_ptr_nonnull(strstr(xml, "rank 1 (pid "));
-	ck_assert_ptr_null(strstr(strstr(xml, "rank 1 (pid "), "<failure"));
+	ck_assert_ptr_null(strstr(strstr(xml, "\"rank 1\""), "<failure"));
 	if (xml_count(junit, "failure") != -2) {
 		ck_assert_int_eq(xml_count(junit, "failure"), 2);
 		ck_assert_int_eq(xml_count(junit, "testcase"), 2);
@@ -525,6 +531,98 @@ START_TEST(report_right_after_exit_sees_the_last_operations)
 }
 END_TEST
 
+/* A launcher: no rank, and it does nothing of its own. */
+static const char launcher_trace[] = "npusan-trace 1\n"
+				     "process pid=1 job=demo\n";
+
+/* The testcase lines of `xml` (up to their '>') that contain `part`. */
+static unsigned testcases_with(const char *xml, const char *part)
+{
+	unsigned n = 0;
+
+	for (const char *p = xml; (p = strstr(p, "<testcase ")) != NULL; p++) {
+		const char *end = strchr(p, '>');
+		const char *hit = strstr(p, part);
+
+		ck_assert_ptr_nonnull(end);
+		n += hit != NULL && hit < end;
+	}
+	return n;
+}
+
+/* `s` with every time of day of a finding report ("Seen once, at
+ * 2026-12-02T02:28:51.123Z") as 'T's: all that may differ between runs. */
+static void mask_times(char *s)
+{
+	for (char *p = s; *p != '\0'; p++) {
+		size_t n = strspn(p, "0123456789-:.T");
+
+		if (n >= 20 && p[4] == '-' && p[10] == 'T' && p[n] == 'Z')
+			memset(p, 'T', n);
+	}
+}
+
+/* Job demo (demo.trace as rank 0, a clean rank 1, a launcher) on a fresh
+ * daemon; its JUnit file (caller frees). Pids differ from call to call. */
+static char *junit_of_demo_run(void)
+{
+	char demo[PATH_MAX], junit[PATH_MAX + 16], *clean, *launcher, *xml;
+	char *rep = strdup(tu_bin("agent/npusan-replay"));
+	struct tu_daemon d;
+
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, DAEMON_ARGS);
+	snprintf(demo, sizeof(demo), "%s/examples/demo.trace",
+		 NPUSAN_SOURCE_DIR);
+	clean = tu_write_file("clean.trace", clean_trace);
+	launcher = tu_write_file("launcher.trace", launcher_trace);
+	{
+		const char *argv[] = { rep, demo, clean, launcher, NULL };
+
+		ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 0);
+	}
+	wait_findings("demo", 2);
+	wait_exited("demo", 3);
+	snprintf(junit, sizeof(junit), "%s/run.xml", d.dir);
+	ck_assert_int_eq(ctlv(NULL, NULL, "report", "--job", "demo", "--junit",
+			      junit, NULL),
+			 1);
+	xml = slurp(junit);
+	ck_assert_ptr_nonnull(xml);
+	ck_assert_int_eq(WEXITSTATUS(tu_daemon_stop(&d, SIGTERM)), 0);
+	free(launcher);
+	free(clean);
+	free(rep);
+	free(d.dir);
+	return xml;
+}
+
+/* CI servers tell "fixed" and "regressed" by the testcases' names: two
+ * runs of one job give the same file, named by job, node and rank, no
+ * pid in any testcase, no testcase for the launcher. */
+START_TEST(report_junit_same_from_run_to_run)
+{
+	char *a = junit_of_demo_run(), *b = junit_of_demo_run();
+	char host[256], cls[300];
+
+	mask_times(a);
+	mask_times(b);
+	ck_assert_msg(strcmp(a, b) == 0, "the two runs' JUnit files differ");
+	ck_assert_uint_eq(count_str(a, "<testcase "), 2);
+	ck_assert_uint_eq(testcases_with(a, "pid"), 0);
+	ck_assert_uint_eq(testcases_with(a, "without a rank"), 0);
+	ck_assert_uint_eq(testcases_with(a, " name=\"rank 0\""), 1);
+	ck_assert_uint_eq(testcases_with(a, " name=\"rank 1\""), 1);
+	ck_assert_int_eq(gethostname(host, sizeof(host)), 0);
+	host[sizeof(host) - 1] = '\0';
+	snprintf(cls, sizeof(cls), "classname=\"npusan.demo.%s\"", host);
+	ck_assert_uint_eq(testcases_with(a, cls), 2);
+	ck_assert_ptr_nonnull(strstr(a, "tests=\"2\" failures=\"1\""));
+	free(a);
+	free(b);
+}
+END_TEST
+
 START_TEST(report_without_daemon_exits_3)
 {
 	char *dir = tu_tmpdir(), sock[PATH_MAX], junit[PATH_MAX], *err;
@@ -553,6 +651,7 @@ static Suite *report_suite(void)
 	tcase_add_test(tc, report_clean_and_unknown_job);
 	tcase_add_test(tc, report_blind_or_incomplete_job_is_not_clean);
 	tcase_add_test(tc, report_right_after_exit_sees_the_last_operations);
+	tcase_add_test(tc, report_junit_same_from_run_to_run);
 	tcase_add_test(tc, report_without_daemon_exits_3);
 	suite_add_tcase(s, tc);
 	return s;
