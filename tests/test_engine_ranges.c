@@ -150,6 +150,24 @@ START_TEST(engine_read_pieces_between_writes)
 }
 END_TEST
 
+/* Reads from one site repeat at every step of a loop. Below
+ * READS_COALESCE live reads of a byte every one of them stays, so a write
+ * unordered with them races each (DESIGN 5 merges repeats only past it). */
+START_TEST(engine_repeated_reads_of_one_site_each_race_a_write)
+{
+	char body[512] = "";
+
+	/* Six: the read list is pruned when it fills at four. */
+	for (int i = 0; i < 6; i++)
+		strcat(body, "launch stream=1 op=r read=0x10\n");
+	strcat(body, "launch stream=2 op=w write=0x10\n");
+	run(body);
+	assert_findings(6, 0);
+	for (size_t i = 0; i < 6; i++)
+		assert_race(i, 2, true, 1, false);
+}
+END_TEST
+
 void engine_ranges_add(TCase *tc)
 {
 	tcase_add_test(tc, engine_disjoint_ranges_do_not_race);
@@ -163,4 +181,5 @@ void engine_ranges_add(TCase *tc)
 	tcase_add_test(tc, engine_later_listed_write_is_last_write);
 	tcase_add_test(tc, engine_ranges_at_top_of_address_space);
 	tcase_add_test(tc, engine_read_pieces_between_writes);
+	tcase_add_test(tc, engine_repeated_reads_of_one_site_each_race_a_write);
 }
