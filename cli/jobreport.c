@@ -851,7 +851,7 @@ int cli_report(int argc, char **argv)
 
 int jobreport_findings(const struct client_opts *co, const char *cmd,
 		       const char *job, const char *run, int64_t since_ms,
-		       size_t unstored, bool json,
+		       size_t unstored, bool json, struct cli_print *pr,
 		       enum jobreport_verdict *outcome)
 {
 	struct jr r = { .job = job, .cmd = cmd, .since_ms = since_ms,
@@ -875,6 +875,9 @@ int jobreport_findings(const struct client_opts *co, const char *cmd,
 	for (size_t i = 0; i < r.nfinds; i++) {
 		/* Checked in jr_findings_cb(). */
 		(void)client_finding(r.finds[i], &f);
+		if (pr != NULL &&
+		    !(cli_print_wanted(pr, &f) && cli_print_room(pr)))
+			continue;
 		if (json)
 			report_json(stdout, &f);
 		else

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cli.h"
 #include "client.h"
 
 /* What a job's verdict says, worst first after findings. */
@@ -35,12 +36,14 @@ int jobreport_status(enum jobreport_verdict v, int error_exitcode,
  * a rank that did nothing (a launcher). Prints each finding in full (with
  * `json`, as docs/findings.md's JSON Lines) on standard output, then
  * report's verdict line (on standard error with `json`, so that standard
- * output holds JSON alone). *verdict is what the verdict says.
+ * output holds JSON alone); only those `pr` (NULL: all) wants and has
+ * room for (--op, --exclude-op, --print-limit: cli/filter.c), the verdict
+ * still counting every one. *verdict is what the verdict says.
  * Returns CLI_OK; CLI_DAEMON after saying what went wrong (prefixed `cmd`).
  */
 int jobreport_findings(const struct client_opts *co, const char *cmd,
 		       const char *job, const char *run, int64_t since_ms,
-		       size_t unstored, bool json,
+		       size_t unstored, bool json, struct cli_print *pr,
 		       enum jobreport_verdict *verdict);
 
 #endif

@@ -20,21 +20,6 @@
 #define RED "\033[1;31m"
 #define RESET "\033[0m"
 
-/* report_set_gate()'s: the one command that sets it runs one report. */
-static report_gate_cb report_gate;
-static void *report_gate_arg;
-
-void report_set_gate(report_gate_cb cb, void *arg)
-{
-	report_gate = cb;
-	report_gate_arg = arg;
-}
-
-static bool report_passes(const struct finding_view *f)
-{
-	return report_gate == NULL || report_gate(f, report_gate_arg);
-}
-
 bool report_want_color(FILE *f)
 {
 	const char *no = getenv("NO_COLOR");
@@ -292,8 +277,6 @@ void report_text(FILE *out, bool color, const struct finding_view *f)
 {
 	const char *kind = f->kind != NULL ? f->kind : "";
 
-	if (!report_passes(f))
-		return;
 	if (strcmp(kind, finding_kind_name(FINDING_DATA_RACE)) == 0)
 		race_text(out, color, f);
 	else if (strcmp(kind, finding_kind_name(
@@ -399,8 +382,6 @@ static void json_time(FILE *out, bool has, int64_t ms)
 
 void report_json(FILE *out, const struct finding_view *f)
 {
-	if (!report_passes(f))
-		return;
 	fprintf(out, "{\"id\":%" PRIu64 ",\"kind\":", f->id);
 	json_string_or_null(out, f->kind);
 	fputs(",\"process\":", out);

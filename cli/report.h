@@ -47,15 +47,6 @@ void report_json_string(FILE *out, const char *s, size_t len);
 #define REPORT_TIME_MAX 32
 int report_time(int64_t ms, char buf[REPORT_TIME_MAX]);
 
-/*
- * From now on report_text() and report_json() ask `cb(f, arg)` first and
- * print nothing when it says false; NULL prints all again. For `npusanctl
- * run`, whose report cli/jobreport.c prints, to apply its --op,
- * --exclude-op and --print-limit (cli/filter.c).
- */
-typedef bool (*report_gate_cb)(const struct finding_view *f, void *arg);
-void report_set_gate(report_gate_cb cb, void *arg);
-
 /* Whether to colour output on `f`: a terminal, and NO_COLOR unset. */
 bool report_want_color(FILE *f);
 

@@ -799,14 +799,6 @@ static void run_name_run(struct run *r)
 	r->run = r->runbuf;
 }
 
-/* report_gate_cb: --op, --exclude-op and --print-limit on the job's report. */
-static bool run_gate_cb(const struct finding_view *f, void *arg)
-{
-	struct cli_print *p = arg;
-
-	return cli_print_wanted(p, f) && cli_print_room(p);
-}
-
 /*
  * The job's report, as jobreport_findings() prints it, on --output's file
  * when given, through --op, --exclude-op and --print-limit. When the
@@ -820,10 +812,8 @@ static int run_report(struct run *r, const struct client_opts *co,
 	struct run_count c = { .job = r->job, .run = r->run };
 	int status;
 
-	report_set_gate(run_gate_cb, &r->pr);
 	status = jobreport_findings(co, RUN_CMD, r->job, r->run, r->start_ms,
-				    unstored, r->json, verdict);
-	report_set_gate(NULL, NULL);
+				    unstored, r->json, &r->pr, verdict);
 	cli_print_say(&r->pr);
 	if (status != CLI_OK || *verdict != JOBREPORT_FINDINGS ||
 	    r->pr.kept > 0)
