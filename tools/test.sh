@@ -5,12 +5,16 @@
 # the host's PyTorch and, as the test torch2_root, on PyTorch 2.6 in the
 # Debian 13 root that tools/deps.sh builds once (skipped where it cannot).
 # Last it runs the README's first command, tools/demo.sh, in Release.
+# A failing stage does not hide the later ones: every stage runs, and the
+# script exits 1 at the end if any failed, naming them.
 set -eu
 cd "$(dirname "$0")/.."
 tools/deps.sh test
 cmake -S . -B build/test -DCMAKE_BUILD_TYPE=Debug -DNPUSAN_SANITIZE=ON >/dev/null
 cmake --build build/test -j "$(nproc)"
-ctest --test-dir build/test --output-on-failure -j "$(nproc)"
+failed=""
+ctest --test-dir build/test --output-on-failure -j "$(nproc)" ||
+	failed="$failed asan-ubsan"
 
 # Then ThreadSanitizer, which cannot share a build with ASan, over the tests
 # labelled concurrency: only their targets are built (a Check test is named
@@ -38,7 +42,8 @@ if ! $run build/tsan/tsan-probe; then
 	echo "npusan: ThreadSanitizer does not run on this machine" >&2
 	exit 1
 fi
-$run ctest --test-dir build/tsan --output-on-failure -L concurrency -j "$(nproc)"
+$run ctest --test-dir build/tsan --output-on-failure -L concurrency -j "$(nproc)" ||
+	failed="$failed tsan"
 
 # Last, the README's first command as a user runs it: a Release build (-O2,
 # where gcc sees what a Debug build does not, -Wformat-truncation among it)
@@ -48,6 +53,11 @@ if [ "$rc" -ne 1 ] || ! printf '%s\n' "$demo" | grep -q \
 	'npusan: job demo: 2 findings (1 data race, 1 missing record_stream)'; then
 	printf '%s\n' "$demo" >&2
 	echo "npusan: tools/demo.sh exited $rc without its two findings" >&2
+	failed="$failed demo"
+else
+	echo "npusan: tools/demo.sh: the two seeded findings, exit 1"
+fi
+if [ -n "$failed" ]; then
+	echo "npusan: failed stages:$failed" >&2
 	exit 1
 fi
-echo "npusan: tools/demo.sh: the two seeded findings, exit 1"
