@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,30 @@ START_TEST(symbolize_analyze_shows_source_lines)
 }
 END_TEST
 
+/* Through the daemon: the agent's ring, the store, npusanctl run's report
+ * of what the daemon found. */
+START_TEST(symbolize_daemon_findings_show_source_lines)
+{
+	char *ctl = strdup(tu_bin("npusanctl")), *out = NULL;
+	char *prog = strdup(tu_bin("tests/agent_prog"));
+	const char *argv[] = { ctl, "run", "--job", "symbolize", "--",
+			       prog, "native_race", NULL };
+	struct tu_daemon d;
+
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, NULL);
+	setenv("NPUSAN_STACKS", "4", 1);
+	ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 1);
+	unsetenv("NPUSAN_STACKS");
+	tsym_expect_line(out, "npusanctl run");
+	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	free(out);
+	free(prog);
+	free(ctl);
+	free(d.dir);
+}
+END_TEST
+
 /* The build id a trace's frames record, as hex, into `hex`. */
 static void tsym_build_id(const char *trace, char hex[129])
 {
@@ -339,6 +364,7 @@ static Suite *symbolize_suite(void)
 	suite_add_tcase(s, tc);
 	tcase_add_test(e2e, symbolize_analyze_shows_source_lines);
 	tcase_add_test(e2e, symbolize_later_only_from_the_same_build);
+	tcase_add_test(e2e, symbolize_daemon_findings_show_source_lines);
 	suite_add_tcase(s, e2e);
 	return s;
 }
