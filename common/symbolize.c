@@ -14,6 +14,11 @@
  *    gives no line, and the caller keeps the raw frame.
  * 3. The address looked up is the return address minus one, the call
  *    instruction, as the agent's dladdr() lookup does.
+ * 4. A frame's path comes from a traced process, which may be another
+ *    user's: only a regular file is opened (O_NONBLOCK, so that a FIFO
+ *    cannot hang the reader), and debug files are searched for under
+ *    DEBUG_DIR only, never beside the module, where that user could put
+ *    anything.
  */
 #include "symbolize.h"
 
@@ -28,6 +33,9 @@
 
 #ifdef NPUSAN_HAVE_LIBDW
 #include <dwarf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #endif
@@ -141,7 +149,7 @@ struct symbolize_module {
 };
 
 struct symbolizer {
-	char *debug_path; /* libdw's debuginfo_path: ":.debug:DIR" */
+	char *debug_path; /* libdw's debuginfo_path: DIR alone (DESIGN 4) */
 	char *debug_dir;
 	Dwfl_Callbacks callbacks;
 	struct symbolize_module *mods;
@@ -157,9 +165,8 @@ int symbolizer_open(const char *debug_dir, struct symbolizer **out)
 	if (s == NULL)
 		return -ENOMEM;
 	s->debug_dir = strdup(debug_dir);
-	if (s->debug_dir == NULL ||
-	    asprintf(&s->debug_path, ":.debug:%s", debug_dir) < 0) {
-		s->debug_path = NULL;
+	s->debug_path = strdup(debug_dir);
+	if (s->debug_dir == NULL || s->debug_path == NULL) {
 		symbolizer_close(s);
 		return -ENOMEM;
 	}
@@ -186,6 +193,22 @@ void symbolizer_close(struct symbolizer *s)
 	free(s);
 }
 
+/* `path` opened for reading when it is a regular file (DESIGN 4); the
+ * descriptor, or -ENOENT. */
+static int symbolize_open_file(const char *path)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -ENOENT;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -ENOENT;
+	}
+	return fd;
+}
+
 /*
  * Reports the file at `path` into a new session: 0 with *dwfl and *mod
  * when its build id is `m`'s (or `m` records none); -ENOENT when it cannot
@@ -197,13 +220,21 @@ static int symbolize_report(struct symbolizer *s,
 {
 	const unsigned char *bits;
 	GElf_Addr vaddr;
-	Dwfl *d = dwfl_begin(&s->callbacks);
+	int fd = symbolize_open_file(path), n;
 	Dwfl_Module *md;
-	int n;
+	Dwfl *d;
 
-	if (d == NULL)
+	if (fd < 0)
+		return fd;
+	d = dwfl_begin(&s->callbacks);
+	if (d == NULL) {
+		close(fd);
 		return -ENOMEM;
-	md = dwfl_report_offline(d, path, path, -1);
+	}
+	/* It takes fd on success only. */
+	md = dwfl_report_offline(d, path, path, fd);
+	if (md == NULL)
+		close(fd);
 	if (md == NULL || dwfl_report_end(d, NULL, NULL) != 0) {
 		dwfl_end(d);
 		return -ENOENT;

@@ -326,6 +326,14 @@ START_TEST(symbolize_later_only_from_the_same_build)
 	tsym_expect_raw(text, "another program at its path");
 	free(text);
 
+	/* A FIFO at its path is never opened for reading, which would wait
+	 * for a writer: raw, at once. */
+	ck_assert_int_eq(unlink(prog), 0);
+	ck_assert_int_eq(mkfifo(prog, 0600), 0);
+	text = tsym_analyze(trace, debug, false);
+	tsym_expect_raw(text, "a FIFO at its path");
+	free(text);
+
 	/* The same build, stripped of its debug information: raw. */
 	snprintf(stripped, sizeof(stripped), "%s/stripped", dir);
 	snprintf(cmd, sizeof(cmd), "strip -g -o '%s' '%s'", stripped, orig);
