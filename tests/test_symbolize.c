@@ -161,19 +161,24 @@ static char *tsym_analyze(const char *trace, const char *debug_dir, bool json)
 	return out;
 }
 
-/* Asserts that `report` shows the race's frames at their source line;
- * `when` says in which case. */
-static void tsym_expect_line(const char *report, const char *when)
+/* Asserts that `report` shows the race's frames in `module` at their
+ * source line; `when` says in which case. */
+static void tsym_expect_line_in(const char *report, const char *module,
+				const char *when)
 {
-	char want[128];
+	char want[128], main_[64];
 
 	snprintf(want, sizeof(want), "agent_prog.c:%d in native_racer "
-		 "(agent_prog+0x", tsym_race_line());
+		 "(%s+0x", tsym_race_line(), module);
+	snprintf(main_, sizeof(main_), " in main (%s+0x", module);
 	ck_assert_msg(tu_count_lines(report, want) == 2,
 		      "%s: no two \"%s\" in:\n%s", when, want, report);
-	ck_assert_msg(strstr(report, "agent_prog.c:") != NULL &&
-			      strstr(report, " in main (agent_prog+0x") != NULL,
-		      "%s", report);
+	ck_assert_msg(tu_count_lines(report, main_) == 2, "%s", report);
+}
+
+static void tsym_expect_line(const char *report, const char *when)
+{
+	tsym_expect_line_in(report, "agent_prog", when);
 }
 
 /* Asserts that `report` shows the race's frames as recorded. */
@@ -210,22 +215,41 @@ END_TEST
 START_TEST(symbolize_daemon_findings_show_source_lines)
 {
 	char *ctl = strdup(tu_bin("npusanctl")), *out = NULL;
-	char *prog = strdup(tu_bin("tests/agent_prog"));
+	char *prog = strdup(tu_bin("tests/agent_prog")), *err = NULL;
 	const char *argv[] = { ctl, "run", "--job", "symbolize", "--",
 			       prog, "native_race", NULL };
 	struct tu_daemon d;
+	int status;
 
 	tu_daemon_init(&d);
 	tu_daemon_start(&d, NULL);
 	setenv("NPUSAN_STACKS", "4", 1);
-	ck_assert_int_eq(tu_run(argv, NULL, &out, NULL), 1);
+	status = tu_run(argv, NULL, &out, &err);
 	unsetenv("NPUSAN_STACKS");
+	ck_assert_msg(status == 1, "npusanctl run: %d\n%s\n%s", status, out,
+		      err);
 	tsym_expect_line(out, "npusanctl run");
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
+	free(err);
 	free(out);
 	free(prog);
 	free(ctl);
 	free(d.dir);
+}
+END_TEST
+
+/* A program linked at a fixed address (not a PIE): its frames' ELF
+ * addresses are the return addresses themselves. */
+START_TEST(symbolize_fixed_address_executable)
+{
+	char *dir = tu_tmpdir(), *trace, *text;
+
+	trace = tsym_record(tu_bin("tests/agent_prog_nopie"), dir);
+	text = tsym_analyze(trace, NULL, false);
+	tsym_expect_line_in(text, "agent_prog_nopie", "not a PIE");
+	free(text);
+	free(trace);
+	free(dir);
 }
 END_TEST
 
@@ -373,6 +397,7 @@ static Suite *symbolize_suite(void)
 	tcase_add_test(e2e, symbolize_analyze_shows_source_lines);
 	tcase_add_test(e2e, symbolize_later_only_from_the_same_build);
 	tcase_add_test(e2e, symbolize_daemon_findings_show_source_lines);
+	tcase_add_test(e2e, symbolize_fixed_address_executable);
 	suite_add_tcase(s, e2e);
 	return s;
 }

@@ -215,6 +215,8 @@ int main(int argc, char **argv)
 		npusan_stream_create(1);
 		native_racer(0);
 		native_racer(1);
+		/* Under npusanctl run, not before the daemon has it all. */
+		npusan_wait_drained(10000);
 		return 0;
 	}
 	if (strcmp(argv[1], "drain") == 0) {
