@@ -36,9 +36,10 @@
  * frame (callgrind, a process with 5 modules: 2.5% of a libc frame's),
  * more in a process with many modules loaded before the frame's. Name
  * each distinct PC once, off the application's thread. One-offs: a
- * thread's first capture looks up its stack bounds with pthread_getattr_np(), about 1-2 us on a
- * new thread and 100 us on the main thread, where glibc reads
- * /proc/self/maps; the first unwind capture loads libgcc_s, about 200 us.
+ * thread's first capture looks up its stack bounds with
+ * pthread_getattr_np(), about 1-2 us on a new thread and 100 us on the
+ * main thread, where glibc reads /proc/self/maps; the first unwind
+ * capture loads libgcc_s, about 200 us.
  * stack_prepare() does both ahead of time.
  *
  * Nothing here allocates memory the caller must free.
