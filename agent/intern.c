@@ -233,7 +233,7 @@ uint32_t intern_stack(const uint32_t *frames, size_t n)
 static uint32_t intern_symbolize(const uintptr_t *pcs, size_t n)
 {
 	uint32_t frames[INTERN_MAX_FRAMES];
-	char buf[512];
+	char buf[STACK_SYMBOL_LEN];
 	int len;
 
 	for (size_t i = 0; i < n; i++) {

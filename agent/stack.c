@@ -1,6 +1,7 @@
 /*
  * stack.c - return addresses from the frame-pointer chain or from glibc's
- * unwinder, and their names from dladdr().
+ * unwinder, and their names: the module, its path and build id from
+ * dl_iterate_phdr(), the nearest dynamic symbol from dladdr().
  *
  * DESIGN
  * 1. The frame-pointer walk dereferences only 16-byte aligned addresses
@@ -17,6 +18,9 @@
 #include "stack.h"
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <limits.h>
 #include <errno.h>
 #include <execinfo.h>
 #include <inttypes.h>
@@ -24,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /*
  * The SysV x86-64 ABI has %rsp + 8 16-byte aligned at every function entry,
@@ -263,37 +268,150 @@ __attribute__((noinline)) int stack_capture(enum stack_method m,
 	return stack_walk(fp, fp, b->hi, pcs, max, skip);
 }
 
+/* The loaded module holding an address, as dl_iterate_phdr() shows it. */
+struct stack_module {
+	uintptr_t addr;        /* in: the address looked up */
+	const char *name;      /* the loader's name; "" for the executable */
+	uintptr_t bias;        /* load bias: address - bias = ELF address */
+	const uint8_t *build_id; /* NT_GNU_BUILD_ID's bytes, or NULL */
+	size_t build_id_len;
+};
+
+/* The GNU build id in the PT_NOTE segment `ph` of a module loaded at
+ * `bias`, read in memory; every note header is bounds-checked. */
+static void stack_note_build_id(const ElfW(Phdr) *ph, uintptr_t bias,
+				struct stack_module *m)
+{
+	uintptr_t p = bias + ph->p_vaddr, end = p + ph->p_memsz;
+	size_t align = ph->p_align == 8 ? 8 : 4;
+
+	while (end - p >= sizeof(ElfW(Nhdr))) {
+		const ElfW(Nhdr) *nh = (const ElfW(Nhdr) *)p;
+		size_t name = (nh->n_namesz + align - 1) & ~(align - 1);
+		size_t desc = (nh->n_descsz + align - 1) & ~(align - 1);
+		const char *nm = (const char *)(nh + 1);
+
+		if (name > end - p - sizeof(*nh) ||
+		    desc > end - p - sizeof(*nh) - name)
+			return;
+		if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 &&
+		    memcmp(nm, "GNU", 4) == 0 && nh->n_descsz > 0) {
+			m->build_id = (const uint8_t *)nm + name;
+			m->build_id_len = nh->n_descsz;
+			return;
+		}
+		p += sizeof(*nh) + name + desc;
+	}
+}
+
+/* dl_iterate_phdr()'s callback: 1, filling the stack_module, when a
+ * PT_LOAD segment of `info` covers m->addr. */
+static int stack_module_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct stack_module *m = arg;
+	int hit = 0;
+
+	(void)size;
+	for (int i = 0; i < info->dlpi_phnum && !hit; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+
+		hit = ph->p_type == PT_LOAD && m->addr >= lo &&
+		      m->addr - lo < ph->p_memsz;
+	}
+	if (!hit)
+		return 0;
+	m->name = info->dlpi_name != NULL ? info->dlpi_name : "";
+	m->bias = info->dlpi_addr;
+	for (int i = 0; i < info->dlpi_phnum && m->build_id == NULL; i++)
+		if (info->dlpi_phdr[i].p_type == PT_NOTE)
+			stack_note_build_id(&info->dlpi_phdr[i],
+					    info->dlpi_addr, m);
+	return 1;
+}
+
+static char stack_exe_path[PATH_MAX];
+static pthread_once_t stack_exe_once = PTHREAD_ONCE_INIT;
+
+/* The executable's absolute path, once: the loader names it "". */
+static void stack_exe_lookup(void)
+{
+	ssize_t n = readlink("/proc/self/exe", stack_exe_path,
+			     sizeof(stack_exe_path) - 1);
+
+	stack_exe_path[n > 0 ? n : 0] = '\0';
+}
+
+/* The path that names module `m` in a frame, absolute where it can be:
+ * into `tmp` (PATH_MAX bytes) when it has to be made. */
+static const char *stack_module_path(const struct stack_module *m, char *tmp)
+{
+	const char *path = m->name;
+
+	if (path[0] == '\0') {
+		pthread_once(&stack_exe_once, stack_exe_lookup);
+		path = stack_exe_path;
+	} else if (path[0] != '/' && realpath(path, tmp) != NULL) {
+		path = tmp; /* dlopen("./libx.so") */
+	}
+	return path[0] != '\0' ? path : "?";
+}
+
+/* " (BuildId: HEX)" for `m`, or "" when it has none, into `out`. */
+static const char *stack_build_id_text(const struct stack_module *m,
+				       char out[STACK_BUILD_ID_TEXT])
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t n, k;
+
+	if (m->build_id == NULL)
+		return "";
+	n = m->build_id_len;
+	if (n > STACK_BUILD_ID_MAX)
+		n = STACK_BUILD_ID_MAX; /* never: GNU ld writes 20 bytes */
+	k = (size_t)sprintf(out, " (BuildId: ");
+	for (size_t i = 0; i < n; i++) {
+		out[k++] = hex[m->build_id[i] >> 4];
+		out[k++] = hex[m->build_id[i] & 15];
+	}
+	out[k++] = ')';
+	out[k] = '\0';
+	return out;
+}
+
+/* `buf` names `pc` in module `m`: see stack.h. */
+static int stack_name_in_module(uintptr_t pc, const struct stack_module *m,
+				char *buf, size_t len)
+{
+	char tmp[PATH_MAX], bid[STACK_BUILD_ID_TEXT];
+	const char *path = stack_module_path(m, tmp);
+	const char *ids = stack_build_id_text(m, bid);
+	Dl_info info;
+
+	/* dladdr() only for the symbol: the module is dl_iterate_phdr()'s. */
+	if (dladdr((void *)(pc - 1), &info) != 0 && info.dli_sname != NULL &&
+	    info.dli_saddr != NULL)
+		return snprintf(buf, len,
+				"%s+0x%" PRIxPTR " (%s+0x%" PRIxPTR ")%s",
+				info.dli_sname, pc - (uintptr_t)info.dli_saddr,
+				path, pc - m->bias, ids);
+	return snprintf(buf, len, "%s+0x%" PRIxPTR "%s", path, pc - m->bias,
+			ids);
+}
+
 int stack_symbolize(uintptr_t pc, char *buf, size_t len)
 {
-	Dl_info info;
-	int saved = errno, found = 0, n;
+	struct stack_module m = { .addr = pc - 1 };
+	int saved = errno, n;
 
 	if (len == 0)
 		return -ENOSPC;
-	/* pc - 1: see stack.h. dladdr() only compares the address. */
-	if (pc != 0)
-		found = dladdr((void *)(pc - 1), &info) != 0 &&
-			info.dli_fname != NULL;
-	errno = saved;
-	if (!found) {
+	/* pc - 1: see stack.h. dl_iterate_phdr() only compares it. */
+	if (pc != 0 && dl_iterate_phdr(stack_module_cb, &m) != 0)
+		n = stack_name_in_module(pc, &m, buf, len);
+	else
 		n = snprintf(buf, len, "0x%" PRIxPTR, pc);
-	} else {
-		const char *module = strrchr(info.dli_fname, '/');
-		uintptr_t base = (uintptr_t)info.dli_fbase;
-
-		module = module != NULL ? module + 1 : info.dli_fname;
-		if (module[0] == '\0')
-			module = "?";
-		if (info.dli_sname != NULL && info.dli_saddr != NULL)
-			n = snprintf(buf, len,
-				     "%s+0x%" PRIxPTR " (%s+0x%" PRIxPTR ")",
-				     info.dli_sname,
-				     pc - (uintptr_t)info.dli_saddr, module,
-				     pc - base);
-		else
-			n = snprintf(buf, len, "%s+0x%" PRIxPTR, module,
-				     pc - base);
-	}
+	errno = saved;
 	if (n < 0) {
 		buf[0] = '\0';
 		return -EINVAL;

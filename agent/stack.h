@@ -31,11 +31,15 @@
  * cache misses to both. stack_symbolize() costs 0.2 us for a frame in a
  * module with few dynamic symbols and 5 to 8 us in libc (3000 of them):
  * dladdr() scans the module's dynamic symbols, so a frame in a library
- * with 100000 symbols would take hundreds of us. Name each distinct PC
- * once, off the application's thread. One-offs: a thread's first capture
- * looks up its stack bounds with pthread_getattr_np(), about 1-2 us on a
- * new thread and 100 us on the main thread, where glibc reads
- * /proc/self/maps; the first unwind capture loads libgcc_s, about 200 us.
+ * with 100000 symbols would take hundreds of us. Finding the module, its
+ * path and build id with dl_iterate_phdr() adds about 1000 instructions a
+ * frame (callgrind, a process with 5 modules: 2.5% of a libc frame's),
+ * more in a process with many modules loaded before the frame's. Name
+ * each distinct PC once, off the application's thread. One-offs: a
+ * thread's first capture looks up its stack bounds with
+ * pthread_getattr_np(), about 1-2 us on a new thread and 100 us on the
+ * main thread, where glibc reads /proc/self/maps; the first unwind
+ * capture loads libgcc_s, about 200 us.
  * stack_prepare() does both ahead of time.
  *
  * Nothing here allocates memory the caller must free.
@@ -62,8 +66,12 @@ enum stack_method {
 #define STACK_ENV_METHOD "NPUSAN_STACK_METHOD"
 #define STACK_DEFAULT_DEPTH 16
 #define STACK_MAX_DEPTH 128
-/* Enough for stack_symbolize() on all but very long C++ symbols. */
-#define STACK_SYMBOL_LEN 512
+/* Enough for stack_symbolize() on all but very long C++ symbols or paths. */
+#define STACK_SYMBOL_LEN 1024
+/* The most build id bytes a frame carries (GNU ld writes 20), and the
+ * text " (BuildId: HEX)" they make, with its NUL. */
+#define STACK_BUILD_ID_MAX 64
+#define STACK_BUILD_ID_TEXT (sizeof(" (BuildId: )") + 2 * STACK_BUILD_ID_MAX)
 
 struct stack_config {
 	int depth; /* frames per capture, 0 to STACK_MAX_DEPTH; 0: off */
@@ -116,19 +124,28 @@ int stack_prepare(enum stack_method m);
 int stack_capture(enum stack_method m, uintptr_t *pcs, int max, int skip);
 
 /*
- * Names the return address `pc` into `buf`: "symbol+0xoff (module+0xoff)",
- * "module+0xoff" when no dynamic symbol covers it, or "0x..." when it is in
- * no loaded module. The module is the file's base name; its offset is from
- * the module's load address (addr2line's address for a shared object or a
- * PIE). The lookup is at pc - 1, so that a call ending a function (to a
- * noreturn function) is named after that function; a function's own
- * address therefore names the function before it. Symbols are not
- * demangled.
+ * Names the return address `pc` into `buf` the way AddressSanitizer does
+ * when it does not symbolize, so that a frame can be symbolized later, on
+ * another machine (common/symbolize.h, docs/trace-format.md "Native
+ * frames"):
+ *
+ *   "symbol+0xoff (/path/module+0xoff) (BuildId: hex)"
+ *   "/path/module+0xoff (BuildId: hex)"   when no dynamic symbol covers it
+ *   "0x..."                               when it is in no loaded module
+ *
+ * The path is the module's absolute path (the executable's from
+ * /proc/self/exe); its offset is pc minus the module's load bias, the
+ * ELF address that addr2line and libdw take. The build id is the module's
+ * NT_GNU_BUILD_ID note, read from its mapped PT_NOTE segment (no file
+ * I/O); " (BuildId: ...)" is left out for a module without one. The symbol
+ * lookup is at pc - 1, so that a call ending a function (to a noreturn
+ * function) is named after that function; a function's own address
+ * therefore names the function before it. Symbols are not demangled.
  *
  * Returns the length written; -ENOSPC when it does not fit in `len` bytes,
  * in which case buf holds as much as fits. buf is NUL-terminated whenever
- * len > 0. Keeps errno. Slow path: dladdr() takes the loader lock and scans
- * the module's dynamic symbols.
+ * len > 0. Keeps errno. Slow path: dl_iterate_phdr() and dladdr() take the
+ * loader lock, and dladdr() scans the module's dynamic symbols.
  */
 int stack_symbolize(uintptr_t pc, char *buf, size_t len);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "report.h"
 
 struct command {
 	const char *name;
@@ -125,8 +126,12 @@ int main(int argc, char **argv)
 		return CLI_OK;
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
-		if (strcmp(verb, commands[i].name) == 0)
-			return commands[i].run(argc - 1, argv + 1);
+		if (strcmp(verb, commands[i].name) == 0) {
+			int rc = commands[i].run(argc - 1, argv + 1);
+
+			report_fini();
+			return rc;
+		}
 	}
 	fprintf(stderr, "npusanctl: unknown command '%s'\n"
 			"Try 'npusanctl --help'.\n",

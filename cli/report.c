@@ -14,11 +14,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "symbolize.h"
 #include "text.h"
 
 #define BOLD "\033[1m"
 #define RED "\033[1;31m"
 #define RESET "\033[0m"
+/* A symbolized frame: a source path, a function and a module name. */
+#define REPORT_FRAME_MAX 4096
 
 bool report_want_color(FILE *f)
 {
@@ -32,13 +35,44 @@ static const char *paint(bool color, const char *code)
 	return color ? code : "";
 }
 
+/*
+ * The symbolizer of this process's text reports, opened at the first frame
+ * shown and kept, with its cache of modules, until report_fini(). Only the
+ * text form symbolizes: JSON keeps the frames as recorded, which are part
+ * of a finding's identity.
+ */
+static struct symbolizer *report_syms;
+static bool report_syms_failed;
+
+void report_fini(void)
+{
+	symbolizer_close(report_syms);
+	report_syms = NULL;
+	report_syms_failed = false;
+}
+
+/* `frame` as "file:line in function (module+0xoff)" when it is a native
+ * frame that resolves; as recorded otherwise. */
+static void print_frame(FILE *out, const char *frame)
+{
+	char buf[REPORT_FRAME_MAX];
+
+	if (report_syms == NULL && !report_syms_failed)
+		report_syms_failed = symbolizer_open(getenv(REPORT_ENV_DEBUG_DIR),
+						     &report_syms) < 0;
+	if (report_syms != NULL &&
+	    symbolizer_frame(report_syms, frame, buf, sizeof(buf)) > 0)
+		frame = buf;
+	text_put(out, frame);
+}
+
 static void print_stack(FILE *out, const struct finding_stack *s)
 {
 	if (s->n == 0)
 		fputs("  (no stack recorded)\n", out);
 	for (size_t i = 0; i < s->n; i++) {
 		fputs("  ", out);
-		text_put(out, s->frames[i]);
+		print_frame(out, s->frames[i]);
 		fputc('\n', out);
 	}
 }

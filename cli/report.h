@@ -22,8 +22,18 @@
 
 #include "finding_view.h"
 
-/* The full human report of `f`, ending in a blank line. */
+/*
+ * The full human report of `f`, ending in a blank line. Native frames are
+ * shown as "file:line in function (module+0xoff)" where their module and
+ * its debug information (searched under $NPUSAN_DEBUG_DIR, else
+ * /usr/lib/debug) resolve them (common/symbolize.h), as recorded otherwise.
+ */
+#define REPORT_ENV_DEBUG_DIR "NPUSAN_DEBUG_DIR"
 void report_text(FILE *out, bool color, const struct finding_view *f);
+
+/* Frees what report_text() kept between findings (the symbolizer's open
+ * modules). Call once the command is done. */
+void report_fini(void);
 
 /*
  * `f` as one JSON object on one line, newline included; with first_seen and

@@ -9,6 +9,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <alloca.h>
 
@@ -155,18 +157,26 @@ static void stk_expect_name(uintptr_t pc, const char *name)
 	ck_assert_msg(strncmp(buf, want, strlen(want)) == 0,
 		      "%#jx is \"%s\", expected \"%s...\"", (uintmax_t)pc, buf,
 		      want);
-	ck_assert_msg(strstr(buf, " (test_stack+0x") != NULL,
-		      "\"%s\" lacks its module", buf);
+	ck_assert_msg(strstr(buf, "/test_stack+0x") != NULL,
+		      "\"%s\" lacks its module's path", buf);
+	ck_assert_msg(strstr(buf, ") (BuildId: ") != NULL,
+		      "\"%s\" lacks its module's build id", buf);
 }
 
-/* Asserts that pc symbolises as "test_stack+0x...", with no symbol. */
+/* Asserts that pc symbolises as "/.../test_stack+0x... (BuildId: ...)",
+ * with no symbol: the executable's absolute path, from /proc/self/exe. */
 static void stk_expect_module(uintptr_t pc)
 {
-	char buf[STACK_SYMBOL_LEN];
+	char buf[STACK_SYMBOL_LEN], exe[PATH_MAX], want[PATH_MAX + 8];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 
+	ck_assert_int_gt(n, 0);
+	exe[n] = '\0';
+	snprintf(want, sizeof(want), "%s+0x", exe);
 	ck_assert_int_gt(stack_symbolize(pc, buf, sizeof(buf)), 0);
-	ck_assert_msg(strncmp(buf, "test_stack+0x", 13) == 0, "%s", buf);
-	ck_assert_ptr_null(strchr(buf, ' '));
+	ck_assert_msg(strncmp(buf, want, strlen(want)) == 0, "%s", buf);
+	ck_assert_msg(strstr(buf, " (BuildId: ") != NULL, "%s", buf);
+	ck_assert_int_eq(buf[strlen(buf) - 1], ')');
 }
 
 static void stk_expect_callers(enum stack_method m, const uintptr_t *pcs,

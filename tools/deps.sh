@@ -10,6 +10,11 @@
 set -eu
 
 build="cmake gcc make pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev check libmicrohttpd-dev"
+# libdw-dev (elfutils) turns native frames into file:line in npusanctl
+# (common/symbolize.c): the DWARF library GNU/Linux tooling standardises on.
+# Optional to CMake, and not in $build, whose packages the torch 2 root's
+# stamp names: that root runs the adapter, which needs no symbolizer.
+symbolize="libdw-dev"
 # go-md2man turns the man pages (docs/man/*.md) into roff. Not in $build,
 # which the torch 2 root's stamp names: the root needs no man pages, and a
 # new stamp would build it again on every machine.
@@ -131,17 +136,17 @@ torch2() {
 }
 
 case "${1:-build}" in
-build) want="$build $docs"; install_missing ;;
+build) want="$build $symbolize $docs"; install_missing ;;
 test)
-	want="$build $docs $test_extra"
+	want="$build $symbolize $docs $test_extra"
 	install_missing
 	say_skips
 	# Where the root cannot be built, its tests skip: not an error here.
 	torch2 || true
 	;;
 # gcovr turns gcov's counts into tools/coverage.sh's per-file figures.
-coverage) want="$build $docs $test_extra gcovr"; install_missing ;;
+coverage) want="$build $symbolize $docs $test_extra gcovr"; install_missing ;;
 torch2) torch2 ;;
-deb) want="$build $docs $deb"; install_missing ;;
+deb) want="$build $symbolize $docs $deb"; install_missing ;;
 *) echo "usage: tools/deps.sh [build|test|coverage|torch2|deb]" >&2; exit 2 ;;
 esac

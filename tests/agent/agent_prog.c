@@ -11,6 +11,8 @@
  *   threads N  N threads, each creating its stream and launching 1000
  *              kernels on it
  *   native     one launch with a native stack from a named function
+ *   native_race  a data race between two launches with native stacks,
+ *              from native_racer() on streams 0 and 1
  *   exit, kill the scenario, then, once the recorder wrote its last line,
  *              the end of a process that runs no exit handler: _exit(0)
  *              (as every multiprocessing fork worker ends) or SIGKILL
@@ -166,6 +168,22 @@ __attribute__((noinline)) void native_caller(void)
 	__asm__ volatile("" ::: "memory"); /* keep the call a call */
 }
 
+/*
+ * Not static, for the same reason. test_symbolize looks for the line after
+ * the one that says NATIVE_RACE_LINE: its stacks' innermost frame.
+ */
+void native_racer(uint64_t stream);
+
+__attribute__((noinline)) void native_racer(uint64_t stream)
+{
+	struct npusan_range x = { 0x1000, 64 };
+	uint32_t op = npusan_intern("native_write");
+
+	/* NATIVE_RACE_LINE is the next one. */
+	npusan_launch(stream, op, NULL, 0, &x, 1, NPUSAN_STACK_NATIVE);
+	__asm__ volatile("" ::: "memory"); /* keep the call a call */
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -191,6 +209,14 @@ int main(int argc, char **argv)
 		return flood(atol(argv[2]));
 	if (strcmp(argv[1], "native") == 0) {
 		native_caller();
+		return 0;
+	}
+	if (strcmp(argv[1], "native_race") == 0) {
+		npusan_stream_create(1);
+		native_racer(0);
+		native_racer(1);
+		/* Under npusanctl run, not before the daemon has it all. */
+		npusan_wait_drained(10000);
 		return 0;
 	}
 	if (strcmp(argv[1], "drain") == 0) {

@@ -20,7 +20,7 @@ set -eu
 src=$(cd "$(dirname "$0")/../.." && pwd)
 root="${NPUSAN_DEB_ROOT:-/var/cache/npusan/bookworm-root}"
 mirror="${NPUSAN_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-pkgs="libuv1 libprotobuf-c1 libsqlite3-0 libmicrohttpd12 python3"
+pkgs="libuv1 libprotobuf-c1 libsqlite3-0 libmicrohttpd12 libdw1 python3"
 stamp="bookworm $pkgs"
 
 say() { echo "deb_install: $*" >&2; }

@@ -1,0 +1,446 @@
+/*
+ * symbolize.c - native frames to "file:line in function" with libdw.
+ *
+ * Owns a cache of modules, one per (path, build id) met, each holding the
+ * libdw session (Dwfl) that reported it, or none when it did not resolve;
+ * symbolizer_close() frees them all. The text parsed is the caller's.
+ *
+ * DESIGN
+ * 1. A module is used only when its build id is the one the frame records:
+ *    the file at the path first, then DEBUG_DIR/.build-id/xx/rest.debug.
+ *    A frame that records none (a module linked without --build-id) is
+ *    looked up by path alone, as addr2line would.
+ * 2. Lines come from DWARF only; a module with symbols but no line table
+ *    gives no line, and the caller keeps the raw frame.
+ * 3. The address looked up is the return address minus one, the call
+ *    instruction, as the agent's dladdr() lookup does.
+ * 4. A frame's path comes from a traced process, which may be another
+ *    user's: only a regular file is opened (O_NONBLOCK, so that a FIFO
+ *    cannot hang the reader), and debug files are searched for under
+ *    DEBUG_DIR only, never beside the module, where that user could put
+ *    anything.
+ */
+#include "symbolize.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grow.h"
+
+#ifdef NPUSAN_HAVE_LIBDW
+#include <dwarf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwfl.h>
+#endif
+
+#define SYMBOLIZE_BID_OPEN " (BuildId: "
+/* A source file's absolute path, made of its directory and its name. */
+#define SYMBOLIZE_PATH_MAX 4096
+
+static int symbolize_hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* The build id in "HEX" (`n` characters, an even count) into `r`. */
+static int symbolize_parse_build_id(const char *hex, size_t n,
+				    struct symbolize_ref *r)
+{
+	if (n == 0 || n % 2 != 0 || n / 2 > SYMBOLIZE_BUILD_ID_MAX)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i += 2) {
+		int hi = symbolize_hex_digit(hex[i]);
+		int lo = symbolize_hex_digit(hex[i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return -EINVAL;
+		r->build_id[i / 2] = (uint8_t)(hi << 4 | lo);
+	}
+	r->build_id_len = n / 2;
+	return 0;
+}
+
+/* "/path+0xOFF" (`n` bytes) into `r`'s path and offset. */
+static int symbolize_parse_module(const char *s, size_t n,
+				  struct symbolize_ref *r)
+{
+	size_t k = n, digits;
+	uint64_t off = 0;
+
+	while (k >= 3 && memcmp(s + k - 3, "+0x", 3) != 0)
+		k--;
+	if (k < 4 || s[0] != '/')
+		return -EINVAL; /* no "+0x", or a path that is not absolute */
+	digits = n - k;
+	if (digits == 0 || digits > 16)
+		return -EINVAL;
+	for (size_t i = k; i < n; i++) {
+		int d = symbolize_hex_digit(s[i]);
+
+		if (d < 0)
+			return -EINVAL;
+		off = off << 4 | (uint64_t)d;
+	}
+	r->path = s;
+	r->path_len = k - 3;
+	r->off = off;
+	return 0;
+}
+
+int symbolize_parse(const char *frame, struct symbolize_ref *out)
+{
+	struct symbolize_ref r = { 0 };
+	size_t n = strlen(frame), open = sizeof(SYMBOLIZE_BID_OPEN) - 1;
+	const char *bid, *paren;
+
+	/* " (BuildId: HEX)" at the end, the last such text. */
+	if (n > 0 && frame[n - 1] == ')') {
+		for (bid = frame + n - 1; bid > frame; bid--)
+			if (strncmp(bid, SYMBOLIZE_BID_OPEN, open) == 0)
+				break;
+		if (bid > frame) {
+			if (symbolize_parse_build_id(bid + open,
+						     (size_t)(frame + n - 1 -
+							      bid - open),
+						     &r) < 0)
+				return -EINVAL;
+			n = (size_t)(bid - frame);
+		}
+	}
+	/* "symbol+0xoff (MODULE)": a symbol never holds a blank; a path
+	 * (the form without a symbol) may. */
+	paren = frame[0] != '/' ? memchr(frame, ' ', n) : NULL;
+	if (paren != NULL) {
+		if (paren == frame || paren + 2 >= frame + n ||
+		    paren[1] != '(' || frame[n - 1] != ')')
+			return -EINVAL;
+		n -= (size_t)(paren + 2 - frame) + 1;
+		frame = paren + 2;
+	}
+	if (symbolize_parse_module(frame, n, &r) < 0)
+		return -EINVAL;
+	*out = r;
+	return 0;
+}
+
+#ifdef NPUSAN_HAVE_LIBDW
+
+/* One module met: its key and, when it resolved, its libdw session. */
+struct symbolize_module {
+	char *path;
+	uint8_t build_id[SYMBOLIZE_BUILD_ID_MAX];
+	size_t build_id_len;
+	Dwfl *dwfl;        /* NULL: it did not resolve */
+	Dwfl_Module *mod;  /* owned by dwfl */
+	int err;           /* why not, when dwfl is NULL */
+};
+
+struct symbolizer {
+	char *debug_path; /* libdw's debuginfo_path: DIR alone (DESIGN 4) */
+	char *debug_dir;
+	Dwfl_Callbacks callbacks;
+	struct symbolize_module *mods;
+	size_t n_mods, cap_mods;
+};
+
+int symbolizer_open(const char *debug_dir, struct symbolizer **out)
+{
+	struct symbolizer *s = calloc(1, sizeof(*s));
+
+	if (debug_dir == NULL || debug_dir[0] == '\0')
+		debug_dir = SYMBOLIZE_DEBUG_DIR;
+	if (s == NULL)
+		return -ENOMEM;
+	s->debug_dir = strdup(debug_dir);
+	s->debug_path = strdup(debug_dir);
+	if (s->debug_dir == NULL || s->debug_path == NULL) {
+		symbolizer_close(s);
+		return -ENOMEM;
+	}
+	s->callbacks.find_elf = dwfl_build_id_find_elf;
+	s->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+	s->callbacks.section_address = dwfl_offline_section_address;
+	s->callbacks.debuginfo_path = &s->debug_path;
+	*out = s;
+	return 0;
+}
+
+void symbolizer_close(struct symbolizer *s)
+{
+	if (s == NULL)
+		return;
+	for (size_t i = 0; i < s->n_mods; i++) {
+		free(s->mods[i].path);
+		if (s->mods[i].dwfl != NULL)
+			dwfl_end(s->mods[i].dwfl);
+	}
+	free(s->mods);
+	free(s->debug_path);
+	free(s->debug_dir);
+	free(s);
+}
+
+/* `path` opened for reading when it is a regular file (DESIGN 4); the
+ * descriptor, or -ENOENT. */
+static int symbolize_open_file(const char *path)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -ENOENT;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -ENOENT;
+	}
+	return fd;
+}
+
+/*
+ * Reports the file at `path` into a new session: 0 with *dwfl and *mod
+ * when its build id is `m`'s (or `m` records none); -ENOENT when it cannot
+ * be read as ELF; -ESTALE when it is another build.
+ */
+static int symbolize_report(struct symbolizer *s,
+			    const struct symbolize_module *m, const char *path,
+			    Dwfl **dwfl, Dwfl_Module **mod)
+{
+	const unsigned char *bits;
+	GElf_Addr vaddr;
+	int fd = symbolize_open_file(path), n;
+	Dwfl_Module *md;
+	Dwfl *d;
+
+	if (fd < 0)
+		return fd;
+	d = dwfl_begin(&s->callbacks);
+	if (d == NULL) {
+		close(fd);
+		return -ENOMEM;
+	}
+	/* It takes fd on success only. */
+	md = dwfl_report_offline(d, path, path, fd);
+	if (md == NULL)
+		close(fd);
+	if (md == NULL || dwfl_report_end(d, NULL, NULL) != 0) {
+		dwfl_end(d);
+		return -ENOENT;
+	}
+	n = dwfl_module_build_id(md, &bits, &vaddr);
+	if (m->build_id_len > 0 &&
+	    (n != (int)m->build_id_len ||
+	     memcmp(bits, m->build_id, m->build_id_len) != 0)) {
+		dwfl_end(d);
+		return -ESTALE;
+	}
+	*dwfl = d;
+	*mod = md;
+	return 0;
+}
+
+/* DEBUG_DIR/.build-id/xx/rest.debug for `m`'s build id, into *out. */
+static int symbolize_debug_file(const struct symbolizer *s,
+				const struct symbolize_module *m, char **out)
+{
+	static const char hex[] = "0123456789abcdef";
+	char id[2 * SYMBOLIZE_BUILD_ID_MAX + 1];
+
+	for (size_t i = 0; i < m->build_id_len; i++) {
+		id[2 * i] = hex[m->build_id[i] >> 4];
+		id[2 * i + 1] = hex[m->build_id[i] & 15];
+	}
+	id[2 * m->build_id_len] = '\0';
+	if (asprintf(out, "%s/.build-id/%.2s/%s.debug", s->debug_dir, id,
+		     id + 2) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+/* DESIGN 1: the file at the path, then the debug file of the build id. */
+static void symbolize_resolve(struct symbolizer *s, struct symbolize_module *m)
+{
+	char *debug;
+	int err;
+
+	m->err = symbolize_report(s, m, m->path, &m->dwfl, &m->mod);
+	if (m->err == 0 || m->build_id_len == 0)
+		return;
+	if (symbolize_debug_file(s, m, &debug) < 0)
+		return;
+	err = symbolize_report(s, m, debug, &m->dwfl, &m->mod);
+	free(debug);
+	if (err == 0 || err == -ESTALE)
+		m->err = err; /* else keep why the path failed */
+}
+
+/* The cached module of `r`, resolved on first sight; NULL on -ENOMEM. */
+static struct symbolize_module *symbolize_module(struct symbolizer *s,
+						 const struct symbolize_ref *r)
+{
+	struct symbolize_module *m;
+
+	for (size_t i = 0; i < s->n_mods; i++) {
+		m = &s->mods[i];
+		if (strlen(m->path) == r->path_len &&
+		    memcmp(m->path, r->path, r->path_len) == 0 &&
+		    m->build_id_len == r->build_id_len &&
+		    memcmp(m->build_id, r->build_id, r->build_id_len) == 0)
+			return m;
+	}
+	if (grow_array((void **)&s->mods, &s->cap_mods, s->n_mods + 1,
+		       sizeof(*s->mods)) < 0)
+		return NULL;
+	m = &s->mods[s->n_mods];
+	memset(m, 0, sizeof(*m));
+	m->path = strndup(r->path, r->path_len);
+	if (m->path == NULL)
+		return NULL;
+	memcpy(m->build_id, r->build_id, r->build_id_len);
+	m->build_id_len = r->build_id_len;
+	s->n_mods++;
+	symbolize_resolve(s, m);
+	return m;
+}
+
+/*
+ * `file` made absolute with the compilation's directory `dir` (as gdb and
+ * addr2line show it), "." and ".." taken out, into `out`: "../x.c" compiled
+ * in /src/build is /src/x.c. `file` as it is when it is absolute already,
+ * `dir` is unknown, or the result does not fit.
+ */
+static const char *symbolize_source_path(const char *file, const char *dir,
+					 char *out, size_t cap)
+{
+	size_t n = 0;
+	const char *p;
+
+	if (file[0] == '/' || dir == NULL || dir[0] != '/' ||
+	    strlen(dir) + strlen(file) + 2 > cap)
+		return file;
+	for (int part = 0; part < 2; part++) {
+		for (p = part == 0 ? dir : file; *p != '\0';) {
+			size_t k = strcspn(p, "/");
+
+			if (k == 2 && p[0] == '.' && p[1] == '.') {
+				while (n > 0 && out[--n] != '/')
+					;
+			} else if (k > 0 && !(k == 1 && p[0] == '.')) {
+				out[n++] = '/';
+				memcpy(out + n, p, k);
+				n += k;
+			}
+			p += k + (p[k] == '/');
+		}
+	}
+	if (n == 0)
+		out[n++] = '/';
+	out[n] = '\0';
+	return out;
+}
+
+/* The innermost function (inlined or not) at `addr`, from DWARF, else
+ * from the symbol table; NULL when neither names one. */
+static const char *symbolize_function(Dwfl_Module *mod, Dwarf_Addr addr)
+{
+	Dwarf_Addr bias;
+	Dwarf_Die *cu = dwfl_module_addrdie(mod, addr, &bias), *scopes;
+	const char *name = NULL;
+	int n = cu != NULL ? dwarf_getscopes(cu, addr - bias, &scopes) : -1;
+
+	for (int i = 0; i < n && name == NULL; i++) {
+		int tag = dwarf_tag(&scopes[i]);
+
+		if (tag == DW_TAG_subprogram ||
+		    tag == DW_TAG_inlined_subroutine)
+			name = dwarf_diename(&scopes[i]);
+	}
+	if (n > 0)
+		free(scopes);
+	return name != NULL ? name : dwfl_module_addrname(mod, addr);
+}
+
+int symbolizer_frame(struct symbolizer *s, const char *frame, char *buf,
+		     size_t len)
+{
+	struct symbolize_ref r;
+	struct symbolize_module *m;
+	GElf_Addr bias;
+	Dwarf_Addr addr;
+	Dwfl_Line *line;
+	const char *file, *fn, *base;
+	char src[SYMBOLIZE_PATH_MAX];
+	int lineno = 0, n;
+
+	if (symbolize_parse(frame, &r) < 0 || r.off == 0)
+		return -EINVAL;
+	m = symbolize_module(s, &r);
+	if (m == NULL)
+		return -ENOMEM;
+	if (m->dwfl == NULL)
+		return m->err;
+	if (dwfl_module_getelf(m->mod, &bias) == NULL)
+		return -ENOENT;
+	addr = r.off - 1 + bias; /* DESIGN 3 */
+	line = dwfl_module_getsrc(m->mod, addr);
+	file = line != NULL ? dwfl_lineinfo(line, NULL, &lineno, NULL, NULL,
+					    NULL)
+			    : NULL;
+	if (file == NULL || lineno <= 0)
+		return -ENODATA; /* DESIGN 2 */
+	file = symbolize_source_path(file, dwfl_line_comp_dir(line), src,
+				     sizeof(src));
+	fn = symbolize_function(m->mod, addr);
+	base = strrchr(m->path, '/') + 1; /* the path is absolute */
+	if (fn != NULL)
+		n = snprintf(buf, len, "%s:%d in %s (%s+0x%" PRIx64 ")", file,
+			     lineno, fn, base, r.off);
+	else
+		n = snprintf(buf, len, "%s:%d (%s+0x%" PRIx64 ")", file,
+			     lineno, base, r.off);
+	if (n < 0 || (size_t)n >= len)
+		return -ENOSPC;
+	return n;
+}
+
+#else /* !NPUSAN_HAVE_LIBDW */
+
+struct symbolizer {
+	int unused;
+};
+
+int symbolizer_open(const char *debug_dir, struct symbolizer **out)
+{
+	(void)debug_dir;
+	*out = calloc(1, sizeof(**out));
+	return *out != NULL ? 0 : -ENOMEM;
+}
+
+void symbolizer_close(struct symbolizer *s)
+{
+	free(s);
+}
+
+int symbolizer_frame(struct symbolizer *s, const char *frame, char *buf,
+		     size_t len)
+{
+	(void)s;
+	(void)frame;
+	(void)buf;
+	(void)len;
+	return -ENOTSUP;
+}
+
+#endif

@@ -1,0 +1,74 @@
+/*
+ * symbolize.h - native frames to source lines, through DWARF, off the job.
+ *
+ * The agent names a native frame once, cheaply, the way AddressSanitizer
+ * does when it does not symbolize (agent/stack.h):
+ *
+ *   "symbol+0xoff (/path/module+0xoff) (BuildId: hex)"
+ *   "/path/module+0xoff (BuildId: hex)"
+ *
+ * The module's path, its offset (the ELF address) and its GNU build id are
+ * enough to find the line later, on this machine or another. The symbolizer
+ * turns such a frame into "file:line in function (module+0xoff)" with
+ * elfutils' libdw, reading the module file at its path, or, when that file
+ * is missing or is another build, DEBUG_DIR/.build-id/xx/rest.debug (what
+ * Debian's -dbgsym packages install). A frame it cannot resolve exactly
+ * stays as it is: never a line from a file whose build id differs from the
+ * one recorded, never a line from a module without debug information.
+ *
+ * Each module is opened once per symbolizer and kept, whether or not it
+ * resolved. Built only where libdw is (NPUSAN_HAVE_LIBDW); elsewhere every
+ * frame stays raw. Not thread-safe: one symbolizer per thread.
+ */
+#ifndef NPUSAN_COMMON_SYMBOLIZE_H
+#define NPUSAN_COMMON_SYMBOLIZE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The most build id bytes a frame may carry (GNU ld writes 20). */
+#define SYMBOLIZE_BUILD_ID_MAX 64
+/* Where Debian installs detached debug information. */
+#define SYMBOLIZE_DEBUG_DIR "/usr/lib/debug"
+
+/* A native frame's module part, pointing into the frame's text. */
+struct symbolize_ref {
+	const char *path; /* absolute; not NUL-terminated */
+	size_t path_len;
+	uint64_t off; /* the return address's ELF address in the module */
+	uint8_t build_id[SYMBOLIZE_BUILD_ID_MAX];
+	size_t build_id_len; /* 0: the frame names none */
+};
+
+struct symbolizer;
+
+/*
+ * Parses `frame` (NUL-terminated) in one of the forms above. 0; -EINVAL
+ * when it is not a native frame with an absolute module path (a Python
+ * frame, "0x...", an old trace's "module+0xoff"). *out is written only on
+ * success.
+ */
+int symbolize_parse(const char *frame, struct symbolize_ref *out);
+
+/*
+ * A symbolizer that looks for detached debug information under `debug_dir`
+ * (NULL: SYMBOLIZE_DEBUG_DIR). 0; -ENOMEM. Caller owns *out; release with
+ * symbolizer_close(), which accepts NULL.
+ */
+int symbolizer_open(const char *debug_dir, struct symbolizer **out);
+void symbolizer_close(struct symbolizer *s);
+
+/*
+ * Writes `frame`'s source line, "file:line in function (module+0xoff)"
+ * ("file:line (module+0xoff)" when no function is named), into `buf`.
+ * Returns the length; -EINVAL when `frame` is not a native frame;
+ * -ENOENT when its module (or a debug file of its build id) cannot be
+ * read; -ESTALE when the file at its path is another build and no debug
+ * file of the recorded build is there; -ENODATA when the module has no
+ * line for the address; -ENOSPC when the text does not fit in `len`;
+ * -ENOTSUP without libdw. On error buf holds nothing to show.
+ */
+int symbolizer_frame(struct symbolizer *s, const char *frame, char *buf,
+		     size_t len);
+
+#endif
