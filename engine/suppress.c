@@ -538,7 +538,11 @@ static bool suppress_module(const char *pat, const struct finding_stack *st)
 static bool suppress_access(const struct suppress_entry *e,
 			    const struct finding_view_access *a)
 {
-	return (e->op == NULL || suppress_glob(e->op, a->op)) &&
+	/* An operator npusan could not name is "?", as reports print it
+	 * and npusand stores it. */
+	const char *op = a->op != NULL ? a->op : "?";
+
+	return (e->op == NULL || suppress_glob(e->op, op)) &&
 	       (e->module == NULL || suppress_module(e->module, &a->stack)) &&
 	       suppress_frames(&e->frames, &a->stack);
 }
@@ -555,16 +559,24 @@ static bool suppress_entry_matches(const struct suppress_entry *e,
 	       (f->has_previous && suppress_access(e, &f->previous));
 }
 
+long suppress_find(const struct suppress_set *s, const struct finding_view *f)
+{
+	for (size_t i = 0; s != NULL && i < s->n; i++) {
+		if (suppress_entry_matches(&s->v[i], f))
+			return (long)i;
+	}
+	return -1;
+}
+
 const char *suppress_match(struct suppress_set *s,
 			   const struct finding_view *f)
 {
-	for (size_t i = 0; s != NULL && i < s->n; i++) {
-		if (suppress_entry_matches(&s->v[i], f)) {
-			s->v[i].matched++;
-			return s->v[i].name;
-		}
-	}
-	return NULL;
+	long i = suppress_find(s, f);
+
+	if (i < 0)
+		return NULL;
+	s->v[i].matched++;
+	return s->v[i].name;
 }
 
 size_t suppress_entries(const struct suppress_set *s)

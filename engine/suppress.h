@@ -11,7 +11,8 @@
  * same findings for the same file.
  *
  * A set owns copies of everything it parsed; it counts, per entry, the
- * findings suppress_match() gave it. Not thread-safe: one owner at a time.
+ * findings suppress_match() gave it, which only its owner may call;
+ * suppress_find() may be called from any number of threads at once.
  */
 #ifndef NPUSAN_SUPPRESS_H
 #define NPUSAN_SUPPRESS_H
@@ -44,6 +45,13 @@ int suppress_load(const char *path, struct suppress_set **out,
 
 /* Frees `s`; accepts NULL. */
 void suppress_free(struct suppress_set *s);
+
+/*
+ * The index of the first entry of `s` (in file order) that matches `f`;
+ * -1 when none does or `s` is NULL. Counts nothing and writes nothing, so
+ * that several threads may ask one set at once.
+ */
+long suppress_find(const struct suppress_set *s, const struct finding_view *f);
 
 /*
  * The name of the first entry of `s` (in file order) that matches `f`,
