@@ -67,11 +67,16 @@ static int show_reply_cb(void *arg, Npusan__FromDaemon *m)
 	    m->show->finding == NULL ||
 	    client_finding(m->show->finding, &f) < 0)
 		goto out;
-	if (s->entry_only)
+	/* Asked for by its id: shown even when suppressed, saying so. */
+	if (s->entry_only) {
 		suppress_gen(stdout, &f);
-	else
-		cli_print_finding(&s->pr, stdout, s->json,
-				  report_want_color(stdout), &f);
+	} else if (cli_print_room(&s->pr)) {
+		if (s->json)
+			report_json(stdout, &f);
+		else
+			report_text(stdout, report_want_color(stdout), &f);
+		cli_print_gen(&s->pr, stdout, s->json, &f);
+	}
 	s->shown = true;
 	err = CLIENT_DONE;
 out:

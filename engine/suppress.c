@@ -402,7 +402,7 @@ static int suppress_read(int fd, char **buf, size_t *len)
 {
 	size_t cap = 0, n = 0;
 	char *b = NULL;
-	ssize_t got;
+	ssize_t got = 0;
 
 	for (;;) {
 		if (n == SUPPRESS_FILE_MAX) {

@@ -240,6 +240,22 @@ START_TEST(daemon_stores_and_counts_suppressed_findings)
 	has(err, "1 finding suppressed by npusand's suppressions");
 	free(out);
 	free(err);
+	/* show still shows it, saying so */
+	{
+		const char *show1[] = { "show", "1", NULL };
+		const char *show2[] = { "show", "2", NULL };
+		char *o1, *o2;
+
+		ck_assert_int_eq(ctl(&o1, NULL, show1), 0);
+		ck_assert_int_eq(ctl(&o2, NULL, show2), 0);
+		ck_assert_uint_eq(tu_count_lines(o1, "Suppressed by npusand's "
+						     "suppression 'grads'") +
+					  tu_count_lines(o2, "Suppressed by"),
+				  1);
+		has(strstr(o1, "Suppressed") ? o1 : o2, "possible data race");
+		free(o1);
+		free(o2);
+	}
 
 	ck_assert_int_eq(tu_daemon_stop(&d, SIGTERM), 0);
 	free(d.dir);
