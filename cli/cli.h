@@ -140,8 +140,13 @@ struct cli_print {
 	struct suppress_set *supp; /* its entries, once cli_print_load() */
 	bool gen;		   /* --gen-suppressions */
 	/* Findings left out by supp, and by the daemon's own suppressions
-	 * (a finding_view's `suppressed`). */
+	 * (a finding_view's `suppressed`), those by each name (copied). */
 	uint64_t suppressed, daemon_suppressed;
+	struct cli_print_tally {
+		char *name;
+		uint64_t n;
+	} *tally;
+	size_t ntally, cap_tally;
 	uint64_t kept, filtered;    /* by the filters */
 	uint64_t printed, unprinted; /* of those kept, by the limit */
 };
@@ -163,7 +168,8 @@ int cli_print_option(const char *cmd, int c, const char *arg,
  */
 int cli_print_load(const char *cmd, struct cli_print *p);
 
-/* Frees what cli_print_load() read; *p may be loaded again. */
+/* Frees what cli_print_load() read and the names the daemon's
+ * suppressions were counted under; *p may be loaded again. */
 void cli_print_free(struct cli_print *p);
 
 /* Whether `f` is suppressed: by the daemon's suppressions or by p->supp;

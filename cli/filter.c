@@ -24,8 +24,10 @@
 
 #include "cli.h"
 #include "client.h"
+#include "grow.h"
 #include "report.h"
 #include "suppress.h"
+#include "text.h"
 
 /* ---- options ------------------------------------------------------------- */
 
@@ -98,6 +100,33 @@ void cli_print_free(struct cli_print *p)
 {
 	suppress_free(p->supp);
 	p->supp = NULL;
+	for (size_t i = 0; i < p->ntally; i++)
+		free(p->tally[i].name);
+	free(p->tally);
+	p->tally = NULL;
+	p->ntally = p->cap_tally = 0;
+}
+
+/* Counts one finding under the daemon's suppression `name`; without
+ * memory for a new name, only in the total. */
+static void cli_print_tally(struct cli_print *p, const char *name)
+{
+	size_t i = 0;
+
+	while (i < p->ntally && strcmp(p->tally[i].name, name) != 0)
+		i++;
+	if (i == p->ntally) {
+		char *copy = strdup(name);
+
+		if (copy == NULL ||
+		    grow_array((void **)&p->tally, &p->cap_tally, i + 1,
+			       sizeof(*p->tally)) < 0) {
+			free(copy);
+			return;
+		}
+		p->tally[p->ntally++] = (struct cli_print_tally){ copy, 0 };
+	}
+	p->tally[i].n++;
 }
 
 /* ---- filters and limit --------------------------------------------------- */
@@ -119,6 +148,7 @@ bool cli_print_suppressed(struct cli_print *p, const struct finding_view *f)
 {
 	if (f->suppressed != NULL) {
 		p->daemon_suppressed++;
+		cli_print_tally(p, f->suppressed);
 		return true;
 	}
 	if (suppress_match(p->supp, f) == NULL)
@@ -187,6 +217,12 @@ void cli_print_say(const struct cli_print *p)
 				"by npusand's suppressions\n",
 			p->daemon_suppressed,
 			p->daemon_suppressed == 1 ? "" : "s");
+	for (size_t i = 0; i < p->ntally; i++) {
+		fprintf(stderr, "npusanctl:   %" PRIu64 " by '",
+			p->tally[i].n);
+		text_put(stderr, p->tally[i].name);
+		fputs("'\n", stderr);
+	}
 	suppress_say(stderr, "npusanctl", p->supp);
 }
 

@@ -237,7 +237,8 @@ START_TEST(daemon_stores_and_counts_suppressed_findings)
 	ck_assert_int_eq(ctl(&out, &err, rep), 1);
 	has(out, "\"findings\":1,\"suppressed\":1,");
 	has(out, "(1 suppressed)");
-	has(err, "1 finding suppressed by npusand's suppressions");
+	has(err, "1 finding suppressed by npusand's suppressions\n"
+		 "npusanctl:   1 by 'grads'\n");
 	free(out);
 	free(err);
 	/* show still shows it, saying so */
