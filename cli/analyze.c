@@ -35,7 +35,9 @@ struct analyze_opts {
 	bool every;
 	bool allow_incomplete;
 	int error_exitcode;
-	struct cli_print pr; /* --op, --exclude-op, --print-limit, --output */
+	/* --op, --exclude-op, --print-limit, --output, --suppressions,
+	 * --gen-suppressions */
+	struct cli_print pr;
 };
 
 struct analysis {
@@ -78,6 +80,8 @@ static const char analyze_usage[] =
 	CLI_OUTPUT_HELP
 	CLI_PRINT_LIMIT_HELP
 	CLI_FILTER_HELP
+	CLI_SUPPRESS_HELP
+	CLI_GEN_SUPPRESSIONS_HELP
 	"  -h, --help           show this help\n"
 	"\n"
 	"Every trace is analysed, also after a bad one. A trace whose last\n"
@@ -88,8 +92,8 @@ static const char analyze_usage[] =
 	"findings, 2 usage error or bad input (each error names the file and\n"
 	"line; findings before it are printed), 4 the traces hold no operation,\n"
 	"5 no findings, but operations were lost (gaps, a trace cut short).\n"
-	"Findings left out by --op or --exclude-op count as none; the verdict\n"
-	"line still counts them.\n";
+	"Findings left out by --op or --exclude-op, or suppressed, count as\n"
+	"none; the verdict line still counts them.\n";
 
 static void print_finding(struct analysis *a, struct finding *f)
 {
@@ -329,6 +333,8 @@ static int parse_opts(int argc, char **argv, struct analyze_opts *o)
 		CLI_LONGOPT_PRINT_LIMIT,
 		CLI_LONGOPT_OP,
 		CLI_LONGOPT_EXCLUDE_OP,
+		CLI_LONGOPT_SUPPRESSIONS,
+		CLI_LONGOPT_GEN_SUPPRESSIONS,
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -358,6 +364,8 @@ static int parse_opts(int argc, char **argv, struct analyze_opts *o)
 		case CLI_OPT_PRINT_LIMIT:
 		case CLI_OPT_OP:
 		case CLI_OPT_EXCLUDE_OP:
+		case CLI_OPT_SUPPRESSIONS:
+		case CLI_OPT_GEN_SUPPRESSIONS:
 			status = cli_print_option("npusanctl analyze", c, optarg,
 						  &o->pr);
 			if (status >= 0)
@@ -385,6 +393,28 @@ static int parse_opts(int argc, char **argv, struct analyze_opts *o)
 	return -1;
 }
 
+/* The exit status once every trace is analysed. */
+static int analyze_status(const struct analysis *a)
+{
+	const struct analyze_opts *o = a->o;
+
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "npusanctl: writing the report failed: %s\n",
+			strerror(errno));
+		return CLI_USAGE;
+	}
+	if (a->nbad > 0)
+		return CLI_USAGE;
+	if (o->pr.kept > 0)
+		return o->error_exitcode;
+	if (a->ops == 0)
+		return CLI_NOTHING_ANALYSED;
+	/* No findings in part of a run is no proof of a clean run. */
+	if (analysis_incomplete(a) && !o->allow_incomplete)
+		return CLI_INCOMPLETE;
+	return CLI_OK;
+}
+
 int cli_analyze(int argc, char **argv)
 {
 	struct analyze_opts o = { .error_exitcode = CLI_FINDINGS };
@@ -392,11 +422,15 @@ int cli_analyze(int argc, char **argv)
 	int status = parse_opts(argc, argv, &o), fd;
 
 	if (status < 0)
+		status = cli_print_load("npusanctl analyze", &o.pr);
+	if (status < 0)
 		status = cli_output_open("npusanctl analyze", &o.pr, &fd);
 	if (status < 0)
 		status = cli_output_to("npusanctl analyze", fd);
-	if (status >= 0)
+	if (status >= 0) {
+		cli_print_free(&o.pr);
 		return status;
+	}
 	a.color = !o.json && report_want_color(stdout);
 	for (int i = optind; i < argc; i++, a.ntraces++)
 		a.nbad += analyze_one(&a, argv[i]) != CLI_OK;
@@ -409,19 +443,6 @@ int cli_analyze(int argc, char **argv)
 	else if (o.pr.kept == 0 && (a.ops == 0 || analysis_incomplete(&a)))
 		print_summary(stderr, &a);
 	cli_print_say(&o.pr);
-	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, "npusanctl: writing the report failed: %s\n",
-			strerror(errno));
-		return CLI_USAGE;
-	}
-	if (a.nbad > 0)
-		return CLI_USAGE;
-	if (o.pr.kept > 0)
-		return o.error_exitcode;
-	if (a.ops == 0)
-		return CLI_NOTHING_ANALYSED;
-	/* No findings in part of a run is no proof of a clean run. */
-	if (analysis_incomplete(&a) && !o.allow_incomplete)
-		return CLI_INCOMPLETE;
-	return CLI_OK;
+	cli_print_free(&o.pr);
+	return analyze_status(&a);
 }

@@ -82,6 +82,14 @@ int cli_no_operands(const char *cmd, int argc, char **argv);
 #define CLI_LONGOPT_PRINT_LIMIT                                          \
 	{ "print-limit", required_argument, NULL, CLI_OPT_PRINT_LIMIT }
 #define CLI_LONGOPT_OUTPUT { "output", required_argument, NULL, CLI_OPT_OUTPUT }
+/* --suppressions FILE (docs/suppressions.md; default $NPUSAN_SUPPRESSIONS)
+ * and --gen-suppressions. */
+#define CLI_OPT_SUPPRESSIONS 0x204
+#define CLI_OPT_GEN_SUPPRESSIONS 0x205
+#define CLI_LONGOPT_SUPPRESSIONS                                         \
+	{ "suppressions", required_argument, NULL, CLI_OPT_SUPPRESSIONS }
+#define CLI_LONGOPT_GEN_SUPPRESSIONS                                     \
+	{ "gen-suppressions", no_argument, NULL, CLI_OPT_GEN_SUPPRESSIONS }
 
 /* Their --help lines. */
 #define CLI_FILTER_HELP                                                      \
@@ -103,7 +111,22 @@ int cli_no_operands(const char *cmd, int argc, char **argv);
 	"                       %p is npusanctl's pid, %q{VAR} the value of\n"   \
 	"                       $VAR, %% a '%'\n"
 
+#define CLI_SUPPRESS_HELP                                                    \
+	"  --suppressions FILE  leave out the findings FILE's suppressions\n"   \
+	"                       match (docs/suppressions.md; default\n"         \
+	"                       $NPUSAN_SUPPRESSIONS): they do not count\n"     \
+	"                       toward exit status 1, and standard error\n"     \
+	"                       says how many each suppressed and which\n"      \
+	"                       matched nothing\n"
+#define CLI_GEN_SUPPRESSIONS_HELP                                            \
+	"  --gen-suppressions   after each finding printed, a suppression\n"    \
+	"                       entry that matches it, ready to paste into a\n" \
+	"                       --suppressions file (on standard error with\n"  \
+	"                       --json)\n"
+
 #define CLI_PRINT_MAX_PATTERNS 32
+
+struct suppress_set;
 
 struct cli_print {
 	const char *ops[CLI_PRINT_MAX_PATTERNS]; /* --op */
@@ -113,6 +136,17 @@ struct cli_print {
 	bool has_limit; /* --print-limit */
 	uint64_t limit;
 	const char *output; /* --output's template, or NULL */
+	const char *supp_path;	   /* --suppressions, or NULL */
+	struct suppress_set *supp; /* its entries, once cli_print_load() */
+	bool gen;		   /* --gen-suppressions */
+	/* Findings left out by supp, and by the daemon's own suppressions
+	 * (a finding_view's `suppressed`), those by each name (copied). */
+	uint64_t suppressed, daemon_suppressed;
+	struct cli_print_tally {
+		char *name;
+		uint64_t n;
+	} *tally;
+	size_t ntally, cap_tally;
 	uint64_t kept, filtered;    /* by the filters */
 	uint64_t printed, unprinted; /* of those kept, by the limit */
 };
@@ -120,14 +154,36 @@ struct cli_print {
 /*
  * Option `c` with its value `arg` into *p for command `cmd`: -1 to go on
  * parsing; CLI_USAGE after saying what is wrong; -2 when `c` is none of
- * CLI_OPT_OP, CLI_OPT_EXCLUDE_OP, CLI_OPT_PRINT_LIMIT, CLI_OPT_OUTPUT.
+ * CLI_OPT_OP, CLI_OPT_EXCLUDE_OP, CLI_OPT_PRINT_LIMIT, CLI_OPT_OUTPUT,
+ * CLI_OPT_SUPPRESSIONS, CLI_OPT_GEN_SUPPRESSIONS.
  */
 int cli_print_option(const char *cmd, int c, const char *arg,
 		     struct cli_print *p);
 
-/* Whether `f` passes --op and --exclude-op; counts it as kept or
- * filtered. */
+/*
+ * After the options: reads --suppressions' file, else
+ * $NPUSAN_SUPPRESSIONS's when set and not empty, into p->supp. -1 to go
+ * on; CLI_USAGE after printing "cmd: FILE:LINE: what is wrong". Release
+ * with cli_print_free().
+ */
+int cli_print_load(const char *cmd, struct cli_print *p);
+
+/* Frees what cli_print_load() read and the names the daemon's
+ * suppressions were counted under; *p may be loaded again. */
+void cli_print_free(struct cli_print *p);
+
+/* Whether `f` is suppressed: by the daemon's suppressions or by p->supp;
+ * counts it as such. */
+bool cli_print_suppressed(struct cli_print *p, const struct finding_view *f);
+
+/* Whether `f` is neither suppressed nor left out by --op and
+ * --exclude-op; counts it as suppressed, kept or filtered. */
 bool cli_print_wanted(struct cli_print *p, const struct finding_view *f);
+
+/* With --gen-suppressions, a suppression entry for `f` on `out` (on
+ * standard error when `json`). */
+void cli_print_gen(const struct cli_print *p, FILE *out, bool json,
+		   const struct finding_view *f);
 
 /* Whether one more kept finding may be printed under --print-limit;
  * counts it as printed or not. */
@@ -139,7 +195,8 @@ bool cli_print_room(struct cli_print *p);
 bool cli_print_finding(struct cli_print *p, FILE *out, bool json, bool color,
 		       const struct finding_view *f);
 
-/* The lines on standard error for what was not printed, if any. */
+/* The lines on standard error for what was not printed, if any, and
+ * for each suppression how many findings it matched. */
 void cli_print_say(const struct cli_print *p);
 
 /*
@@ -164,6 +221,8 @@ int cli_analyze(int argc, char **argv);
 int cli_list(int argc, char **argv);
 int cli_findings(int argc, char **argv);
 int cli_show(int argc, char **argv);
+/* `suppress ID` (cli/show.c): a suppression entry for finding ID. */
+int cli_suppress(int argc, char **argv);
 int cli_stats(int argc, char **argv);
 
 /* `report --job J` (cli/jobreport.c): a job's summary, JSON, JUnit XML. */

@@ -602,6 +602,7 @@ int client_finding(const Npusan__Finding *f, struct finding_view *out)
 	r.first_ms = f->first_ms;
 	r.has_last = f->has_last_ms;
 	r.last_ms = f->last_ms;
+	r.suppressed = f->suppressed;
 	*out = r;
 	return 0;
 }

@@ -1,13 +1,17 @@
 /*
  * filter.c - which findings a command prints, how many, and where:
- * --op/--exclude-op, --print-limit and --output (cli.h), parsed and
- * applied once for `run`, `analyze`, `show` and `findings`.
+ * --op/--exclude-op, --print-limit, --output, --suppressions and
+ * --gen-suppressions (cli.h), parsed and applied once for `run`,
+ * `analyze`, `show`, `findings` and `report`.
  *
  * A finding filtered out by --op/--exclude-op is not printed and does not
  * count toward exit status 1; one past --print-limit is not printed but
  * counts as ever. Either way standard error says how many (cli_print_say()),
- * so that nothing found is passed over in silence. Owns nothing: the
- * patterns point into argv.
+ * so that nothing found is passed over in silence. A suppressed finding
+ * (docs/suppressions.md) is neither printed nor counted toward exit
+ * status 1, and standard error says which suppression took how many.
+ * Owns the suppressions cli_print_load() read; the patterns point into
+ * argv.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +24,10 @@
 
 #include "cli.h"
 #include "client.h"
+#include "grow.h"
 #include "report.h"
+#include "suppress.h"
+#include "text.h"
 
 /* ---- options ------------------------------------------------------------- */
 
@@ -64,8 +71,62 @@ int cli_print_option(const char *cmd, int c, const char *arg,
 	case CLI_OPT_OUTPUT:
 		p->output = arg;
 		return -1;
+	case CLI_OPT_SUPPRESSIONS:
+		p->supp_path = arg;
+		return -1;
+	case CLI_OPT_GEN_SUPPRESSIONS:
+		p->gen = true;
+		return -1;
 	}
 	return -2;
+}
+
+int cli_print_load(const char *cmd, struct cli_print *p)
+{
+	const char *path = p->supp_path;
+	char err[SUPPRESS_ERR_MAX];
+
+	if (path == NULL)
+		path = getenv("NPUSAN_SUPPRESSIONS");
+	if (path == NULL || path[0] == '\0')
+		return -1;
+	if (suppress_load(path, &p->supp, err) == 0)
+		return -1;
+	fprintf(stderr, "%s: %s\n", cmd, err);
+	return CLI_USAGE;
+}
+
+void cli_print_free(struct cli_print *p)
+{
+	suppress_free(p->supp);
+	p->supp = NULL;
+	for (size_t i = 0; i < p->ntally; i++)
+		free(p->tally[i].name);
+	free(p->tally);
+	p->tally = NULL;
+	p->ntally = p->cap_tally = 0;
+}
+
+/* Counts one finding under the daemon's suppression `name`; without
+ * memory for a new name, only in the total. */
+static void cli_print_tally(struct cli_print *p, const char *name)
+{
+	size_t i = 0;
+
+	while (i < p->ntally && strcmp(p->tally[i].name, name) != 0)
+		i++;
+	if (i == p->ntally) {
+		char *copy = strdup(name);
+
+		if (copy == NULL ||
+		    grow_array((void **)&p->tally, &p->cap_tally, i + 1,
+			       sizeof(*p->tally)) < 0) {
+			free(copy);
+			return;
+		}
+		p->tally[p->ntally++] = (struct cli_print_tally){ copy, 0 };
+	}
+	p->tally[i].n++;
 }
 
 /* ---- filters and limit --------------------------------------------------- */
@@ -83,11 +144,27 @@ static bool cli_print_match(const char *const *pats, size_t n,
 	return false;
 }
 
+bool cli_print_suppressed(struct cli_print *p, const struct finding_view *f)
+{
+	if (f->suppressed != NULL) {
+		p->daemon_suppressed++;
+		cli_print_tally(p, f->suppressed);
+		return true;
+	}
+	if (suppress_match(p->supp, f) == NULL)
+		return false;
+	p->suppressed++;
+	return true;
+}
+
 bool cli_print_wanted(struct cli_print *p, const struct finding_view *f)
 {
-	bool keep = (p->nops == 0 || cli_print_match(p->ops, p->nops, f)) &&
-		    !cli_print_match(p->excl, p->nexcl, f);
+	bool keep;
 
+	if (cli_print_suppressed(p, f))
+		return false;
+	keep = (p->nops == 0 || cli_print_match(p->ops, p->nops, f)) &&
+	       !cli_print_match(p->excl, p->nexcl, f);
 	p->filtered += !keep;
 	p->kept += keep;
 	return keep;
@@ -114,7 +191,15 @@ bool cli_print_finding(struct cli_print *p, FILE *out, bool json, bool color,
 		report_json(out, f);
 	else
 		report_text(out, color, f);
+	cli_print_gen(p, out, json, f);
 	return true;
+}
+
+void cli_print_gen(const struct cli_print *p, FILE *out, bool json,
+		   const struct finding_view *f)
+{
+	if (p->gen)
+		suppress_gen(json ? stderr : out, f);
 }
 
 void cli_print_say(const struct cli_print *p)
@@ -127,6 +212,18 @@ void cli_print_say(const struct cli_print *p)
 		fprintf(stderr, "npusanctl: %" PRIu64 " finding%s filtered out "
 				"by --op/--exclude-op\n",
 			p->filtered, p->filtered == 1 ? "" : "s");
+	if (p->daemon_suppressed > 0)
+		fprintf(stderr, "npusanctl: %" PRIu64 " finding%s suppressed "
+				"by npusand's suppressions\n",
+			p->daemon_suppressed,
+			p->daemon_suppressed == 1 ? "" : "s");
+	for (size_t i = 0; i < p->ntally; i++) {
+		fprintf(stderr, "npusanctl:   %" PRIu64 " by '",
+			p->tally[i].n);
+		text_put(stderr, p->tally[i].name);
+		fputs("'\n", stderr);
+	}
+	suppress_say(stderr, "npusanctl", p->supp);
 }
 
 /* ---- --output ------------------------------------------------------------ */

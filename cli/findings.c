@@ -60,6 +60,7 @@ static const char findings_usage[] =
 	"                       until interrupted (Ctrl-C: exit status 0); a\n"
 	"                       daemon that restarts is waited for\n"
 	CLI_FILTER_HELP
+	CLI_SUPPRESS_HELP
 	CLIENT_OPTIONS_HELP
 	"\n"
 	"With --job or --pid, the findings of processes that have exited are\n"
@@ -67,7 +68,8 @@ static const char findings_usage[] =
 	"left.\n"
 	"\n"
 	"Exit status: 0 no findings (or --follow ended by SIGINT or SIGTERM),\n"
-	"1 findings (those left out by --op or --exclude-op count as none),\n"
+	"1 findings (those left out by --op or --exclude-op, or suppressed,\n"
+	"count as none),\n"
 	"2 usage error, 3 no daemon answered or it refused the request.\n";
 
 struct findings {
@@ -365,6 +367,7 @@ static int findings_option(int c, char **argv, struct client_opts *co,
 		return -1;
 	case CLI_OPT_OP:
 	case CLI_OPT_EXCLUDE_OP:
+	case CLI_OPT_SUPPRESSIONS:
 		return cli_print_option(FINDINGS_CMD, c, optarg, &s->pr);
 	case 'F':
 		s->follow = true;
@@ -390,6 +393,7 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		{ "follow", no_argument, NULL, 'F' },
 		CLI_LONGOPT_OP,
 		CLI_LONGOPT_EXCLUDE_OP,
+		CLI_LONGOPT_SUPPRESSIONS,
 		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
 		CLIENT_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
@@ -424,51 +428,65 @@ static const struct table_col findings_cols[] = {
 	{ "LAST SEEN", TABLE_LEFT },
 };
 
-int cli_findings(int argc, char **argv)
+/* Asks (and with --follow, asks on) for the findings, printing them. A
+ * status. */
+static int findings_main(const struct client_opts *co, struct findings *s,
+			 Npusan__FindingsRequest *req)
 {
-	Npusan__FindingsRequest req = NPUSAN__FINDINGS_REQUEST__INIT;
 	Npusan__Query q = NPUSAN__QUERY__INIT;
-	struct client_opts co;
-	struct findings s = { 0 };
 	size_t unstored;
 	int status;
 
-	client_opts_init(&co);
-	status = parse_opts(argc, argv, &co, &s, &req);
-	if (status >= 0)
-		return status;
 	/* A job's or a process's findings include what it left at exit. */
-	if (req.job != NULL || req.has_pid) {
-		status = settle_wait(&co, FINDINGS_CMD, req.job,
-				     req.has_pid ? req.pid : 0, 0,
-				     co.timeout_ms, &unstored);
+	if (req->job != NULL || req->has_pid) {
+		status = settle_wait(co, FINDINGS_CMD, req->job,
+				     req->has_pid ? req->pid : 0, 0,
+				     co->timeout_ms, &unstored);
 		if (status != CLI_OK)
 			return status;
 	}
-	if (!s.json &&
+	if (!s->json &&
 	    table_new(findings_cols,
 		      sizeof(findings_cols) / sizeof(findings_cols[0]),
-		      report_want_color(stdout), &s.t) < 0) {
+		      report_want_color(stdout), &s->t) < 0) {
 		fprintf(stderr, FINDINGS_CMD ": out of memory\n");
 		return CLI_DAEMON;
 	}
 	q.q_case = NPUSAN__QUERY__Q_FINDINGS;
-	q.findings = &req;
-	if (!s.follow) {
-		status = client_query(&co, FINDINGS_CMD, &q, findings_reply_cb,
-				      &s);
-	} else if (u64map_init(&s.shown) < 0) {
+	q.findings = req;
+	if (!s->follow) {
+		status = client_query(co, FINDINGS_CMD, &q, findings_reply_cb,
+				      s);
+	} else if (u64map_init(&s->shown) < 0) {
 		fprintf(stderr, FINDINGS_CMD ": out of memory\n");
 		status = CLI_DAEMON;
 	} else {
-		s.since_ms = req.has_since_ms ? req.since_ms : 0;
-		s.asked_ms = client_now_ms();
-		status = client_follow(&co, FINDINGS_CMD, &q, findings_again_cb,
-				       findings_reply_cb, &s);
-		u64map_fini(&s.shown);
+		s->since_ms = req->has_since_ms ? req->since_ms : 0;
+		s->asked_ms = client_now_ms();
+		status = client_follow(co, FINDINGS_CMD, &q, findings_again_cb,
+				       findings_reply_cb, s);
+		u64map_fini(&s->shown);
 	}
-	table_free(s.t);
+	table_free(s->t);
+	return status;
+}
+
+int cli_findings(int argc, char **argv)
+{
+	Npusan__FindingsRequest req = NPUSAN__FINDINGS_REQUEST__INIT;
+	struct client_opts co;
+	struct findings s = { 0 };
+	int status;
+
+	client_opts_init(&co);
+	status = parse_opts(argc, argv, &co, &s, &req);
+	if (status < 0)
+		status = cli_print_load(FINDINGS_CMD, &s.pr);
+	if (status >= 0)
+		return status;
+	status = findings_main(&co, &s, &req);
 	cli_print_say(&s.pr);
+	cli_print_free(&s.pr);
 	if (status == CLI_OK && !s.follow && s.printed > 0)
 		status = CLI_FINDINGS;
 	return client_end_output(FINDINGS_CMD, status);

@@ -12,6 +12,10 @@
  * names is in the list asked for after it (a process pruned in between
  * gets a test case of its own from the finding).
  *
+ * Suppressed findings (the daemon's, or --suppressions') are taken out
+ * of the findings once the run is chosen: counted as suppressed in the
+ * verdict, the JSON and the JUnit file, never as findings.
+ *
  * The JUnit file is written by jobreport_junit.c, over jobreport_int.h.
  */
 #include <errno.h>
@@ -77,10 +81,14 @@ static const char jr_usage[] =
 	"  --run ID             the run ID of JOB (each 'npusanctl run' is one,\n"
 	"                       named by $NPUSAN_RUN); default: the latest\n"
 	"  --all                every run of JOB together\n"
+	CLI_SUPPRESS_HELP
 	CLIENT_OPTIONS_HELP
 	"\n"
 	"Processes of JOB that have exited are waited for (up to --timeout)\n"
 	"until the daemon has stored all they left.\n"
+	"\n"
+	"Suppressed findings (by npusand's or --suppressions' file) are counted\n"
+	"apart and never make the status 1.\n"
 	"\n"
 	"Exit status: 0 no findings, 1 findings (or --error-exitcode N),\n"
 	"2 usage error, an unknown job (no process of JOB is known to the\n"
@@ -256,6 +264,25 @@ static void jr_select(struct jr *r)
 	r->nfinds = keep;
 }
 
+/* Takes the suppressed findings out of r->finds, counting them. */
+static void jr_suppress(struct jr *r)
+{
+	struct finding_view f;
+	size_t keep = 0;
+	bool out;
+
+	for (size_t i = 0; i < r->nfinds; i++) {
+		/* Checked in jr_findings_cb(). */
+		(void)client_finding(r->finds[i], &f);
+		out = r->pr != NULL ? cli_print_suppressed(r->pr, &f)
+				    : f.suppressed != NULL;
+		r->nsuppressed += out;
+		if (!out)
+			r->finds[keep++] = r->finds[i];
+	}
+	r->nfinds = keep;
+}
+
 static int proc_cmp(const void *pa, const void *pb)
 {
 	const struct jr_proc *a = pa, *b = pb;
@@ -337,6 +364,7 @@ static void jr_sum(const struct jr *r, struct jr_sum *s)
 	}
 	s->findings = r->nfinds;
 	s->unstored = r->unstored;
+	s->suppressed = r->nsuppressed;
 }
 
 /* ---- the verdict --------------------------------------------------------- */
@@ -471,6 +499,8 @@ static char *jr_verdict(const struct jr *r, const struct jr_sum *s)
 		fputs(")", b);
 		jr_where(r, b);
 	}
+	if (s->suppressed > 0)
+		fprintf(b, " (%zu suppressed)", s->suppressed);
 	fprintf(b, "; %zu rank%s", s->ranks, s->ranks == 1 ? "" : "s");
 	if (r->nprocs != s->ranks)
 		fprintf(b, " (%zu process%s)", r->nprocs,
@@ -617,12 +647,12 @@ static void jr_json(const struct jr *r, const struct jr_sum *s,
 	report_json_string(stdout, verdict, strlen(verdict));
 	printf(",\"clean\":%s,\"analysed\":%s,\"complete\":%s,"
 	       "\"ranks\":%zu,\"processes\":%zu,\"operations\":%" PRIu64
-	       ",\"lost\":%" PRIu64 ",\"findings\":%zu,"
+	       ",\"lost\":%" PRIu64 ",\"findings\":%zu,\"suppressed\":%zu,"
 	       "\"occurrences\":%" PRIu64 ",\"by_kind\":",
 	       jr__outcome(s) == JOBREPORT_CLEAN ? "true" : "false",
 	       s->events > 0 ? "true" : "false",
 	       s->lost == 0 ? "true" : "false", s->ranks, r->nprocs, s->events,
-	       s->lost, s->findings, s->occurrences);
+	       s->lost, s->findings, s->suppressed, s->occurrences);
 	jr_json_kinds(s->kinds, s->nkinds);
 	fputs(",\"by_rank\":[", stdout);
 	for (size_t i = 0; i < r->nprocs; i++) {
@@ -698,6 +728,8 @@ static int jr_option(int c, char **argv, struct client_opts *co,
 	case CLIENT_OPT_JSON:
 		r->json = true;
 		break;
+	case CLI_OPT_SUPPRESSIONS:
+		return cli_print_option(JR_CMD, c, optarg, r->pr);
 	default:
 		return client_option(JR_CMD, c, jr_usage, argv, co);
 	}
@@ -730,6 +762,7 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		{ "run", required_argument, NULL, 'r' },
 		{ "all", no_argument, NULL, 'a' },
 		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
+		CLI_LONGOPT_SUPPRESSIONS,
 		CLIENT_LONGOPTS,
 		{ NULL, 0, NULL, 0 },
 	};
@@ -793,7 +826,8 @@ static int jr_run(struct jr *r, const struct client_opts *co)
 	if (status != CLI_OK)
 		return status;
 	jr_select(r);
-	if (r->nprocs == 0 && r->nfinds == 0) {
+	jr_suppress(r);
+	if (r->nprocs == 0 && r->nfinds == 0 && r->nsuppressed == 0) {
 		fputs(JR_CMD ": no process of job '", stderr);
 		text_put(stderr, r->job);
 		if (r->has_run && r->nruns > 0) {
@@ -837,14 +871,20 @@ oom:
 int cli_report(int argc, char **argv)
 {
 	struct client_opts co;
-	struct jr r = { .error_exitcode = CLI_FINDINGS, .cmd = JR_CMD };
+	struct cli_print pr = { 0 };
+	struct jr r = { .error_exitcode = CLI_FINDINGS, .cmd = JR_CMD,
+			.pr = &pr };
 	int status;
 
 	client_opts_init(&co);
 	status = parse_opts(argc, argv, &co, &r);
+	if (status < 0)
+		status = cli_print_load(JR_CMD, &pr);
 	if (status >= 0)
 		return status;
 	status = jr_run(&r, &co);
+	cli_print_say(&pr);
+	cli_print_free(&pr);
 	jr_free(&r);
 	return client_end_output(JR_CMD, status);
 }
@@ -855,7 +895,8 @@ int jobreport_findings(const struct client_opts *co, const char *cmd,
 		       enum jobreport_verdict *outcome)
 {
 	struct jr r = { .job = job, .cmd = cmd, .since_ms = since_ms,
-			.unstored = unstored, .has_run = true, .run = run };
+			.unstored = unstored, .has_run = true, .run = run,
+			.pr = pr };
 	bool color = report_want_color(stdout);
 	struct finding_view f;
 	struct jr_sum s;
@@ -865,6 +906,7 @@ int jobreport_findings(const struct client_opts *co, const char *cmd,
 	if (status != CLI_OK)
 		goto out;
 	jr_select(&r);
+	jr_suppress(&r);
 	status = CLI_DAEMON;
 	if (jr_assign(&r) < 0)
 		goto oom;
@@ -882,6 +924,8 @@ int jobreport_findings(const struct client_opts *co, const char *cmd,
 			report_json(stdout, &f);
 		else
 			report_text(stdout, color, &f);
+		if (pr != NULL)
+			cli_print_gen(pr, stdout, json, &f);
 	}
 	fprintf(json ? stderr : stdout, "%s\n", verdict);
 	*outcome = jr__outcome(&s);

@@ -58,6 +58,10 @@ struct jr {
 	struct jr_proc *procs;
 	size_t nprocs, procs_cap;
 	bool answered;
+	/* --suppressions (NULL: only the daemon's), and the findings of the
+	 * run reported that a suppression matched: out of finds, counted. */
+	struct cli_print *pr;
+	size_t nsuppressed;
 };
 
 /* A kind of finding and how many of the job's findings are of it. */
@@ -67,7 +71,7 @@ struct jr_kind {
 };
 
 struct jr_sum {
-	size_t ranks, findings, unstored;
+	size_t ranks, findings, unstored, suppressed;
 	uint64_t events, lost, occurrences;
 	struct jr_kind kinds[16]; /* known kinds first, then others */
 	size_t nkinds;

@@ -237,9 +237,10 @@ static void jr_junit_body(FILE *f, const struct jr *r, const struct jr_sum *s,
 		   "      <property name=\"operations\" value=\"%" PRIu64
 		   "\"/>\n"
 		   "      <property name=\"lost\" value=\"%" PRIu64 "\"/>\n"
-		   "      <property name=\"findings\" value=\"%zu\"/>\n",
+		   "      <property name=\"findings\" value=\"%zu\"/>\n"
+		   "      <property name=\"suppressed\" value=\"%zu\"/>\n",
 		tests, failed, errors, s->ranks, s->events, s->lost,
-		s->findings);
+		s->findings, s->suppressed);
 	if (r->has_run && r->run != NULL) {
 		fputs("      <property name=\"run\" value=\"", f);
 		xml_put(f, r->run, true);

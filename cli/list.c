@@ -27,8 +27,9 @@ static const char list_usage[] =
 	"attach'; or exited), operations analysed (EVENTS), operations lost\n"
 	"when a ring was full or a daemon died (LOST), gaps in the analysis\n"
 	"(GAPS: lost operations, attaches, daemon restarts; a finding never\n"
-	"spans one), findings, and AGE, the time since the process's last\n"
-	"activity. '-' is unknown.\n"
+	"spans one), findings (and how many of them npusand's suppressions\n"
+	"matched: 'N (S suppressed)'), and AGE, the time since the process's\n"
+	"last activity. '-' is unknown.\n"
 	"\n"
 	"Options:\n"
 	"  --job JOB            only the processes of job JOB\n"
@@ -184,6 +185,7 @@ static void list_json(const Npusan__Process *p)
 	json_u64("lost", p->has_lost, p->lost);
 	json_u64("gaps", p->has_gaps, p->gaps);
 	json_u64("findings", p->has_findings, p->findings);
+	json_u64("suppressed", p->has_suppressed, p->suppressed);
 	json_u64("uid", p->has_uid, p->uid);
 	json_str("host", p->hostname);
 	json_str("executable", p->executable);
@@ -199,13 +201,20 @@ static int list_row_add(struct table *t, const Npusan__Process *p,
 			int64_t now)
 {
 	char num[7][24];
+	char finds[64];
 	const char *cells[9], *paint[9] = { NULL };
+	uint64_t supp = p->has_suppressed ? p->suppressed : 0;
 
 	snprintf(num[0], sizeof(num[0]), "%" PRIu32, p->pid);
 	snprintf(num[1], sizeof(num[1]), "%" PRIu32, p->rank);
 	snprintf(num[2], sizeof(num[2]), "%" PRIu64, p->events);
 	snprintf(num[3], sizeof(num[3]), "%" PRIu64, p->lost);
 	snprintf(num[4], sizeof(num[4]), "%" PRIu64, p->findings);
+	if (supp > 0)
+		snprintf(finds, sizeof(finds), "%s (%" PRIu64 " suppressed)",
+			 num[4], supp);
+	else
+		snprintf(finds, sizeof(finds), "%s", num[4]);
 	client_age(now - p->last_ms, num[5], sizeof(num[5]));
 	snprintf(num[6], sizeof(num[6]), "%" PRIu64, p->gaps);
 	cells[0] = p->job;
@@ -215,11 +224,12 @@ static int list_row_add(struct table *t, const Npusan__Process *p,
 	cells[4] = p->has_events ? num[2] : NULL;
 	cells[5] = p->has_lost ? num[3] : NULL;
 	cells[6] = p->has_gaps ? num[6] : NULL;
-	cells[7] = p->has_findings ? num[4] : NULL;
+	cells[7] = p->has_findings ? finds : NULL;
 	cells[8] = p->has_last_ms ? num[5] : NULL;
 	if (p->has_lost && p->lost > 0)
 		paint[5] = LIST_RED;
-	if (p->has_findings && p->findings > 0)
+	/* Red for findings no suppression matched. */
+	if (p->has_findings && p->findings > supp)
 		paint[7] = LIST_RED;
 	return table_add(t, cells, paint);
 }

@@ -23,6 +23,8 @@ static const struct command commands[] = {
 	{ "findings", cli_findings,
 	  "the daemon's findings, filtered, as a table or JSON; --follow" },
 	{ "show", cli_show, "one finding in full, with its stacks" },
+	{ "suppress", cli_suppress,
+	  "a suppression entry for a finding, ready to paste" },
 	{ "stats", cli_stats, "the daemon's uptime, throughput and database" },
 	{ "report", cli_report,
 	  "one job's summary and verdict; JSON or JUnit XML for CI" },
@@ -50,9 +52,10 @@ static void usage(FILE *out)
 	      "Exit status: 0 ok and no findings; 1 findings (run, analyze,\n"
 	      "findings and report only); 2 usage error or bad input;\n"
 	      "3 no daemon answered or it refused the request (run, list,\n"
-	      "findings, show, stats, report, attach, detach); 4 nothing was\n"
-	      "analysed and 5 nothing found but operations were lost, so the\n"
-	      "verdict is incomplete (run, analyze, report; 0 with\n"
+	      "findings, show, suppress, stats, report, attach, detach);\n"
+	      "4 nothing was analysed and 5 nothing found but operations\n"
+	      "were lost, so the verdict is incomplete (run, analyze,\n"
+	      "report; 0 with\n"
 	      "--allow-incomplete). 'run' exits with the command's own status\n"
 	      "when it failed.\n",
 	      out);

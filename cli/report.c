@@ -324,6 +324,11 @@ void report_text(FILE *out, bool color, const struct finding_view *f)
 		unjoined_capture_text(out, color, f);
 	else
 		other_text(out, color, f);
+	if (f->suppressed != NULL) {
+		fputs("Suppressed by npusand's suppression '", out);
+		text_put(out, f->suppressed);
+		fputs("': stored and counted, not reported.\n", out);
+	}
 	fputc('\n', out);
 }
 

@@ -97,6 +97,8 @@ static const char run_usage[] =
 	"                       CMD's own output stays where it was\n"
 	CLI_PRINT_LIMIT_HELP
 	CLI_FILTER_HELP
+	CLI_SUPPRESS_HELP
+	CLI_GEN_SUPPRESSIONS_HELP
 	CLIENT_OPTIONS_HELP
 	"\n"
 	"SIGINT and SIGTERM sent to npusanctl are passed on to CMD; the\n"
@@ -111,7 +113,8 @@ static const char run_usage[] =
 	"executable); 2: usage error (or the --output file cannot be\n"
 	"created: CMD is then not run); 3: no daemon could be reached or\n"
 	"started, or it did not answer. Findings left out by --op or\n"
-	"--exclude-op count as none; the verdict line still counts them.\n";
+	"--exclude-op count as none; the verdict line still counts them.\n"
+	"Suppressed findings count as none, and the verdict says how many.\n";
 
 struct run {
 	const char *job;
@@ -121,7 +124,9 @@ struct run {
 	int error_exitcode;
 	bool json;
 	bool allow_incomplete;
-	struct cli_print pr; /* --op, --exclude-op, --print-limit, --output */
+	/* --op, --exclude-op, --print-limit, --output, --suppressions,
+	 * --gen-suppressions */
+	struct cli_print pr;
 	int output_fd;	     /* --output's file until CMD is over, or -1 */
 	char **argv; /* CMD and its arguments */
 	char socket[PATHS_SOCKET_MAX + 1];
@@ -701,6 +706,8 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		CLI_LONGOPT_PRINT_LIMIT,
 		CLI_LONGOPT_OP,
 		CLI_LONGOPT_EXCLUDE_OP,
+		CLI_LONGOPT_SUPPRESSIONS,
+		CLI_LONGOPT_GEN_SUPPRESSIONS,
 		{ "json", no_argument, NULL, CLIENT_OPT_JSON },
 		{ "error-exitcode", required_argument, NULL, 'x' },
 		{ "allow-incomplete", no_argument, NULL, 'I' },
@@ -738,6 +745,8 @@ static int parse_opts(int argc, char **argv, struct client_opts *co,
 		case CLI_OPT_PRINT_LIMIT:
 		case CLI_OPT_OP:
 		case CLI_OPT_EXCLUDE_OP:
+		case CLI_OPT_SUPPRESSIONS:
+		case CLI_OPT_GEN_SUPPRESSIONS:
 			status = cli_print_option(RUN_CMD, c, optarg, &r->pr);
 			if (status >= 0)
 				return status;
@@ -880,12 +889,18 @@ int cli_run(int argc, char **argv)
 
 	client_opts_init(&co);
 	status = parse_opts(argc, argv, &co, &r);
-	/* Before anything starts: a file that cannot be made stops here. */
+	/* Before anything starts: a file that cannot be made or read stops
+	 * here. */
+	if (status < 0)
+		status = cli_print_load(RUN_CMD, &r.pr);
 	if (status < 0)
 		status = cli_output_open(RUN_CMD, &r.pr, &r.output_fd);
-	if (status >= 0)
+	if (status >= 0) {
+		cli_print_free(&r.pr);
 		return status;
+	}
 	status = run_main(&r, &co);
+	cli_print_free(&r.pr);
 	if (r.output_fd >= 0)
 		close(r.output_fd);
 	return client_end_output(RUN_CMD, status);

@@ -80,6 +80,13 @@ static const struct config_opt config_opts[] = {
 	  "write the same metrics to PATH every few seconds and at exit, "
 	  "atomically, for node_exporter's textfile collector (PATH should "
 	  "end in .prom)" },
+	{ "suppressions", 0, OPT_PATH, "FILE", 0, 0, NULL,
+	  offsetof(struct config, suppressions),
+	  "suppressions (docs/suppressions.md) for every process: the "
+	  "findings they match are stored, marked suppressed and counted "
+	  "apart (npusanctl list, report; "
+	  "npusan_findings_suppressed_total); a file with a mistake stops "
+	  "npusand with FILE:LINE and what is wrong" },
 	{ "max-agents-per-user", 0, OPT_UINT, "N", 1, 1000000,
 	  CONFIG_STR(SERVER_AGENTS_PER_UID),
 	  offsetof(struct config, max_agents_per_user),

@@ -28,6 +28,7 @@ struct config {
 	char *log_file;         /* NULL: stderr */
 	char *metrics_listen;   /* NULL: no HTTP metrics */
 	char *metrics_textfile; /* NULL: no textfile */
+	char *suppressions;     /* NULL: none */
 	unsigned max_agents_per_user;
 	unsigned max_queries_per_user;
 	unsigned system;

@@ -64,6 +64,7 @@
 #include "procstat.h"
 #include "ringdec.h"
 #include "ringread.h"
+#include "suppress.h"
 #include "symtab.h"
 #include "u64map.h"
 
@@ -136,6 +137,9 @@ struct ingest {
 	_Atomic uint64_t events, lost;
 	_Atomic uint32_t running;
 	_Atomic uint64_t findings[FINDING_KIND_COUNT]; /* occurrences */
+	/* Of them, those supp suppressed (counted as they are stored). */
+	_Atomic uint64_t suppressed[FINDING_KIND_COUNT];
+	const struct suppress_set *supp; /* read-only: any thread asks it */
 	pthread_mutex_t rate_lock;
 	int64_t rate_ms;
 	uint64_t rate_events;
@@ -162,6 +166,26 @@ static void ingest_name_ops(struct finding_view *v)
 		v->previous.op = "?";
 }
 
+/*
+ * Marks `v` with the name of the daemon's suppression that matches it,
+ * counting its `count` occurrences (as engine kind `kind`) suppressed.
+ * The match is made again for each batch of repeats: the set never
+ * changes, so a finding is marked the same every time.
+ */
+static void ingest_suppress(struct ingest_proc *p, enum finding_kind kind,
+			    struct finding_view *v, uint64_t count)
+{
+	long i = suppress_find(p->in->supp, v);
+
+	if (i < 0)
+		return;
+	v->suppressed = suppress_entry_name(p->in->supp, (size_t)i);
+	/* Relaxed: a statistic, as findings[] is. */
+	if (kind < FINDING_KIND_COUNT)
+		atomic_fetch_add_explicit(&p->in->suppressed[kind], count,
+					  memory_order_relaxed);
+}
+
 /* Hands one finding, standing for `count` occurrences, to the store. */
 static void ingest_submit(struct ingest_proc *p, const struct finding *f,
 			  uint64_t count)
@@ -171,6 +195,7 @@ static void ingest_submit(struct ingest_proc *p, const struct finding *f,
 
 	if (err == 0) {
 		ingest_name_ops(&sf.v);
+		ingest_suppress(p, f->kind, &sf.v, count);
 		sf.v.count = count;
 		sf.v.first_ms = sf.v.last_ms = p->last_ms;
 		err = store_finding_submit(p->in->store, &sf);
@@ -619,6 +644,7 @@ int ingest_new(const struct ingest_opts *o, struct ingest **out)
 	if (in == NULL)
 		return -ENOMEM;
 	in->store = o->store;
+	in->supp = o->supp;
 	in->period_ms = o->period_ms ? o->period_ms : 10;
 	in->nthreads = o->threads ? o->threads : ingest_default_threads();
 	if (in->nthreads > INGEST_MAX_THREADS)
@@ -861,8 +887,12 @@ void ingest_get_stats(struct ingest *in, struct ingest_stats *out)
 	out->lost = atomic_load_explicit(&in->lost, memory_order_relaxed);
 	/* Relaxed, like their stores: independent statistics. */
 	for (int k = 0; k < FINDING_KIND_COUNT; k++)
+	{
 		out->findings[k] = atomic_load_explicit(&in->findings[k],
 							memory_order_relaxed);
+		out->suppressed[k] = atomic_load_explicit(
+			&in->suppressed[k], memory_order_relaxed);
+	}
 	fill = 0;
 	lag = 0;
 	for (unsigned i = 0; i < in->nthreads; i++) {

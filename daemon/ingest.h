@@ -27,6 +27,9 @@ struct ingest_opts {
 	unsigned threads;    /* drain threads; 0: one per CPU up to 3, then
 				one per two CPUs */
 	unsigned period_ms;  /* how long a drain thread naps when idle; 0: 10 */
+	/* npusand --suppressions: the findings it matches are stored marked
+	 * with the suppression's name. NULL: none. Must outlive the ingest. */
+	const struct suppress_set *supp;
 };
 
 /* Starts the drain threads. 0; -ENOMEM; -errno from pthread_create. */
@@ -74,6 +77,8 @@ struct ingest_stats {
 	/* Occurrences of findings since start, by enum finding_kind: firsts
 	 * and repeats alike (the store counts distinct findings). */
 	uint64_t findings[FINDING_KIND_COUNT];
+	/* Of those, the occurrences ingest_opts.supp suppressed. */
+	uint64_t suppressed[FINDING_KIND_COUNT];
 	/* The fullest ring as its drain thread saw it after its latest
 	 * round: (head - tail) / capacity, 0 to 1; 0 with no ring. */
 	double ring_fill;

@@ -176,6 +176,15 @@ static void metrics_render_ingest(FILE *f, const struct ingest_stats *is)
 		fprintf(f, "npusan_findings_total{kind=\"%s\"} %" PRIu64 "\n",
 			finding_kind_name((enum finding_kind)k),
 			is->findings[k]);
+	metrics_head(f, "npusan_findings_suppressed_total", "counter",
+		     "Of npusan_findings_total, the occurrences a suppression "
+		     "of npusand --suppressions matched (stored all the "
+		     "same).");
+	for (int k = 0; k < FINDING_KIND_COUNT; k++)
+		fprintf(f, "npusan_findings_suppressed_total{kind=\"%s\"} %"
+			   PRIu64 "\n",
+			finding_kind_name((enum finding_kind)k),
+			is->suppressed[k]);
 	metrics_head(f, "npusan_operations_analysed_total", "counter",
 		     "Stream operations analysed since npusand started.");
 	fprintf(f, "npusan_operations_analysed_total %" PRIu64 "\n",

@@ -42,6 +42,7 @@
 #include "sd.h"
 #include "server.h"
 #include "store.h"
+#include "suppress.h"
 
 #ifndef NPUSAN_VERSION
 #error "define NPUSAN_VERSION (the project version) when compiling npusand.c"
@@ -326,6 +327,7 @@ static int npusand_listen_bind(const char *path, mode_t mode, ino_t *ino)
 static struct {
 	struct config cfg;
 	struct config_paths paths;
+	struct suppress_set *supp; /* --suppressions; NULL: none */
 	unsigned max_conns;  /* npusand_raise_nofile() */
 	int listen_fd;       /* -1: none, or the server's now */
 	bool bound;          /* we bound paths.socket (not systemd) */
@@ -600,7 +602,8 @@ static int npusand_start(void)
 		err = npusand_open_state();
 	if (err == 0) {
 		struct ingest_opts io = { .store = d.store,
-					  .threads = d.cfg.threads };
+					  .threads = d.cfg.threads,
+					  .supp = d.supp };
 
 		err = ingest_new(&io, &d.ingest);
 		if (err < 0)
@@ -648,6 +651,27 @@ static void npusand_finish(void)
 	}
 }
 
+/*
+ * Reads --suppressions' file, before anything starts: a file with a
+ * mistake in it stops the daemon, which would otherwise report what the
+ * user meant to silence. 0; -EINVAL after saying what is wrong.
+ */
+static int npusand_load_suppressions(void)
+{
+	char why[SUPPRESS_ERR_MAX];
+
+	if (d.cfg.suppressions == NULL)
+		return 0;
+	if (suppress_load(d.cfg.suppressions, &d.supp, why) < 0) {
+		log_error("--suppressions: %s", why);
+		return -EINVAL;
+	}
+	log_info("%zu suppression%s from %s", suppress_entries(d.supp),
+		 suppress_entries(d.supp) == 1 ? "" : "s",
+		 d.cfg.suppressions);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int err;
@@ -670,12 +694,17 @@ int main(int argc, char **argv)
 			d.cfg.log_file, strerror(-err));
 		return CONFIG_EXIT_START;
 	}
+	if (npusand_load_suppressions() < 0) {
+		log_close();
+		return CONFIG_EXIT_USAGE;
+	}
 	sd_notify_init();
 	d.max_conns = npusand_raise_nofile();
 	err = npusand_start();
 	if (err == 0)
 		uv_run(&d.loop, UV_RUN_DEFAULT);
 	npusand_finish();
+	suppress_free(d.supp);
 	if (err == 0)
 		log_info("stopped");
 	log_close();

@@ -213,6 +213,8 @@ static void rpc_process_msg(const struct store_process *p, Npusan__Process *m)
 	m->last_ms = p->last_ms;
 	m->has_gaps = 1;
 	m->gaps = p->gaps;
+	m->has_suppressed = 1;
+	m->suppressed = p->suppressed;
 }
 
 static void rpc_access_msg(const struct finding_view_access *a,
@@ -256,6 +258,7 @@ static void rpc_finding_msg(const struct store_finding *f, Npusan__Finding *m,
 	m->job = (char *)v->job;
 	m->has_rank = v->has_rank;
 	m->rank = (uint32_t)v->rank;
+	m->suppressed = (char *)v->suppressed;
 	if (v->has_alloc) {
 		npusan__alloc__init(alloc);
 		alloc->has_ptr = alloc->has_size = 1;

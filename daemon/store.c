@@ -215,6 +215,20 @@ static const char *const store_migrations[] = {
 	 * access no graph recorded or replayed, and for every older row. */
 	"ALTER TABLE findings ADD COLUMN acc_graph INTEGER;"
 	"ALTER TABLE findings ADD COLUMN prev_graph INTEGER;",
+	/* 5: the name of npusand's suppression that matched a finding
+	 * (NULL: none, and every older row), and how many of a process's
+	 * findings are suppressed, kept by triggers as `findings` is. */
+	"ALTER TABLE findings ADD COLUMN suppressed TEXT;"
+	"ALTER TABLE processes ADD COLUMN suppressed INTEGER NOT NULL"
+	" DEFAULT 0;"
+	"CREATE TRIGGER findings_suppressed_added AFTER INSERT ON findings"
+	" WHEN NEW.suppressed IS NOT NULL BEGIN"
+	" UPDATE processes SET suppressed = suppressed + 1"
+	"  WHERE id = NEW.process_id; END;"
+	"CREATE TRIGGER findings_suppressed_removed AFTER DELETE ON findings"
+	" WHEN OLD.suppressed IS NOT NULL BEGIN"
+	" UPDATE processes SET suppressed = suppressed - 1"
+	"  WHERE id = OLD.process_id; END;",
 };
 
 #define STORE_SCHEMA_VERSION \
@@ -464,9 +478,9 @@ static int store__prepare_all(struct store *s, char **errmsg)
 		  " alloc_stack, acc_stream, acc_seq, acc_write, acc_op,"
 		  " acc_stack, prev_stream, prev_seq, prev_write, prev_op,"
 		  " prev_stack, count, first_ms, last_ms, acc_graph,"
-		  " prev_graph)"
+		  " prev_graph, suppressed)"
 		  " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-		  " ?, ?, ?, ?, ?, ?, ?)"
+		  " ?, ?, ?, ?, ?, ?, ?, ?)"
 		  " ON CONFLICT (process_id, dedup_key) DO UPDATE SET"
 		  " count = count + excluded.count,"
 		  " first_ms = min(first_ms, excluded.first_ms),"
@@ -941,6 +955,7 @@ static void store__w_finding_bind(sqlite3_stmt *st,
 	store__bind_opt_u64(st, 23, v->access.has_graph, v->access.graph);
 	store__bind_opt_u64(st, 24, v->has_previous && v->previous.has_graph,
 			    v->previous.graph);
+	store__bind_text(st, 25, v->suppressed);
 }
 
 int store__w_finding(struct store *s, const struct store_finding *f,

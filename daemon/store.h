@@ -60,6 +60,7 @@ struct store_process {
 	uint64_t gaps;     /* gaps in the analysis (lost operations, attaches,
 			      daemon restarts) */
 	uint64_t findings; /* finding rows; filled by queries, ignored on write */
+	uint64_t suppressed; /* of them, those suppressed; the same */
 	int64_t first_ms;  /* first and last activity, Unix ms */
 	int64_t last_ms;
 };

@@ -130,7 +130,7 @@ static bool store__col_null(sqlite3_stmt *st, int c)
 #define PROCESS_COLS                                                      \
 	"p.id, p.host, p.pid, p.start_time, p.uid, p.exe, p.job, p.rank," \
 	" p.local_rank, p.world_size, p.state, p.events, p.lost,"         \
-	" p.findings, p.first_ms, p.last_ms, p.gaps, p.run"
+	" p.findings, p.first_ms, p.last_ms, p.gaps, p.run, p.suppressed"
 
 /* The process of the row's columns from `c`: 0; -1 for a state this
  * daemon does not know. */
@@ -170,6 +170,7 @@ static int store__row_process(sqlite3_stmt *st, int c, struct store_process *p)
 	p->last_ms = sqlite3_column_int64(st, c + 15);
 	p->gaps = store__col_u64(st, c + 16);
 	p->run = store__col_text(st, c + 17);
+	p->suppressed = store__col_u64(st, c + 18);
 	return 0;
 }
 
@@ -178,8 +179,8 @@ static int store__row_process(sqlite3_stmt *st, int c, struct store_process *p)
 	" f.alloc_size, f.alloc_stream, f.alloc_stack, f.acc_stream,"       \
 	" f.acc_seq, f.acc_write, ao.text, f.acc_stack, f.prev_stream,"     \
 	" f.prev_seq, f.prev_write, po.text, f.prev_stack, f.count,"        \
-	" f.first_ms, f.last_ms, f.acc_graph, f.prev_graph"
-#define FINDING_NCOLS 24
+	" f.first_ms, f.last_ms, f.acc_graph, f.prev_graph, f.suppressed"
+#define FINDING_NCOLS 25
 #define FINDING_FROM                                              \
 	" FROM findings f JOIN processes p ON p.id = f.process_id" \
 	" LEFT JOIN strings ao ON ao.id = f.acc_op"                \
@@ -331,6 +332,7 @@ static int store__row_finding(struct store *s, sqlite3_stmt *st,
 	v->has_first = v->has_last = true;
 	v->first_ms = sqlite3_column_int64(st, 20);
 	v->last_ms = sqlite3_column_int64(st, 21);
+	v->suppressed = store__col_text(st, 24);
 	return 1;
 }
 

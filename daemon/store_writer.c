@@ -264,6 +264,8 @@ static size_t store__finding_bytes(const struct finding_view *v,
 		len += strlen(v->access.op) + 1;
 	if (v->has_previous && v->previous.op != NULL)
 		len += strlen(v->previous.op) + 1;
+	if (v->suppressed != NULL)
+		len += strlen(v->suppressed) + 1;
 	return len;
 }
 
@@ -318,6 +320,7 @@ int store_finding_submit(struct store *s, const struct store_finding *f)
 		store__copy_access(&arr, &cur, &c->previous, pnstack);
 	else
 		memset(&c->previous, 0, sizeof(c->previous));
+	c->suppressed = store__copy_str(&cur, v->suppressed);
 	return store__enqueue_finding(s, it);
 }
 

@@ -67,6 +67,9 @@ struct finding_view {
 	/* The daemon's first and latest occurrence (Unix ms); absent offline. */
 	bool has_first, has_last;
 	int64_t first_ms, last_ms;
+	/* The name of the daemon's suppression (npusand --suppressions) that
+	 * matched it; NULL: none did, or not from a daemon. */
+	const char *suppressed;
 };
 
 /* Storage for the frames of resolved findings, reused from call to call;

@@ -219,7 +219,8 @@ START_TEST(report_job_with_findings)
 	ck_assert_ptr_nonnull(strstr(out, "\"clean\":false,\"analysed\":true,"
 					  "\"complete\":true,\"ranks\":2,\"processes\":2,"
 					  "\"operations\":36,\"lost\":0,"
-					  "\"findings\":2,\"occurrences\":2,"
+					  "\"findings\":2,\"suppressed\":0,"
+					  "\"occurrences\":2,"
 					  "\"by_kind\":{\"data_race\":1,"
 					  "\"missing_record_stream\":1},"
 					  "\"by_rank\":[{\"rank\":0,"));

@@ -16,6 +16,15 @@
 #include "store_helpers.h"
 #include "testutil.h"
 
+/* The schema's version now (daemon/store.c's migrations). */
+#define SCHEMA_NOW 5
+/* Undoes migration 5 (suppressions), triggers before their column. */
+#define SCHEMA_UNDO_5                                                      \
+	"DROP TRIGGER findings_suppressed_added;"                          \
+	" DROP TRIGGER findings_suppressed_removed;"                       \
+	" ALTER TABLE findings DROP COLUMN suppressed;"                    \
+	" ALTER TABLE processes DROP COLUMN suppressed;"
+
 START_TEST(store_migrates_an_empty_file)
 {
 	char *path = db_path();
@@ -26,7 +35,7 @@ START_TEST(store_migrates_an_empty_file)
 	fclose(fp);
 	s = open_store(path, 0);
 	store_close(s);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 4);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), SCHEMA_NOW);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM sqlite_master"
 				       " WHERE type = 'table' AND name IN"
 				       " ('processes', 'findings', 'strings',"
@@ -34,7 +43,7 @@ START_TEST(store_migrates_an_empty_file)
 	/* Opening again migrates nothing. */
 	s = open_store(path, 0);
 	store_close(s);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 4);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), SCHEMA_NOW);
 	free(path);
 }
 END_TEST
@@ -50,14 +59,15 @@ START_TEST(store_migrates_version_1_keeping_rows)
 
 	reg(s, &p);
 	store_close(s);
-	sql_exec(path, "ALTER TABLE processes DROP COLUMN gaps;"
+	sql_exec(path, SCHEMA_UNDO_5
+		       " ALTER TABLE processes DROP COLUMN gaps;"
 		       " ALTER TABLE processes DROP COLUMN ring_ops;"
 		       " ALTER TABLE processes DROP COLUMN run;"
 		       " ALTER TABLE findings DROP COLUMN acc_graph;"
 		       " ALTER TABLE findings DROP COLUMN prev_graph;"
 		       " PRAGMA user_version = 1");
 	s = open_store(path, 0);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 4);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), SCHEMA_NOW);
 	list(s, NULL, &v);
 	ck_assert_int_eq(v.n, 1);
 	ck_assert_int_eq(v.p[0].pid, 7);
@@ -84,11 +94,12 @@ START_TEST(store_migrates_version_3_findings_without_graphs)
 	f = race(id);
 	ck_assert_int_eq(store_finding_submit(s, &f), 0);
 	store_close(s);
-	sql_exec(path, "ALTER TABLE findings DROP COLUMN acc_graph;"
+	sql_exec(path, SCHEMA_UNDO_5
+		       " ALTER TABLE findings DROP COLUMN acc_graph;"
 		       " ALTER TABLE findings DROP COLUMN prev_graph;"
 		       " PRAGMA user_version = 3");
 	s = open_store(path, 0);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 4);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), SCHEMA_NOW);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM findings"
 				       " WHERE acc_graph IS NULL"
 				       " AND prev_graph IS NULL"), 1);
@@ -201,6 +212,49 @@ START_TEST(store_keeps_a_process_run)
 }
 END_TEST
 
+/*
+ * A finding's suppression is stored with its row, and counted per process
+ * as rows come and go; a database of schema 4 gains both, none
+ * suppressed.
+ */
+START_TEST(store_keeps_suppressed_and_migrates_version_4)
+{
+	char *path = db_path();
+	struct store_process p = proc(7, "j", 0, 1000);
+	struct store *s = open_store(path, 0);
+	int64_t id = reg(s, &p);
+	struct store_finding f = race(id), g = race(id);
+	struct procs v;
+
+	g.v.access.op = "aten::other";
+	g.v.suppressed = "known-race";
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	ck_assert_int_eq(store_finding_submit(s, &g), 0);
+	/* a repeat keeps its row's mark */
+	ck_assert_int_eq(store_finding_submit(s, &g), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	list(s, NULL, &v);
+	ck_assert_uint_eq(v.p[0].findings, 2);
+	ck_assert_uint_eq(v.p[0].suppressed, 1);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM findings WHERE"
+				       " suppressed = 'known-race'"
+				       " AND count = 2"), 1);
+	store_close(s);
+	sql_exec(path, "DELETE FROM findings WHERE suppressed IS NOT NULL");
+	ck_assert_int_eq(sql_int(path, "SELECT suppressed FROM processes"), 0);
+	sql_exec(path, SCHEMA_UNDO_5 " PRAGMA user_version = 4");
+	s = open_store(path, 0);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), SCHEMA_NOW);
+	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM findings"
+				       " WHERE suppressed IS NULL"), 1);
+	list(s, NULL, &v);
+	ck_assert_uint_eq(v.p[0].findings, 1);
+	ck_assert_uint_eq(v.p[0].suppressed, 0);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
 START_TEST(store_refuses_a_newer_schema)
 {
 	char *path = db_path();
@@ -208,7 +262,7 @@ START_TEST(store_refuses_a_newer_schema)
 	struct store *s = NULL;
 	char *err = NULL;
 
-	sql_exec(path, "CREATE TABLE future (x); PRAGMA user_version = 5");
+	sql_exec(path, "CREATE TABLE future (x); PRAGMA user_version = 99");
 	ck_assert_int_eq(store_open(&o, &s, &err), -EIO);
 	ck_assert_ptr_null(s);
 	ck_assert_ptr_nonnull(err);
@@ -216,7 +270,7 @@ START_TEST(store_refuses_a_newer_schema)
 	ck_assert_ptr_nonnull(strstr(err, "newer"));
 	free(err);
 	/* Untouched. */
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 5);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 99);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM sqlite_master"
 				       " WHERE name = 'processes'"), 0);
 	free(path);
@@ -255,6 +309,7 @@ void store_schema_add(TCase *tc)
 	tcase_add_test(tc, store_keeps_a_process_run);
 	tcase_add_test(tc, store_migrates_version_3_findings_without_graphs);
 	tcase_add_test(tc, store_keeps_graphs_and_merges_by_the_engines_key);
+	tcase_add_test(tc, store_keeps_suppressed_and_migrates_version_4);
 	tcase_add_test(tc, store_refuses_a_newer_schema);
 	tcase_add_test(tc, store_refuses_what_is_not_a_database);
 }

@@ -48,7 +48,7 @@ expect "$tmp/got" "$tmp/want" "npusanctl <TAB>"
 "$ctl" findings --help | grep -o -- '--[a-z][a-z-]*' | sort -u >"$tmp/all"
 complete_words "$tmp/got" npusanctl findings --
 for opt in --job --pid --rank --kind --since --limit --json --follow \
-	   --socket --timeout --help; do
+	   --suppressions --socket --timeout --help; do
 	grep -qx -- "$opt" "$tmp/got" || {
 		echo "completion: FAIL: npusanctl findings --<TAB> lacks $opt" >&2
 		bad=1
@@ -68,6 +68,10 @@ expect "$tmp/got" "$tmp/want" "npusanctl --socket S findings --ki<TAB>"
 printf '%s\n' data_race missing_record_stream >"$tmp/want"
 complete_words "$tmp/got" npusanctl findings --kind ""
 expect "$tmp/got" "$tmp/want" "npusanctl findings --kind <TAB>"
+
+printf '%s\n' --gen-suppressions >"$tmp/want"
+complete_words "$tmp/got" npusanctl analyze --gen
+expect "$tmp/got" "$tmp/want" "npusanctl analyze --gen<TAB>"
 
 complete_words "$tmp/got" npusanctl run --job j -- npusan
 grep -qx npusanctl "$tmp/got" || {
