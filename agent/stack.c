@@ -367,9 +367,9 @@ static const char *stack_build_id_text(const struct stack_module *m,
 	if (m->build_id == NULL)
 		return "";
 	n = m->build_id_len;
-	if (n > STACK_BUILD_ID_MAX)
-		n = STACK_BUILD_ID_MAX; /* never: GNU ld writes 20 bytes */
-	k = (size_t)sprintf(out, " (BuildId: ");
+	if (n > NATIVE_FRAME_BUILD_ID_MAX)
+		n = NATIVE_FRAME_BUILD_ID_MAX; /* never: GNU ld writes 20 bytes */
+	k = (size_t)sprintf(out, "%s", NATIVE_FRAME_BUILD_ID_OPEN);
 	for (size_t i = 0; i < n; i++) {
 		out[k++] = hex[m->build_id[i] >> 4];
 		out[k++] = hex[m->build_id[i] & 15];

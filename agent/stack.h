@@ -50,6 +50,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "native_frame.h"
+
 /* X(enum suffix, name in NPUSAN_STACK_METHOD) for every capture method. */
 #define STACK_METHODS(X)          \
 	X(FRAME_POINTERS, "fp")   \
@@ -68,10 +70,10 @@ enum stack_method {
 #define STACK_MAX_DEPTH 128
 /* Enough for stack_symbolize() on all but very long C++ symbols or paths. */
 #define STACK_SYMBOL_LEN 1024
-/* The most build id bytes a frame carries (GNU ld writes 20), and the
- * text " (BuildId: HEX)" they make, with its NUL. */
-#define STACK_BUILD_ID_MAX 64
-#define STACK_BUILD_ID_TEXT (sizeof(" (BuildId: )") + 2 * STACK_BUILD_ID_MAX)
+/* The text " (BuildId: HEX)" of the most build id bytes a frame carries,
+ * with its ')' and NUL (the form: common/native_frame.h). */
+#define STACK_BUILD_ID_TEXT \
+	(sizeof(NATIVE_FRAME_BUILD_ID_OPEN ")") + 2 * NATIVE_FRAME_BUILD_ID_MAX)
 
 struct stack_config {
 	int depth; /* frames per capture, 0 to STACK_MAX_DEPTH; 0: off */

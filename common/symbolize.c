@@ -40,108 +40,15 @@
 #include <elfutils/libdwfl.h>
 #endif
 
-#define SYMBOLIZE_BID_OPEN " (BuildId: "
 /* A source file's absolute path, made of its directory and its name. */
 #define SYMBOLIZE_PATH_MAX 4096
-
-static int symbolize_hex_digit(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-/* The build id in "HEX" (`n` characters, an even count) into `r`. */
-static int symbolize_parse_build_id(const char *hex, size_t n,
-				    struct symbolize_ref *r)
-{
-	if (n == 0 || n % 2 != 0 || n / 2 > SYMBOLIZE_BUILD_ID_MAX)
-		return -EINVAL;
-	for (size_t i = 0; i < n; i += 2) {
-		int hi = symbolize_hex_digit(hex[i]);
-		int lo = symbolize_hex_digit(hex[i + 1]);
-
-		if (hi < 0 || lo < 0)
-			return -EINVAL;
-		r->build_id[i / 2] = (uint8_t)(hi << 4 | lo);
-	}
-	r->build_id_len = n / 2;
-	return 0;
-}
-
-/* "/path+0xOFF" (`n` bytes) into `r`'s path and offset. */
-static int symbolize_parse_module(const char *s, size_t n,
-				  struct symbolize_ref *r)
-{
-	size_t k = n, digits;
-	uint64_t off = 0;
-
-	while (k >= 3 && memcmp(s + k - 3, "+0x", 3) != 0)
-		k--;
-	if (k < 4 || s[0] != '/')
-		return -EINVAL; /* no "+0x", or a path that is not absolute */
-	digits = n - k;
-	if (digits == 0 || digits > 16)
-		return -EINVAL;
-	for (size_t i = k; i < n; i++) {
-		int d = symbolize_hex_digit(s[i]);
-
-		if (d < 0)
-			return -EINVAL;
-		off = off << 4 | (uint64_t)d;
-	}
-	r->path = s;
-	r->path_len = k - 3;
-	r->off = off;
-	return 0;
-}
-
-int symbolize_parse(const char *frame, struct symbolize_ref *out)
-{
-	struct symbolize_ref r = { 0 };
-	size_t n = strlen(frame), open = sizeof(SYMBOLIZE_BID_OPEN) - 1;
-	const char *bid, *paren;
-
-	/* " (BuildId: HEX)" at the end, the last such text. */
-	if (n > 0 && frame[n - 1] == ')') {
-		for (bid = frame + n - 1; bid > frame; bid--)
-			if (strncmp(bid, SYMBOLIZE_BID_OPEN, open) == 0)
-				break;
-		if (bid > frame) {
-			if (symbolize_parse_build_id(bid + open,
-						     (size_t)(frame + n - 1 -
-							      bid - open),
-						     &r) < 0)
-				return -EINVAL;
-			n = (size_t)(bid - frame);
-		}
-	}
-	/* "symbol+0xoff (MODULE)": a symbol never holds a blank; a path
-	 * (the form without a symbol) may. */
-	paren = frame[0] != '/' ? memchr(frame, ' ', n) : NULL;
-	if (paren != NULL) {
-		if (paren == frame || paren + 2 >= frame + n ||
-		    paren[1] != '(' || frame[n - 1] != ')')
-			return -EINVAL;
-		n -= (size_t)(paren + 2 - frame) + 1;
-		frame = paren + 2;
-	}
-	if (symbolize_parse_module(frame, n, &r) < 0)
-		return -EINVAL;
-	*out = r;
-	return 0;
-}
 
 #ifdef NPUSAN_HAVE_LIBDW
 
 /* One module met: its key and, when it resolved, its libdw session. */
 struct symbolize_module {
 	char *path;
-	uint8_t build_id[SYMBOLIZE_BUILD_ID_MAX];
+	uint8_t build_id[NATIVE_FRAME_BUILD_ID_MAX];
 	size_t build_id_len;
 	Dwfl *dwfl;        /* NULL: it did not resolve */
 	Dwfl_Module *mod;  /* owned by dwfl */
@@ -256,7 +163,7 @@ static int symbolize_debug_file(const struct symbolizer *s,
 				const struct symbolize_module *m, char **out)
 {
 	static const char hex[] = "0123456789abcdef";
-	char id[2 * SYMBOLIZE_BUILD_ID_MAX + 1];
+	char id[2 * NATIVE_FRAME_BUILD_ID_MAX + 1];
 
 	for (size_t i = 0; i < m->build_id_len; i++) {
 		id[2 * i] = hex[m->build_id[i] >> 4];
@@ -288,7 +195,7 @@ static void symbolize_resolve(struct symbolizer *s, struct symbolize_module *m)
 
 /* The cached module of `r`, resolved on first sight; NULL on -ENOMEM. */
 static struct symbolize_module *symbolize_module(struct symbolizer *s,
-						 const struct symbolize_ref *r)
+						 const struct native_frame *r)
 {
 	struct symbolize_module *m;
 
@@ -375,7 +282,7 @@ static const char *symbolize_function(Dwfl_Module *mod, Dwarf_Addr addr)
 int symbolizer_frame(struct symbolizer *s, const char *frame, char *buf,
 		     size_t len)
 {
-	struct symbolize_ref r;
+	struct native_frame r;
 	struct symbolize_module *m;
 	GElf_Addr bias;
 	Dwarf_Addr addr;
@@ -384,7 +291,7 @@ int symbolizer_frame(struct symbolizer *s, const char *frame, char *buf,
 	char src[SYMBOLIZE_PATH_MAX];
 	int lineno = 0, n;
 
-	if (symbolize_parse(frame, &r) < 0 || r.off == 0)
+	if (native_frame_parse(frame, &r) < 0 || r.off == 0)
 		return -EINVAL;
 	m = symbolize_module(s, &r);
 	if (m == NULL)

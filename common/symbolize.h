@@ -24,31 +24,13 @@
 #define NPUSAN_COMMON_SYMBOLIZE_H
 
 #include <stddef.h>
-#include <stdint.h>
 
-/* The most build id bytes a frame may carry (GNU ld writes 20). */
-#define SYMBOLIZE_BUILD_ID_MAX 64
+#include "native_frame.h"
+
 /* Where Debian installs detached debug information. */
 #define SYMBOLIZE_DEBUG_DIR "/usr/lib/debug"
 
-/* A native frame's module part, pointing into the frame's text. */
-struct symbolize_ref {
-	const char *path; /* absolute; not NUL-terminated */
-	size_t path_len;
-	uint64_t off; /* the return address's ELF address in the module */
-	uint8_t build_id[SYMBOLIZE_BUILD_ID_MAX];
-	size_t build_id_len; /* 0: the frame names none */
-};
-
 struct symbolizer;
-
-/*
- * Parses `frame` (NUL-terminated) in one of the forms above. 0; -EINVAL
- * when it is not a native frame with an absolute module path (a Python
- * frame, "0x...", an old trace's "module+0xoff"). *out is written only on
- * success.
- */
-int symbolize_parse(const char *frame, struct symbolize_ref *out);
 
 /*
  * A symbolizer that looks for detached debug information under `debug_dir`

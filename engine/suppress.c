@@ -32,6 +32,7 @@
 
 #include "engine.h"
 #include "grow.h"
+#include "native_frame.h"
 #include "text.h"
 
 /* The pattern that stands for any number of frames. */
@@ -493,18 +494,26 @@ static bool suppress_frames(const struct suppress_pats *p,
 }
 
 /*
- * The module part of `frame` into `out` (`cap` bytes): what comes before
- * the last "+0x" of "libfoo.so+0x1320", before the last ":LINE" of
- * "train.py:14 in step", else all of it.
+ * The module part of `frame` into `out` (`cap` bytes): the module path of
+ * a native frame as the agent records it (common/native_frame.h), what
+ * comes before the last "+0x" of an old trace's "libfoo.so+0x1320", before
+ * the last ":LINE" of "train.py:14 in step", else all of it.
  */
 static const char *suppress_module_of(const char *frame, char *out,
 				      size_t cap)
 {
+	struct native_frame nf;
 	const char *end = NULL, *p;
 	size_t n;
 
-	for (p = strstr(frame, "+0x"); p != NULL; p = strstr(p + 1, "+0x"))
-		end = p;
+	if (native_frame_parse(frame, &nf) == 0) {
+		frame = nf.path;
+		end = nf.path + nf.path_len;
+	}
+	if (end == NULL)
+		for (p = strstr(frame, "+0x"); p != NULL;
+		     p = strstr(p + 1, "+0x"))
+			end = p;
 	for (p = frame; end == NULL && *p != '\0'; p++)
 		if (*p == ':' && p[1] >= '0' && p[1] <= '9')
 			end = p;

@@ -14,7 +14,8 @@
 /* A data race between aclnnAdd in step() and hccl all_reduce. */
 static const char *const race_acc[] = { "model.py:52 in step",
 					"train.py:14 in main",
-					"/usr/lib/libtorch.so+0x1320" };
+					"at_add+0x1f (/usr/lib/libtorch.so+0x1320)"
+					" (BuildId: 0badc0de)" };
 static const char *const race_prev[] = { "/opt/dep/libfoo.so+0x10",
 					 "dist.py:17 in all_reduce_grads" };
 static const char *const race_alloc[] = { "alloc.py:3 in buffer" };
@@ -184,6 +185,11 @@ START_TEST(suppress_module_matches_path_or_name)
 	ck_assert(block_matches(" module: train.py\n"));
 	ck_assert(!block_matches(" module: libbar.so\n"));
 	ck_assert(!block_matches(" module: libfoo.so\n op: aclnn*\n"));
+	/* A native frame as the agent records it: the module is the path
+	 * in parentheses, not the symbol before them. */
+	ck_assert(block_matches(" module: libtorch.so\n op: aclnn*\n"));
+	ck_assert(block_matches(" module: /usr/lib/*\n op: aclnn*\n"));
+	ck_assert(!block_matches(" module: at_add\n"));
 }
 END_TEST
 

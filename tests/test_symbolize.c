@@ -20,9 +20,9 @@
 
 START_TEST(symbolize_parses_native_frames)
 {
-	struct symbolize_ref r;
+	struct native_frame r;
 
-	ck_assert_int_eq(symbolize_parse("race+0x1d (/usr/bin/myjob+0x1320) "
+	ck_assert_int_eq(native_frame_parse("race+0x1d (/usr/bin/myjob+0x1320) "
 					 "(BuildId: 0a1bff)",
 					 &r),
 			 0);
@@ -33,11 +33,11 @@ START_TEST(symbolize_parses_native_frames)
 	ck_assert_uint_eq(r.build_id[0], 0x0a);
 	ck_assert_uint_eq(r.build_id[2], 0xff);
 	/* Without a symbol, a path with blanks, without a build id. */
-	ck_assert_int_eq(symbolize_parse("/opt/my lib/libx.so+0x10", &r), 0);
+	ck_assert_int_eq(native_frame_parse("/opt/my lib/libx.so+0x10", &r), 0);
 	ck_assert_uint_eq(r.path_len, strlen("/opt/my lib/libx.so"));
 	ck_assert_uint_eq(r.off, 0x10);
 	ck_assert_uint_eq(r.build_id_len, 0);
-	ck_assert_int_eq(symbolize_parse("f+0x1 (/a (b)/c+0xAb) (BuildId: 00)",
+	ck_assert_int_eq(native_frame_parse("f+0x1 (/a (b)/c+0xAb) (BuildId: 00)",
 					 &r),
 			 0);
 	ck_assert_uint_eq(r.path_len, strlen("/a (b)/c"));
@@ -63,11 +63,11 @@ static const char *const symbolize_not_native[] = {
 
 START_TEST(symbolize_rejects_other_frames)
 {
-	struct symbolize_ref r = { .off = 7 };
+	struct native_frame r = { .off = 7 };
 	struct symbolizer *s;
 	char buf[64];
 
-	ck_assert_int_eq(symbolize_parse(symbolize_not_native[_i], &r),
+	ck_assert_int_eq(native_frame_parse(symbolize_not_native[_i], &r),
 			 -EINVAL);
 	ck_assert_uint_eq(r.off, 7); /* *out only on success */
 	ck_assert_int_eq(symbolizer_open(NULL, &s), 0);
