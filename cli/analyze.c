@@ -27,6 +27,7 @@
 #include "client.h"
 #include "engine.h"
 #include "grow.h"
+#include "oppipe.h"
 #include "report.h"
 #include "trace.h"
 
@@ -138,11 +139,12 @@ static void finding_cb(const struct finding *f, bool first, void *arg)
 	a->rows[a->nrows++] = copy;
 }
 
-/* The message for an engine error on the op at the reader's line. */
-static void engine_error(const struct trace_reader *r, int err)
+/* The message for an engine error on the op of `line`. */
+static void engine_error(const struct trace_reader *r, unsigned long line,
+			 int err)
 {
-	fprintf(stderr, "%s:%lu: %s\n", trace_reader_name(r),
-		trace_reader_line(r), strerror(-err));
+	fprintf(stderr, "%s:%lu: %s\n", trace_reader_name(r), line,
+		strerror(-err));
 }
 
 /* Operations skipped for naming a stream beyond the engine's limit. */
@@ -185,25 +187,56 @@ static void analyze_say_skips(const struct trace_reader *r,
 		ENGINE_MAX_STREAMS, sk->gaps, sk->gaps == 1 ? "" : "s");
 }
 
-/* Reads every op of the open trace into engine `e`; 0, or a negative errno
- * after printing why. */
+/* The next op of the trace: from the reader's thread when there is one,
+ * else from the reader itself (as trace_read()). */
+static int analyze_next(struct analysis *a, struct oppipe *p, struct op *buf,
+			const struct op **op, unsigned long *line)
+{
+	int rc;
+
+	if (p != NULL)
+		return oppipe_next(p, op, line);
+	rc = trace_read(a->r, buf);
+	*op = buf;
+	*line = trace_reader_line(a->r);
+	return rc;
+}
+
+/*
+ * Reads every op of the open trace into engine `e`; 0, or a negative errno
+ * after printing why. The reader runs on a thread of its own (oppipe.c)
+ * unless --every prints findings as they come, which reads the symtab the
+ * reader interns into; the output is the same either way.
+ */
 static int analyze_ops(struct analysis *a, struct engine *e)
 {
 	struct analyze_skips sk = { 0 };
-	struct op op;
+	struct oppipe *p = NULL;
+	const struct op *op;
+	struct op buf;
+	unsigned long line = 0;
 	const char *msg;
 	int rc, fed = 0;
 
-	while ((rc = trace_read(a->r, &op)) == 1 &&
-	       (fed = analyze_feed(a, e, &op, &sk)) >= 0)
+	if (!a->o->every && oppipe_start(a->r, &p) < 0)
+		p = NULL; /* the same, on one thread */
+	while ((rc = analyze_next(a, p, &buf, &op, &line)) == 1 &&
+	       (fed = analyze_feed(a, e, op, &sk)) >= 0)
 		;
+	oppipe_free(p);
 	analyze_say_skips(a->r, &sk);
 	a->lost += sk.lost;
 	if (fed < 0) {
-		engine_error(a->r, fed);
+		engine_error(a->r, line, fed);
 		return fed;
 	}
 	msg = rc < 0 ? trace_reader_error(a->r) : trace_reader_torn(a->r);
+	/* The pipe's own failure leaves the reader without a message. */
+	if (rc < 0 && *msg == '\0') {
+		fprintf(stderr, "npusanctl: %s: %s\n", trace_reader_name(a->r),
+			strerror(-rc));
+		return rc;
+	}
 	if (msg != NULL) {
 		/* It quotes the trace: cleaned as all outside text is. */
 		text_put(stderr, msg);

@@ -1,0 +1,262 @@
+/*
+ * oppipe.c - `analyze`'s trace reader on a thread of its own: it parses
+ * operations into batches that the engine's thread takes in order, so
+ * that parsing and analysis, each about half of analyze's work, run at
+ * once. The engine stays on one thread. This file owns the batches and
+ * the reader's thread; the reader and its symtab stay the caller's.
+ *
+ * DESIGN
+ *  1. OPPIPE_DEPTH batches go round a bounded single-producer,
+ *     single-consumer queue: `filled` batches from slot `head` on are the
+ *     consumer's (the first of them the one it is reading), the slot after
+ *     them the reader's to fill. `head` and `filled` change only under
+ *     `mu`; a batch's contents are written by one side before the lock
+ *     that hands it over, read by the other after it, so the mutex orders
+ *     them. A batch of OPPIPE_BATCH ops costs two lock round trips.
+ *  2. A batch holds copies of its ops' ranges, since the reader's lists
+ *     are overwritten by the next line. Its range array grows only while
+ *     the batch is empty, so the ranges of ops already in it never move:
+ *     an op that does not fit starts the next batch.
+ *  3. A batch's `end` is 1 when more follow, else what trace_read()
+ *     returned after its last op (0 at the end, or the reader's error);
+ *     the thread ends after that batch, or when the consumer stops it.
+ *  4. Every op carries the line it came from, so that an engine error
+ *     names the line as the single-threaded loop did.
+ */
+#include "oppipe.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grow.h"
+
+#define OPPIPE_BATCH 512
+#define OPPIPE_DEPTH 8
+/* The ranges a batch starts with: launches have 1 to 4. */
+#define OPPIPE_RANGES (4 * OPPIPE_BATCH)
+
+struct oppipe_batch {
+	struct op ops[OPPIPE_BATCH];
+	unsigned long lines[OPPIPE_BATCH];
+	size_t n;
+	struct op_range *ranges;
+	size_t nranges;
+	size_t ranges_cap;
+	int end; /* DESIGN 3 */
+};
+
+struct oppipe {
+	struct trace_reader *r;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t readable; /* a batch filled */
+	pthread_cond_t writable; /* a slot freed, or stop */
+	struct oppipe_batch *slots[OPPIPE_DEPTH];
+	size_t head;   /* under mu */
+	size_t filled; /* under mu */
+	bool stop;     /* under mu: the consumer wants no more */
+	/* The consumer's alone. */
+	bool held; /* it reads slots[head] */
+	size_t next;
+	/* The reader thread's alone: the op that did not fit in the last
+	 * batch (its ranges still the reader's, DESIGN 2). */
+	bool pending;
+	struct op pending_op;
+	unsigned long pending_line;
+};
+
+/* Copies n ranges into b, which has room; NULL for none, as the reader
+ * gives them. */
+static const struct op_range *oppipe_copy(struct oppipe_batch *b,
+					  const struct op_range *v, size_t n)
+{
+	struct op_range *out = b->ranges + b->nranges;
+
+	if (n == 0)
+		return NULL;
+	memcpy(out, v, n * sizeof(*v));
+	b->nranges += n;
+	return out;
+}
+
+/* Appends op to b: 0; 1 when b has no room for it (b is not empty);
+ * -ENOMEM. */
+static int oppipe_add(struct oppipe_batch *b, const struct op *op,
+		      unsigned long line)
+{
+	size_t need = op->nreads + op->nwrites;
+	struct op *o;
+
+	if (b->n == OPPIPE_BATCH ||
+	    (b->n > 0 && b->ranges_cap - b->nranges < need))
+		return 1;
+	if (b->ranges_cap - b->nranges < need &&
+	    grow_array((void **)&b->ranges, &b->ranges_cap, need,
+		       sizeof(*b->ranges)) < 0)
+		return -ENOMEM;
+	o = &b->ops[b->n];
+	*o = *op;
+	o->reads = oppipe_copy(b, op->reads, op->nreads);
+	o->writes = oppipe_copy(b, op->writes, op->nwrites);
+	b->lines[b->n++] = line;
+	return 0;
+}
+
+/* Fills b from the reader, the op left pending first (DESIGN 2, 3). */
+static void oppipe_fill(struct oppipe *p, struct oppipe_batch *b)
+{
+	struct op op;
+	int rc, add = 0;
+
+	b->n = 0;
+	b->nranges = 0;
+	b->end = 1;
+	if (p->pending)
+		add = oppipe_add(b, &p->pending_op, p->pending_line);
+	p->pending = false;
+	while (add == 0 && (rc = trace_read(p->r, &op)) == 1) {
+		add = oppipe_add(b, &op, trace_reader_line(p->r));
+		if (add == 1) {
+			p->pending = true;
+			p->pending_op = op;
+			p->pending_line = trace_reader_line(p->r);
+			return;
+		}
+	}
+	b->end = add < 0 ? add : rc;
+}
+
+/* The slot to fill next, once there is one; NULL when stopped. */
+static struct oppipe_batch *oppipe_wait_free(struct oppipe *p)
+{
+	struct oppipe_batch *b = NULL;
+
+	pthread_mutex_lock(&p->mu);
+	while (p->filled == OPPIPE_DEPTH && !p->stop)
+		pthread_cond_wait(&p->writable, &p->mu);
+	if (!p->stop)
+		b = p->slots[(p->head + p->filled) % OPPIPE_DEPTH];
+	pthread_mutex_unlock(&p->mu);
+	return b;
+}
+
+static void *oppipe_reader(void *arg)
+{
+	struct oppipe *p = arg;
+	struct oppipe_batch *b;
+	int end = 1;
+
+	while (end == 1 && (b = oppipe_wait_free(p)) != NULL) {
+		oppipe_fill(p, b);
+		end = b->end;
+		pthread_mutex_lock(&p->mu);
+		p->filled++;
+		pthread_cond_signal(&p->readable);
+		pthread_mutex_unlock(&p->mu);
+	}
+	return NULL;
+}
+
+static void oppipe_free_slots(struct oppipe *p)
+{
+	for (size_t i = 0; i < OPPIPE_DEPTH; i++) {
+		if (p->slots[i] != NULL)
+			free(p->slots[i]->ranges);
+		free(p->slots[i]);
+	}
+}
+
+static int oppipe_alloc_slots(struct oppipe *p)
+{
+	for (size_t i = 0; i < OPPIPE_DEPTH; i++) {
+		struct oppipe_batch *b = calloc(1, sizeof(*b));
+
+		p->slots[i] = b;
+		if (b == NULL)
+			return -ENOMEM;
+		if (grow_array((void **)&b->ranges, &b->ranges_cap,
+			       OPPIPE_RANGES, sizeof(*b->ranges)) < 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+int oppipe_start(struct trace_reader *r, struct oppipe **out)
+{
+	struct oppipe *p = calloc(1, sizeof(*p));
+	int err;
+
+	if (p == NULL)
+		return -ENOMEM;
+	p->r = r;
+	err = oppipe_alloc_slots(p);
+	if (err == 0) {
+		pthread_mutex_init(&p->mu, NULL);
+		pthread_cond_init(&p->readable, NULL);
+		pthread_cond_init(&p->writable, NULL);
+		err = -pthread_create(&p->thread, NULL, oppipe_reader, p);
+		if (err == 0) {
+			*out = p;
+			return 0;
+		}
+		pthread_cond_destroy(&p->writable);
+		pthread_cond_destroy(&p->readable);
+		pthread_mutex_destroy(&p->mu);
+	}
+	oppipe_free_slots(p);
+	free(p);
+	return err;
+}
+
+/* Hands the batch at head back to the reader and waits for the next. */
+static struct oppipe_batch *oppipe_next_batch(struct oppipe *p)
+{
+	struct oppipe_batch *b;
+
+	pthread_mutex_lock(&p->mu);
+	if (p->held) {
+		p->head = (p->head + 1) % OPPIPE_DEPTH;
+		p->filled--;
+		pthread_cond_signal(&p->writable);
+	}
+	while (p->filled == 0)
+		pthread_cond_wait(&p->readable, &p->mu);
+	b = p->slots[p->head];
+	pthread_mutex_unlock(&p->mu);
+	p->held = true;
+	p->next = 0;
+	return b;
+}
+
+int oppipe_next(struct oppipe *p, const struct op **op, unsigned long *line)
+{
+	struct oppipe_batch *b = p->slots[p->head];
+
+	while (!p->held || p->next == b->n) {
+		if (p->held && b->end != 1)
+			return b->end;
+		b = oppipe_next_batch(p);
+	}
+	*op = &b->ops[p->next];
+	*line = b->lines[p->next++];
+	return 1;
+}
+
+void oppipe_free(struct oppipe *p)
+{
+	if (p == NULL)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->stop = true;
+	pthread_cond_signal(&p->writable);
+	pthread_mutex_unlock(&p->mu);
+	pthread_join(p->thread, NULL);
+	pthread_cond_destroy(&p->writable);
+	pthread_cond_destroy(&p->readable);
+	pthread_mutex_destroy(&p->mu);
+	oppipe_free_slots(p);
+	free(p);
+}
