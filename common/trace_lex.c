@@ -169,13 +169,157 @@ static bool dec_overflows(const char *p, const char *q)
 }
 
 /*
+ * Numbers eight bytes at a time. A word holds the 8 bytes at p, the first
+ * in its lowest byte; the length of a run of digits is the index of the
+ * first byte that is not one (carries and borrows between bytes only go
+ * upwards, past that byte, so the bytes below it are classed exactly),
+ * and a value is made of the first n bytes shifted to the top, the bytes
+ * shifted in being leading zeros.
+ */
+#define LEX_ONES 0x0101010101010101ULL
+
+static inline uint64_t lex_load8(const char *p)
+{
+	uint64_t w;
+
+	memcpy(&w, p, sizeof(w));
+	return w;
+}
+
+/* A bit set in each byte of w that is not a decimal digit. */
+static inline uint64_t lex_dec_others(uint64_t w)
+{
+	uint64_t hi = w & LEX_ONES * 0xf0;
+	uint64_t hi6 = (w + LEX_ONES * 6) & LEX_ONES * 0xf0;
+
+	return (hi ^ LEX_ONES * 0x30) | (hi6 ^ LEX_ONES * 0x30);
+}
+
+/* 0x80 in each byte of w strictly between lo and hi (both at most 127;
+ * exact per byte: it works on each byte's low 7 bits, which never carry). */
+static inline uint64_t lex_between(uint64_t w, unsigned lo, unsigned hi)
+{
+	uint64_t low7 = w & LEX_ONES * 127;
+
+	return (LEX_ONES * (127 + hi) - low7) & ~w &
+	       (low7 + LEX_ONES * (127 - lo)) & LEX_ONES * 128;
+}
+
+/* 0x80 in each byte of w that is not a hex digit (of either case, as
+ * hexdig[] takes them). */
+static inline uint64_t lex_hex_others(uint64_t w)
+{
+	uint64_t hex = lex_between(w, '0' - 1, '9' + 1) |
+		       lex_between(w | LEX_ONES * 0x20, 'a' - 1, 'f' + 1);
+
+	return ~hex & LEX_ONES * 128;
+}
+
+/* The value of the first n (1 to 8) bytes of w, all decimal digits. */
+static inline uint64_t lex_dec_value(uint64_t w, unsigned n)
+{
+	uint64_t v = (w - LEX_ONES * '0') << (8 * (8 - n));
+
+	v = (v * 2561) >> 8 & 0x00ff00ff00ff00ffULL;
+	v = (v * 6553601) >> 16 & 0x0000ffff0000ffffULL;
+	return (v * 42949672960001ULL) >> 32;
+}
+
+/* The value of the first n (1 to 8) bytes of w, all hex digits. */
+static inline uint64_t lex_hex_value(uint64_t w, unsigned n)
+{
+	uint64_t v = ((w & LEX_ONES * 15) + 9 * (w >> 6 & LEX_ONES))
+		     << (8 * (8 - n));
+
+	v = (v << 4 | v >> 8) & 0x00ff00ff00ff00ffULL;
+	v = (v << 8 | v >> 16) & 0x0000ffff0000ffffULL;
+	return (v << 16 | v >> 32) & 0xffffffffULL;
+}
+
+static const uint64_t lex_pow10[9] = {
+	1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000,
+};
+
+/* The index of the lowest byte of m != 0 with a bit set. */
+static inline unsigned lex_first_byte(uint64_t m)
+{
+	return (unsigned)__builtin_ctzll(m) / 8;
+}
+
+/*
+ * The 1 to 15 decimal (or hex) digits at p, read as two words: true with
+ * their value and the byte after them; false when there are none or 16
+ * or more, which the byte loop then reads. p has 16 bytes before lim.
+ */
+static inline bool lex_digits_fast(const char *p, bool hex, uint64_t *out,
+				   const char **stop)
+{
+	uint64_t w = lex_load8(p), w2, m, v;
+	unsigned n;
+
+	m = hex ? lex_hex_others(w) : lex_dec_others(w);
+	if (m != 0) {
+		n = lex_first_byte(m);
+		if (n == 0)
+			return false;
+		*out = hex ? lex_hex_value(w, n) : lex_dec_value(w, n);
+		*stop = p + n;
+		return true;
+	}
+	w2 = lex_load8(p + 8);
+	m = hex ? lex_hex_others(w2) : lex_dec_others(w2);
+	if (m == 0)
+		return false;
+	n = lex_first_byte(m);
+	v = hex ? lex_hex_value(w, 8) : lex_dec_value(w, 8);
+	if (n > 0)
+		v = hex ? v << 4 * n | lex_hex_value(w2, n) :
+			  v * lex_pow10[n] + lex_dec_value(w2, n);
+	*out = v;
+	*stop = p + 8 + n;
+	return true;
+}
+
+/*
+ * The number at p read a word at a time, loading bytes up to lim but
+ * taking none at or past end: true with its value and the first byte
+ * after it; false when the byte loop must decide (near lim, no digit, 16
+ * digits or more, digits running past end).
+ */
+static inline bool lex_scan_fast(const char *p, const char *end,
+				 const char *lim, uint64_t *out,
+				 const char **stop)
+{
+	bool hex;
+
+	if (lim - p < 18)
+		return false;
+	hex = p[0] == '0' && p[1] == 'x';
+	return lex_digits_fast(hex ? p + 2 : p, hex, out, stop) && *stop <= end;
+}
+
+/*
  * Reads the decimal or 0x-hex digits at p up to the first other byte, whose
  * position goes to *stop: NUM_OK with the value in *out, NUM_EMPTY when
  * there is no digit, NUM_RANGE past 2^64 - 1. What may follow the number
- * is the caller's business, so that a number is scanned only once.
+ * is the caller's business, so that a number is scanned only once. Bytes
+ * from end up to lim may be loaded (never taken): they are the reader's.
  */
-static int scan_u64(const char *p, const char *end, uint64_t *out,
-		    const char **stop)
+static int scan_u64_bytes(const char *p, const char *end, uint64_t *out,
+			  const char **stop);
+
+static inline int scan_u64(const char *p, const char *end, const char *lim,
+			   uint64_t *out, const char **stop)
+{
+	if (lex_scan_fast(p, end, lim, out, stop))
+		return NUM_OK;
+	return scan_u64_bytes(p, end, out, stop);
+}
+
+/* scan_u64() a byte at a time. */
+__attribute__((noinline))
+static int scan_u64_bytes(const char *p, const char *end, uint64_t *out,
+			  const char **stop)
 {
 	const char *digits, *lead;
 	uint64_t v = 0;
@@ -208,7 +352,7 @@ static int scan_u64(const char *p, const char *end, uint64_t *out,
 static int parse_u64(const char *p, const char *q, uint64_t *out)
 {
 	const char *stop;
-	int st = scan_u64(p, q, out, &stop);
+	int st = scan_u64(p, q, q, out, &stop);
 
 	return stop == q ? st : NUM_BAD;
 }
@@ -240,12 +384,19 @@ static int num_error(struct trace_reader *r, enum key k, const char *p,
 	}
 }
 
+/* The end of the bytes a number may load beyond its line: the reader's
+ * input, which holds the line (trace_read.c's next_line()). */
+static const char *lex_limit(const struct trace_reader *r)
+{
+	return r->buf + r->end;
+}
+
 static int take_num(struct trace_reader *r, enum key k, const char **pp,
 		    const char *end, uint64_t *out)
 {
 	const char *p = *pp, *q;
 
-	if (scan_u64(p, end, out, &q) == NUM_OK &&
+	if (scan_u64(p, end, lex_limit(r), out, &q) == NUM_OK &&
 	    (q == end || trace__ends_token(*q))) {
 		*pp = q;
 		return 0;
@@ -303,9 +454,9 @@ static int take_element(struct trace_reader *r, enum key k, const char *p,
 	int st;
 
 	out->len = 1;
-	st = scan_u64(p, end, &out->ptr, &q);
+	st = scan_u64(p, end, lex_limit(r), &out->ptr, &q);
 	if (st == NUM_OK && q < end && *q == '+')
-		st = scan_u64(q + 1, end, &out->len, &q);
+		st = scan_u64(q + 1, end, lex_limit(r), &out->len, &q);
 	if (st == NUM_OK && (q == end || *q == ',' || trace__ends_token(*q)) &&
 	    out->len != 0 && trace__range_fits(out->ptr, out->len)) {
 		*next = q;
