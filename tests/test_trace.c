@@ -709,6 +709,92 @@ START_TEST(trace_only_a_last_line_may_be_torn)
 }
 END_TEST
 
+/* One number of `n` digits (hex when `hex`, in mixed case, or decimal)
+ * into `out`, from `rnd`; a leading zero when `zero`. */
+static void number_text(char *out, unsigned n, bool hex, bool zero,
+			unsigned *rnd)
+{
+	static const char digits[] = "0123456789abcdefABCDEF";
+	char *o = out;
+
+	if (hex) {
+		*o++ = '0';
+		*o++ = 'x';
+	}
+	for (unsigned i = 0; i < n; i++) {
+		*rnd = *rnd * 1103515245u + 12345u;
+		*o = digits[(*rnd >> 16) % (hex ? 22u : 10u)];
+		if (i == 0 && (zero || *o == '0'))
+			*o = zero ? '0' : '1';
+		o++;
+	}
+	*o = '\0';
+}
+
+START_TEST(trace_numbers_of_every_length)
+{
+	/* The reader reads numbers a word at a time where it can: every
+	 * length, either base, each ending it may have, at the end of the
+	 * input (fewer bytes left than a word) and before more lines. */
+	static const char *const after[] = { "\n", " \n", "#c\n", "", "\r\n" };
+	unsigned rnd = 1;
+
+	for (unsigned n = 1; n <= 21; n++) {
+		for (int form = 0; form < 4; form++) {
+			bool hex = form & 1, zero = form & 2;
+			char num[32], in[256];
+			struct trace_reader *r;
+			struct symtab *syms;
+			unsigned long long want;
+			struct op op;
+			char *end;
+			bool range;
+			int rc;
+
+			number_text(num, n, hex, zero, &rnd);
+			errno = 0;
+			want = strtoull(num, &end, hex ? 16 : 10);
+			range = errno == ERANGE;
+			for (size_t a = 0; a < ARRAY_SIZE(after); a++) {
+				/* A length of 0 is an error of its own. */
+				int len = snprintf(in, sizeof(in), H
+						   "launch stream=%s op=k "
+						   "read=%s+1 write=1+%s%s%s",
+						   num, num, want ? num : "1",
+						   after[a],
+						   a == 3 ? "" : "flush\n");
+
+				ck_assert_int_eq(symtab_new(&syms), 0);
+				ck_assert_int_eq(trace_reader_new_mem(
+					in, (size_t)len, NAME, syms, &r), 0);
+				rc = trace_read(r, &op);
+				if (range) {
+					/* A bad last line without a newline
+					 * is a torn one. */
+					ck_assert_msg(rc == (a == 3 ? 0 :
+							     -EINVAL), "%s", in);
+					ck_assert_ptr_nonnull(strstr(a == 3 ?
+						trace_reader_torn(r) :
+						trace_reader_error(r),
+						"out of range"));
+				} else {
+					ck_assert_msg(rc == 1, "%s: %s", in,
+						      trace_reader_error(r));
+					ck_assert_uint_eq(op.stream, want);
+					ck_assert_uint_eq(op.reads[0].ptr, want);
+					ck_assert_uint_eq(op.writes[0].len,
+							  want ? want : 1);
+					ck_assert_uint_eq(op.nreads, 1);
+					ck_assert_uint_eq(op.nwrites, 1);
+				}
+				trace_reader_close(r);
+				symtab_free(syms);
+			}
+		}
+	}
+}
+END_TEST
+
 START_TEST(trace_file_and_memory_readers_agree)
 {
 	/* Many blocks' worth, lines crossing block edges, some long. */
@@ -770,6 +856,7 @@ static Suite *trace_suite(void)
 			    ARRAY_SIZE(torn_rows));
 	tcase_add_test(tc, trace_only_a_last_line_may_be_torn);
 	tcase_add_test(tc, trace_file_and_memory_readers_agree);
+	tcase_add_test(tc, trace_numbers_of_every_length);
 	test_trace_write_add(tc);
 	test_trace_v2_add(tc);
 	suite_add_tcase(s, tc);
