@@ -26,7 +26,6 @@
 #include "hash.h"
 #include "stack.h"
 
-#define INTERN_CHUNK 1024u
 
 struct intern_slot {
 	_Atomic uint64_t hash;
@@ -53,31 +52,11 @@ struct intern_native {
 	uintptr_t pcs[];
 };
 
-struct intern_ids {
-	uint32_t next;
-	_Atomic(void *) *_Atomic chunks[INTERN_MAX_IDS / INTERN_CHUNK];
-};
-
 static pthread_mutex_t intern_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct intern_table strings = { .key_off = offsetof(struct intern_str, bytes), .unit = 1 };
 static struct intern_table stacks = { .key_off = offsetof(struct intern_stack, frames), .unit = 4 };
 static struct intern_table natives = { .key_off = offsetof(struct intern_native, pcs), .unit = sizeof(uintptr_t) };
-static struct intern_ids string_ids, stack_ids;
-
-static void *intern_id_get(struct intern_ids *ids, uint32_t id)
-{
-	_Atomic(void *) *chunk;
-
-	if (id == 0 || id >= INTERN_MAX_IDS)
-		return NULL;
-	/* Acquire: pairs with the release stores in intern_id_add(). */
-	chunk = atomic_load_explicit(&ids->chunks[id / INTERN_CHUNK],
-				     memory_order_acquire);
-	if (chunk == NULL)
-		return NULL;
-	return atomic_load_explicit(&chunk[id % INTERN_CHUNK],
-				    memory_order_acquire);
-}
+struct intern_ids intern__string_ids, intern__stack_ids;
 
 /* Under intern_lock: gives `e` the next id. 0 or -ENOMEM/-E2BIG. */
 static int intern_id_add(struct intern_ids *ids, struct intern_head *e)
@@ -93,7 +72,7 @@ static int intern_id_add(struct intern_ids *ids, struct intern_head *e)
 		chunk = calloc(INTERN_CHUNK, sizeof(*chunk));
 		if (chunk == NULL)
 			return -ENOMEM;
-		/* Release: pairs with the acquire load in intern_id_get(). */
+		/* Release: pairs with the acquire load in intern__id_get(). */
 		atomic_store_explicit(&ids->chunks[id / INTERN_CHUNK], chunk,
 				      memory_order_release);
 	}
@@ -215,7 +194,7 @@ out:
 
 uint32_t intern_string(const char *s, size_t len)
 {
-	return intern_add(&strings, &string_ids, s, op_cut_string(s, len), 1);
+	return intern_add(&strings, &intern__string_ids, s, op_cut_string(s, len), 1);
 }
 
 uint32_t intern_stack(const uint32_t *frames, size_t n)
@@ -226,7 +205,7 @@ uint32_t intern_stack(const uint32_t *frames, size_t n)
 		if (intern_string_get(frames[i]) == NULL)
 			return 0;
 	}
-	return intern_add(&stacks, &stack_ids, frames, n, 0);
+	return intern_add(&stacks, &intern__stack_ids, frames, n, 0);
 }
 
 /* Symbolises `n` return addresses into a stack of frame strings. */
@@ -278,16 +257,6 @@ uint32_t intern_native(const uintptr_t *pcs, size_t n)
 	return id;
 }
 
-const struct intern_str *intern_string_get(uint32_t id)
-{
-	return intern_id_get(&string_ids, id);
-}
-
-const struct intern_stack *intern_stack_get(uint32_t id)
-{
-	return intern_id_get(&stack_ids, id);
-}
-
 static void intern_table_fini(struct intern_table *t)
 {
 	struct intern_array *a = atomic_load_explicit(&t->cur,
@@ -324,8 +293,8 @@ void intern_fini(void)
 	intern_table_fini(&strings);
 	intern_table_fini(&stacks);
 	intern_table_fini(&natives);
-	intern_ids_fini(&string_ids);
-	intern_ids_fini(&stack_ids);
+	intern_ids_fini(&intern__string_ids);
+	intern_ids_fini(&intern__stack_ids);
 }
 
 void intern_atfork_prepare(void)

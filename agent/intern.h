@@ -59,9 +59,44 @@ uint32_t intern_stack(const uint32_t *frames, size_t n);
  * they are seen; 0 as for intern_stack(). */
 uint32_t intern_native(const uintptr_t *pcs, size_t n);
 
+/* Ids to entries: chunks of INTERN_CHUNK pointers, each published once
+ * (release) and never moved. Inline, since every launch looks up its
+ * operator's name. Internal to intern.c but for the inline lookups. */
+#define INTERN_CHUNK 1024u
+
+struct intern_ids {
+	uint32_t next;
+	_Atomic(void *) *_Atomic chunks[INTERN_MAX_IDS / INTERN_CHUNK];
+};
+
+extern struct intern_ids intern__string_ids, intern__stack_ids;
+
+static inline void *intern__id_get(struct intern_ids *ids, uint32_t id)
+{
+	_Atomic(void *) *chunk;
+
+	if (id == 0 || id >= INTERN_MAX_IDS)
+		return NULL;
+	/* Acquire: pairs with the release stores in intern_id_add(). */
+	chunk = atomic_load_explicit(&ids->chunks[id / INTERN_CHUNK],
+				     memory_order_acquire);
+	if (chunk == NULL)
+		return NULL;
+	/* Acquire: as above, for the entry's own release store. */
+	return atomic_load_explicit(&chunk[id % INTERN_CHUNK],
+				    memory_order_acquire);
+}
+
 /* The entry of an id, or NULL for 0 or an id never given out. */
-const struct intern_str *intern_string_get(uint32_t id);
-const struct intern_stack *intern_stack_get(uint32_t id);
+static inline const struct intern_str *intern_string_get(uint32_t id)
+{
+	return intern__id_get(&intern__string_ids, id);
+}
+
+static inline const struct intern_stack *intern_stack_get(uint32_t id)
+{
+	return intern__id_get(&intern__stack_ids, id);
+}
 
 /* pthread_atfork() handlers: the insertion mutex is held across fork(), so
  * the child never inherits a table half-way through an insertion. */

@@ -137,7 +137,7 @@ static uint32_t agent_next_gen(void)
 	return g != 0 ? g : agent_next_gen();
 }
 
-static bool agent_defined(struct intern_head *h, int slot)
+static bool agent_defined(const struct intern_head *h, int slot)
 {
 	/* Acquire: pairs with the release store in agent_mark(), after
 	 * which the definition is in the ring ahead of our record. */
@@ -152,8 +152,26 @@ static void agent_mark(struct intern_head *h, int slot)
 			      memory_order_release);
 }
 
+/* Whether string `id` is defined on ring `slot`: a launch's question,
+ * asked inline so that the answer it nearly always gets costs no call
+ * into a function that saves registers for the definition. */
+static inline bool agent_string_defined(int slot, uint32_t id)
+{
+	const struct intern_str *s = intern_string_get(id);
+
+	return s != NULL && agent_defined(&s->h, slot);
+}
+
+/* The same of stack `id`. */
+static inline bool agent_stack_defined(int slot, uint32_t id)
+{
+	const struct intern_stack *st = intern_stack_get(id);
+
+	return st != NULL && agent_defined(&st->h, slot);
+}
+
 /* Defines string `id` on ring `slot` unless it is. 0 or -errno. */
-static int agent_define_string(int slot, uint32_t id)
+static __attribute__((noinline)) int agent_define_string(int slot, uint32_t id)
 {
 	struct intern_str *s = (struct intern_str *)intern_string_get(id);
 	struct ring_string *def;
@@ -178,7 +196,7 @@ static int agent_define_string(int slot, uint32_t id)
 }
 
 /* Defines stack `id`, and its frames, on ring `slot`. 0 or -errno. */
-static int agent_define_stack(int slot, uint32_t id)
+static __attribute__((noinline)) int agent_define_stack(int slot, uint32_t id)
 {
 	struct intern_stack *st = (struct intern_stack *)intern_stack_get(id);
 	struct ring_stack *def;
@@ -342,18 +360,26 @@ static void agent_lifetime(enum op_kind kind, uint64_t id)
 		live_event_destroy(id, agent_push_lifetime_cb, &op);
 }
 
-static void agent_push_launch(int slot, uint64_t stream, uint32_t name,
-			      const struct npusan_range *reads, size_t nreads,
-			      const struct npusan_range *writes,
-			      size_t nwrites, uint32_t stack)
+/*
+ * Pushes a launch to ring `r` of `slot`, which takes every record. Inline
+ * in agent_launch(): the path of every launch, whose ids are nearly always
+ * defined already (agent_string_defined()).
+ */
+static inline void agent_push_launch(struct ring *r, int slot,
+				     uint64_t stream, uint32_t name,
+				     const struct npusan_range *reads,
+				     size_t nreads,
+				     const struct npusan_range *writes,
+				     size_t nwrites, uint32_t stack)
 {
 	struct ring_launch *l;
 	struct ring_slot rs;
-	struct ring *r = agent_ring_for(slot, AGENT_ATTACHED, &stack);
 
-	if (r == NULL)
-		return;
-	if (name != 0 && agent_define_string(slot, name) < 0)
+	if (stack != 0 && !agent_stack_defined(slot, stack) &&
+	    agent_define_stack(slot, stack) < 0)
+		stack = 0;
+	if (name != 0 && !agent_string_defined(slot, name) &&
+	    agent_define_string(slot, name) < 0)
 		name = 0;
 	if (ring_reserve(r, RING_REC_LAUNCH,
 			 sizeof(*l) + (nreads + nwrites) * sizeof(*reads), &rs))
@@ -387,14 +413,21 @@ static __attribute__((noinline)) void agent_launch(
 	size_t nreads, const struct npusan_range *writes, size_t nwrites,
 	uint32_t stack)
 {
+	struct ring *r;
+
 	/* More ranges than a record holds: ring_reserve() refuses the
 	 * record and counts it as dropped; the counts must not wrap. */
 	if (nreads > UINT32_MAX || nwrites > UINT32_MAX)
 		nreads = nwrites = UINT32_MAX;
-	stack = agent_stack(stack);
-	for (int slot = 0; slot < INTERN_RINGS; slot++)
-		agent_push_launch(slot, stream, op, reads, nreads, writes,
-				  nwrites, stack);
+	if (stack == NPUSAN_STACK_NATIVE)
+		stack = agent_stack(stack);
+	/* agent_ring_for(), inline: a launch takes a ring only ATTACHED. */
+	for (int slot = 0; slot < INTERN_RINGS; slot++) {
+		r = agent_ring_get(slot);
+		if (r != NULL && agent_attach_load(slot) >= AGENT_ATTACHED)
+			agent_push_launch(r, slot, stream, op, reads, nreads,
+					  writes, nwrites, stack);
+	}
 }
 
 NPUSAN_EXPORT void npusan_launch(uint64_t stream, uint32_t op,
