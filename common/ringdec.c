@@ -16,6 +16,10 @@
 #include "text.h"
 #include "u64map.h"
 
+/* In a value of `strings`, above the symtab id: the string is empty, so
+ * that a launch tells an empty name without a symtab lookup. */
+#define RINGDEC_EMPTY (UINT64_C(1) << 32)
+
 struct ringdec {
 	struct symtab *syms;
 	struct u64map strings; /* producer string id -> symtab id */
@@ -145,6 +149,14 @@ static int ringdec_string(struct ringdec *d, uint32_t id, const char *what,
 	return ringdec_put(d, buf, (size_t)n, out);
 }
 
+/* Whether symtab string `id` is empty (as text_keep() kept it). */
+static bool ringdec_empty(const struct ringdec *d, uint32_t id)
+{
+	size_t len;
+
+	return symtab_str(d->syms, id, &len) != NULL && len == 0;
+}
+
 static int ringdec_def_string(struct ringdec *d, const void *payload,
 			      size_t len)
 {
@@ -163,7 +175,8 @@ static int ringdec_def_string(struct ringdec *d, const void *payload,
 	if (err == 0 && d->n.over_cap != over)
 		return 0;
 	if (err == 0)
-		err = u64map_put(&d->strings, s->id, id);
+		err = u64map_put(&d->strings, s->id,
+				 id | (ringdec_empty(d, id) ? RINGDEC_EMPTY : 0));
 	if (err == 0)
 		d->n.strings++;
 	return err;
@@ -232,12 +245,25 @@ static size_t ringdec_ranges(const struct ring_range *in, size_t n,
 	return kept;
 }
 
+/* The symtab id of a launch's name, producer string `id`. An empty name
+ * (npusan_intern("")) is none: a trace's `op` is never empty, and a
+ * recording must stay a trace. */
+static int ringdec_op_name(struct ringdec *d, uint32_t id, uint32_t *out)
+{
+	const uint64_t *v = u64map_get(&d->strings, id);
+
+	if (v != NULL && !(*v & RINGDEC_EMPTY)) {
+		*out = (uint32_t)*v;
+		return 0;
+	}
+	return ringdec_string(d, v != NULL ? 0 : id, "operator", out);
+}
+
 static int ringdec_launch(struct ringdec *d, const void *payload, size_t len,
 			  struct op *op)
 {
 	const struct ring_launch *l = payload;
 	uint64_t n;
-	size_t oplen;
 	int err;
 
 	if (len < sizeof(*l) || l->kind != OP_LAUNCH)
@@ -247,15 +273,11 @@ static int ringdec_launch(struct ringdec *d, const void *payload, size_t len,
 	    len - sizeof(*l) != n * sizeof(l->ranges[0]))
 		return ringdec_bad(d, "launch ranges do not match its length",
 				   RING_REC_LAUNCH, len);
-	err = grow_array((void **)&d->ranges, &d->ranges_cap, n,
-			      sizeof(*d->ranges));
+	err = n <= d->ranges_cap ? 0 :
+	      grow_array((void **)&d->ranges, &d->ranges_cap, n,
+			 sizeof(*d->ranges));
 	if (err == 0)
-		err = ringdec_string(d, l->name, "operator", &op->name);
-	/* An empty name (npusan_intern("")) is none: a trace's `op` is never
-	 * empty, and a recording must stay a trace. */
-	if (err == 0 && symtab_str(d->syms, op->name, &oplen) != NULL &&
-	    oplen == 0)
-		err = ringdec_string(d, 0, "operator", &op->name);
+		err = ringdec_op_name(d, l->name, &op->name);
 	if (err < 0)
 		return err;
 	op->kind = OP_LAUNCH;
