@@ -15,8 +15,20 @@ process each), and while they run keeps asking `npusanctl findings`. Prints:
   - `npusanctl findings` latency, p50 and p99, under that load.
 
 Usage: tests/bench/daemon_bench.py --build DIR [--procs 8] [--ops 1000000]
-                                   [--rate 2e6]
+                                   [--rate 2e6] [--only paced,block,drop]
+                                   [--threads 1,2]
 (DIR is a Release build: cmake -DCMAKE_BUILD_TYPE=Release).
+
+--only picks the runs (paced: drop policy at --rate; block and drop:
+unpaced). --threads runs each picked run once per number of npusand drain
+threads (npusand --threads N; 0, its default, is one per CPU up to 3) and,
+given two or more, prints the slope: operations/s gained per added thread.
+Each run ends with a line saying whether anything was lost.
+
+The issue's runs, one command each:
+  daemon_bench.py --build B --only block                 # the ceiling
+  daemon_bench.py --build B --only paced --rate 4e6      # drop, 4 M/s offered
+  daemon_bench.py --build B --only block --threads 1,2   # the slope
 """
 import argparse
 import json
@@ -68,13 +80,14 @@ def processes(ctl, env):
     return [json.loads(l) for l in out.splitlines() if l.strip()]
 
 
-def run(args, traces, total_ops, policy, rate):
+def run(args, traces, total_ops, policy, rate, threads):
     tmp = tempfile.mkdtemp(prefix="npusan-bench-")
     sock, db = os.path.join(tmp, "s"), os.path.join(tmp, "db")
     env = dict(os.environ, NPUSAN_SOCKET=sock, NPUSAN_RING_FULL=policy)
     env.pop("NPUSAN", None)
     d = subprocess.Popen([args.npusand, "--socket", sock, "--db", db,
-                          "--log-level", "warn"] + args.daemon_args, env=env)
+                          "--log-level", "warn", "--threads", str(threads)]
+                         + args.daemon_args, env=env)
     wait_socket(sock)
     cpu0 = cpu_seconds(d.pid)
     latencies, done = [], threading.Event()
@@ -113,6 +126,7 @@ def run(args, traces, total_ops, policy, rate):
     lat = sorted(latencies)
     p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else 0
     how = f"paced at {rate / 1e6:g} M/s" if rate else "unpaced"
+    how += f", {threads or 'default'} drain thread{'' if threads == 1 else 's'}"
     print(f"{policy}, {how}: {len(traces)} processes x "
           f"{total_ops // len(traces)} "
           f"operations: {total_ops / elapsed / 1e6:.2f} M operations/s "
@@ -120,7 +134,12 @@ def run(args, traces, total_ops, policy, rate):
           f"{cpu * 1e9 / max(events, 1):.0f} ns/operation; analysed "
           f"{events}, lost {lost} ({100.0 * lost / total_ops:.2f}%); "
           f"findings query p50 {statistics.median(lat) * 1e3:.1f} ms, "
-          f"p99 {p99 * 1e3:.1f} ms over {len(lat)} queries")
+          f"p99 {p99 * 1e3:.1f} ms over {len(lat)} queries; daemon busy "
+          f"{cpu / elapsed:.2f} CPUs")
+    missing = total_ops - events - lost
+    print(f"  verdict: {'nothing lost' if lost == 0 and missing == 0 else 'LOST ' + str(lost) + ' (dropped), ' + str(missing) + ' unaccounted'}",
+          flush=True)
+    return total_ops / elapsed
 
 
 def main():
@@ -132,7 +151,17 @@ def main():
                     help="aggregate operations/s the paced runs offer")
     ap.add_argument("--daemon-arg", dest="daemon_args", action="append",
                     default=[], help="an extra npusand argument")
+    ap.add_argument("--only", default="paced,block,drop",
+                    help="the runs: paced (drop policy at --rate), block, "
+                    "drop (both unpaced), comma-separated")
+    ap.add_argument("--threads", default="0",
+                    help="npusand drain threads, comma-separated: each run "
+                    "once per count (0: npusand's default)")
     args = ap.parse_args()
+    runs = args.only.split(",")
+    threads = [int(t) for t in args.threads.split(",")]
+    if not runs or any(r not in ("paced", "block", "drop") for r in runs):
+        sys.exit("daemon_bench: --only takes paced, block and drop")
     b = os.path.abspath(args.build)
     args.npusand = os.path.join(b, "daemon", "npusand")
     args.npusanctl = os.path.join(b, "npusanctl")
@@ -150,12 +179,20 @@ def main():
                        capture_output=True)
         traces.append(path)
     total = sum(count_ops(t) for t in traces)
-    # Offered at the target rate: does the daemon keep up without drops?
-    run(args, traces, total, "drop", args.rate)
-    # As fast as the replays go: the daemon's own ceiling; the producers
-    # wait for it (block), or their excess is dropped (drop).
-    run(args, traces, total, "block", 0)
-    run(args, traces, total, "drop", 0)
+    # paced: offered at the target rate, does the daemon keep up without
+    # drops? block and drop: as fast as the replays go, the daemon's own
+    # ceiling; the producers wait for it (block), or their excess is
+    # dropped (drop).
+    how = {"paced": ("drop", args.rate), "block": ("block", 0),
+           "drop": ("drop", 0)}
+    for r in runs:
+        rates = [(t, run(args, traces, total, how[r][0], how[r][1], t))
+                 for t in threads]
+        if len(rates) > 1:
+            (t0, r0), (t1, r1) = rates[0], rates[-1]
+            print(f"  {r}: drain threads {t0} -> {t1}: "
+                  f"{r0 / 1e6:.2f} -> {r1 / 1e6:.2f} M operations/s, "
+                  f"slope {(r1 - r0) / (t1 - t0) / 1e6:+.2f} M/s per thread")
     subprocess.run(["rm", "-rf", tmp])
 
 
