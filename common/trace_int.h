@@ -89,6 +89,16 @@ struct fields {
 	size_t nframes;
 };
 
+/* Operator names a reader interned lately, by a hash of their bytes: a
+ * launch's name is nearly always one of a few dozen (trace_read.c). */
+#define NAME_CACHE 64
+
+struct trace_name {
+	const char *p; /* the symtab's copy, stable until symtab_free() */
+	size_t len;
+	uint32_t id;
+};
+
 struct trace_reader {
 	struct symtab *syms;
 	char *name;
@@ -128,6 +138,7 @@ struct trace_reader {
 	char *scratch;
 	size_t scratch_cap;
 	size_t scratch_used;
+	struct trace_name names[NAME_CACHE];
 };
 
 /* Sets the reader's error, "FILE:LINE: " and the message (DESIGN 4 of

@@ -147,6 +147,37 @@ static int take_process(struct trace_reader *r, const struct fields *f)
 	return 0;
 }
 
+/* The slot of names[] for the `len` (at least 1) bytes at p: a hash of
+ * the last 8 bytes or fewer, which tell apart "aten::"-prefixed names. */
+static size_t name_slot(const char *p, size_t len)
+{
+	uint64_t w = 0;
+
+	memcpy(&w, p + (len > 8 ? len - 8 : 0), len > 8 ? 8 : len);
+	return (size_t)(((w ^ len) * 0x9e3779b97f4a7c15ULL) >> 58);
+}
+
+/* symtab_intern() of an operator's name, through names[]; 0 or its
+ * error. */
+static int intern_name(struct trace_reader *r, const char *p, size_t len,
+		       uint32_t *id)
+{
+	struct trace_name *n = &r->names[name_slot(p, len)];
+	int err;
+
+	_Static_assert(NAME_CACHE == 64, "name_slot() keeps 6 bits");
+	if (n->len == len && memcmp(n->p, p, len) == 0) {
+		*id = n->id;
+		return 0;
+	}
+	err = symtab_intern(r->syms, p, len, id);
+	if (err < 0)
+		return err;
+	n->p = symtab_str(r->syms, *id, &n->len);
+	n->id = *id;
+	return 0;
+}
+
 /* Fills *op from the fields of an operation line; 1 or a negative errno. */
 static int make_op(struct trace_reader *r, const struct directive *d,
 		   const struct fields *f, struct op *op)
@@ -172,10 +203,10 @@ static int make_op(struct trace_reader *r, const struct directive *d,
 	if (f->seen & BIT(OP)) {
 		if (f->str[KEY_OP].len == 0)
 			return trace__fail(r, -EINVAL, "empty value for 'op'");
-		err = symtab_intern(r->syms, f->str[KEY_OP].p,
-				    op_cut_string(f->str[KEY_OP].p,
-						  f->str[KEY_OP].len),
-				    &name);
+		err = intern_name(r, f->str[KEY_OP].p,
+				  op_cut_string(f->str[KEY_OP].p,
+						f->str[KEY_OP].len),
+				  &name);
 		if (err < 0)
 			return trace__fail_symtab(r, err);
 	}
