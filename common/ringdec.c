@@ -20,10 +20,21 @@
  * that a launch tells an empty name without a symtab lookup. */
 #define RINGDEC_EMPTY (UINT64_C(1) << 32)
 
+/* A map's latest entries by id modulo RINGDEC_CACHE, in front of it:
+ * producers number strings and stacks from 1 up, so the ids a process
+ * uses hit here, without hashing. Key 0 (no id) is an empty slot. */
+#define RINGDEC_CACHE 256
+
+struct ringdec_map {
+	struct u64map map;
+	uint32_t key[RINGDEC_CACHE];
+	uint64_t val[RINGDEC_CACHE];
+};
+
 struct ringdec {
 	struct symtab *syms;
-	struct u64map strings; /* producer string id -> symtab id */
-	struct u64map stacks;  /* producer stack id -> symtab stack id */
+	struct ringdec_map strings; /* producer string id -> symtab id */
+	struct ringdec_map stacks;  /* producer stack id -> symtab stack id */
 	struct op_range *ranges;
 	size_t ranges_cap;
 	char *text; /* a string as text_keep() keeps it */
@@ -35,6 +46,34 @@ struct ringdec {
 	char error[128];
 };
 
+/* The value of producer id `id` (not 0) in m, or NULL. */
+static const uint64_t *ringdec_map_get(struct ringdec_map *m, uint32_t id)
+{
+	size_t i = id % RINGDEC_CACHE;
+	const uint64_t *v;
+
+	if (m->key[i] == id)
+		return &m->val[i];
+	v = u64map_get(&m->map, id);
+	if (v != NULL) {
+		m->key[i] = id;
+		m->val[i] = *v;
+	}
+	return v;
+}
+
+/* Maps producer id `id` (not 0) to `val`; 0 or -ENOMEM. */
+static int ringdec_map_put(struct ringdec_map *m, uint32_t id, uint64_t val)
+{
+	int err = u64map_put(&m->map, id, val);
+
+	if (err == 0) {
+		m->key[id % RINGDEC_CACHE] = id;
+		m->val[id % RINGDEC_CACHE] = val;
+	}
+	return err;
+}
+
 int ringdec_new(struct symtab *syms, struct ringdec **out)
 {
 	struct ringdec *d = calloc(1, sizeof(*d));
@@ -42,7 +81,8 @@ int ringdec_new(struct symtab *syms, struct ringdec **out)
 	if (d == NULL)
 		return -ENOMEM;
 	d->syms = syms;
-	if (u64map_init(&d->strings) < 0 || u64map_init(&d->stacks) < 0) {
+	if (u64map_init(&d->strings.map) < 0 ||
+	    u64map_init(&d->stacks.map) < 0) {
 		ringdec_free(d);
 		return -ENOMEM;
 	}
@@ -54,8 +94,8 @@ void ringdec_free(struct ringdec *d)
 {
 	if (d == NULL)
 		return;
-	u64map_fini(&d->strings);
-	u64map_fini(&d->stacks);
+	u64map_fini(&d->strings.map);
+	u64map_fini(&d->stacks.map);
 	free(d->ranges);
 	free(d->text);
 	free(d->frames);
@@ -132,7 +172,7 @@ static int ringdec_intern(struct ringdec *d, const char *s, size_t len,
 static int ringdec_string(struct ringdec *d, uint32_t id, const char *what,
 			  uint32_t *out)
 {
-	const uint64_t *v = u64map_get(&d->strings, id);
+	const uint64_t *v = id ? ringdec_map_get(&d->strings, id) : NULL;
 	char buf[48];
 	int n;
 
@@ -175,7 +215,7 @@ static int ringdec_def_string(struct ringdec *d, const void *payload,
 	if (err == 0 && d->n.over_cap != over)
 		return 0;
 	if (err == 0)
-		err = u64map_put(&d->strings, s->id,
+		err = ringdec_map_put(&d->strings, s->id,
 				 id | (ringdec_empty(d, id) ? RINGDEC_EMPTY : 0));
 	if (err == 0)
 		d->n.strings++;
@@ -203,7 +243,7 @@ static int ringdec_def_stack(struct ringdec *d, const void *payload,
 	if (err == 0)
 		err = symtab_intern_stack(d->syms, d->frames, s->nframes, &id);
 	if (err == 0)
-		err = u64map_put(&d->stacks, s->id, id);
+		err = ringdec_map_put(&d->stacks, s->id, id);
 	if (err == 0)
 		d->n.stacks++;
 	return err;
@@ -215,7 +255,7 @@ static uint32_t ringdec_stack(struct ringdec *d, uint32_t id)
 
 	if (id == 0)
 		return 0;
-	v = u64map_get(&d->stacks, id);
+	v = ringdec_map_get(&d->stacks, id);
 	if (v == NULL) {
 		d->n.undefined++;
 		return 0;
@@ -250,7 +290,7 @@ static size_t ringdec_ranges(const struct ring_range *in, size_t n,
  * recording must stay a trace. */
 static int ringdec_op_name(struct ringdec *d, uint32_t id, uint32_t *out)
 {
-	const uint64_t *v = u64map_get(&d->strings, id);
+	const uint64_t *v = id ? ringdec_map_get(&d->strings, id) : NULL;
 
 	if (v != NULL && !(*v & RINGDEC_EMPTY)) {
 		*out = (uint32_t)*v;
