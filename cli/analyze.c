@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "client.h"
@@ -203,12 +205,27 @@ static int analyze_next(struct analysis *a, struct oppipe *p, struct op *buf,
 }
 
 /*
- * Reads every op of the open trace into engine `e`; 0, or a negative errno
- * after printing why. The reader runs on a thread of its own (oppipe.c)
- * unless --every prints findings as they come, which reads the symtab the
- * reader interns into; the output is the same either way.
+ * Whether the trace at `path` is a regular file, whose reads never wait
+ * for a writer: only then does its reader run ahead on a thread of its
+ * own, since an engine error stops the analysis by joining that thread,
+ * which must not hang on a pipe that stays open.
  */
-static int analyze_ops(struct analysis *a, struct engine *e)
+static bool analyze_regular(const char *path)
+{
+	struct stat st;
+	int rc = strcmp(path, "-") == 0 ? fstat(STDIN_FILENO, &st) :
+					  stat(path, &st);
+
+	return rc == 0 && S_ISREG(st.st_mode);
+}
+
+/*
+ * Reads every op of the open trace into engine `e`; 0, or a negative errno
+ * after printing why. The reader of a regular file runs on a thread of its
+ * own (oppipe.c) unless --every prints findings as they come, which reads
+ * the symtab the reader interns into; the output is the same either way.
+ */
+static int analyze_ops(struct analysis *a, struct engine *e, bool regular)
 {
 	struct analyze_skips sk = { 0 };
 	struct oppipe *p = NULL;
@@ -218,7 +235,7 @@ static int analyze_ops(struct analysis *a, struct engine *e)
 	const char *msg;
 	int rc, fed = 0;
 
-	if (!a->o->every && oppipe_start(a->r, &p) < 0)
+	if (regular && !a->o->every && oppipe_start(a->r, &p) < 0)
 		p = NULL; /* the same, on one thread */
 	while ((rc = analyze_next(a, p, &buf, &op, &line)) == 1 &&
 	       (fed = analyze_feed(a, e, op, &sk)) >= 0)
@@ -268,7 +285,7 @@ static int analyze_one(struct analysis *a, const char *path)
 	a->process = trace_reader_process(a->r);
 	a->nrows = 0;
 	a->nomem = false;
-	rc = analyze_ops(a, e);
+	rc = analyze_ops(a, e, analyze_regular(path));
 	a->ntorn += rc == 0 && trace_reader_torn(a->r) != NULL;
 	/* What was found before a bad line is real: report it all the same. */
 	for (size_t i = 0; i < a->nrows; i++)
