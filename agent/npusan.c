@@ -210,7 +210,8 @@ static int agent_define_stack(int slot, uint32_t id)
 
 /*
  * The stack id to send: a given one, or the native stack captured now.
- * Called only from agent_launch() and agent_alloc(), never inlined, and
+ * Called only from agent_launch(), agent_alloc() and agent_free(), never
+ * inlined, and
  * the agent is built without sibling calls, so the frames to skip are
  * always these three: itself, its caller and the API function.
  */
@@ -474,16 +475,29 @@ NPUSAN_EXPORT void npusan_alloc_graph(uint64_t ptr, uint64_t size,
 			    NPUSAN_STACK_NATIVE);
 }
 
-NPUSAN_EXPORT void npusan_free(uint64_t ptr)
+/* The body of npusan_free() and npusan_free_at(), out of line for
+ * agent_stack()'s frames. */
+static __attribute__((noinline)) void agent_free(uint64_t ptr, uint32_t stack)
 {
-	if (!agent_live())
-		return;
-	struct ring_op op = { .kind = OP_FREE, .a = ptr };
+	struct ring_op op = { .kind = OP_FREE, .a = ptr,
+			      .stack = agent_stack(stack) };
 
 	if (agent_keeps_lifetimes())
 		live_free(ptr, agent_push_lifetime_cb, &op);
 	else
 		agent_push_op(&op, AGENT_ATTACHING);
+}
+
+NPUSAN_EXPORT void npusan_free(uint64_t ptr)
+{
+	if (agent_live())
+		agent_free(ptr, NPUSAN_STACK_NONE);
+}
+
+NPUSAN_EXPORT void npusan_free_at(uint64_t ptr, uint32_t stack)
+{
+	if (agent_live())
+		agent_free(ptr, stack);
 }
 
 NPUSAN_EXPORT void npusan_stream_create(uint64_t stream)

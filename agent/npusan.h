@@ -31,7 +31,7 @@
  *   NPUSAN_RING_FULL=drop|block   what a full ring does (default drop:
  *                            the record is counted and reported as a gap)
  *   NPUSAN_STACKS=N          capture up to N native frames (0 to 128) per
- *                            launch and allocation that passes
+ *                            launch, allocation and free that passes
  *                            NPUSAN_STACK_NATIVE (default 16; 0: off)
  *   NPUSAN_STACK_METHOD=fp|unwind   how: frame pointers (default) or
  *                            the unwinder
@@ -175,6 +175,11 @@ void npusan_alloc_on(uint64_t ptr, uint64_t size, uint64_t stream,
 		     uint32_t stack);
 /* The allocation starting at ptr went back to the allocator. */
 void npusan_free(uint64_t ptr);
+/* As npusan_free(), where the free was made: `stack` is a stack id,
+ * NPUSAN_STACK_NONE or NPUSAN_STACK_NATIVE. A missing record_stream this
+ * free reveals names that stack as where the memory was freed, which is
+ * where its fix goes. Since NPUSAN_1.3. */
+void npusan_free_at(uint64_t ptr, uint32_t stack);
 /* The allocator was told the allocation containing ptr is used on stream. */
 void npusan_record_stream(uint64_t ptr, uint64_t stream);
 

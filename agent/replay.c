@@ -148,7 +148,9 @@ static void replay_op(struct replay *rp, const struct op *op)
 			npusan_alloc(op->ptr, op->size, NPUSAN_NO_STREAM,
 				     replay_stack(rp, op->stack));
 		break;
-	case OP_FREE: npusan_free(op->ptr); break;
+	case OP_FREE:
+		npusan_free_at(op->ptr, replay_stack(rp, op->stack));
+		break;
 	case OP_RECORD_STREAM: npusan_record_stream(op->ptr, op->stream); break;
 	case OP_LAUNCH:
 		npusan_launch(op->stream, replay_name(rp, op->name),

@@ -186,6 +186,10 @@ static void missing_record_stream_text(FILE *out, bool color,
 		use);
 	print_access(out, color, f, "Last use", &f->access, "it");
 	print_alloc(out, f);
+	if (f->has_free) {
+		fputs("Memory was freed here:\n", out);
+		print_stack(out, &f->free_stack);
+	}
 	fprintf(out, "Fix it in either of two ways:\n"
 		     "  - call tensor.record_stream(s) for the usage stream s "
 		     "(stream %" PRIu64 ") after the use, or\n"
@@ -347,6 +351,8 @@ static void json_access(FILE *out, const struct finding_view_access *a)
 		     ",\"type\":\"%s\",\"op\":",
 		a->stream, a->seq, a->write ? "write" : "read");
 	json_string_or_null(out, a->op != NULL ? a->op : "");
+	fputs(",\"arg\":", out);
+	json_string_or_null(out, a->arg);
 	fputs(",\"stack\":", out);
 	json_stack(out, &a->stack);
 	if (a->has_graph)
@@ -408,6 +414,14 @@ void report_json(FILE *out, const struct finding_view *f)
 		json_access(out, &f->previous);
 	else
 		fputs("null", out);
+	fputs(",\"free\":", out);
+	if (f->has_free) {
+		fputs("{\"stack\":", out);
+		json_stack(out, &f->free_stack);
+		fputc('}', out);
+	} else {
+		fputs("null", out);
+	}
 	fputs(",\"detected_at\":", out);
 	json_string_or_null(out, f->detected_at);
 	fprintf(out, ",\"count\":%" PRIu64, f->count);

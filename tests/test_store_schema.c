@@ -26,7 +26,7 @@ START_TEST(store_migrates_an_empty_file)
 	fclose(fp);
 	s = open_store(path, 0);
 	store_close(s);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 4);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 5);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM sqlite_master"
 				       " WHERE type = 'table' AND name IN"
 				       " ('processes', 'findings', 'strings',"
@@ -34,7 +34,7 @@ START_TEST(store_migrates_an_empty_file)
 	/* Opening again migrates nothing. */
 	s = open_store(path, 0);
 	store_close(s);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 4);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 5);
 	free(path);
 }
 END_TEST
@@ -55,9 +55,12 @@ START_TEST(store_migrates_version_1_keeping_rows)
 		       " ALTER TABLE processes DROP COLUMN run;"
 		       " ALTER TABLE findings DROP COLUMN acc_graph;"
 		       " ALTER TABLE findings DROP COLUMN prev_graph;"
+		       " ALTER TABLE findings DROP COLUMN free_stack;"
+		       " ALTER TABLE findings DROP COLUMN acc_arg;"
+		       " ALTER TABLE findings DROP COLUMN prev_arg;"
 		       " PRAGMA user_version = 1");
 	s = open_store(path, 0);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 4);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 5);
 	list(s, NULL, &v);
 	ck_assert_int_eq(v.n, 1);
 	ck_assert_int_eq(v.p[0].pid, 7);
@@ -86,9 +89,12 @@ START_TEST(store_migrates_version_3_findings_without_graphs)
 	store_close(s);
 	sql_exec(path, "ALTER TABLE findings DROP COLUMN acc_graph;"
 		       " ALTER TABLE findings DROP COLUMN prev_graph;"
+		       " ALTER TABLE findings DROP COLUMN free_stack;"
+		       " ALTER TABLE findings DROP COLUMN acc_arg;"
+		       " ALTER TABLE findings DROP COLUMN prev_arg;"
 		       " PRAGMA user_version = 3");
 	s = open_store(path, 0);
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 4);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 5);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM findings"
 				       " WHERE acc_graph IS NULL"
 				       " AND prev_graph IS NULL"), 1);
@@ -201,6 +207,96 @@ START_TEST(store_keeps_a_process_run)
 }
 END_TEST
 
+/* A missing record_stream found at a free keeps that free's stack, a
+ * free without one an empty stack, a flush none; the accesses keep their
+ * arguments. None of them is part of the key: a repeat that differs only
+ * there merges into the first row, which keeps the first's. */
+START_TEST(store_keeps_free_stacks_and_arguments)
+{
+	static const char *const freed[] = { "train.py:40 cleanup",
+					     "train.py:3 main" };
+	char *path = db_path();
+	struct store_process p = proc(7, "j", 0, 1000);
+	struct store *s = open_store(path, 0);
+	struct store_finding f[4];
+	int64_t id = reg(s, &p);
+	struct seen v;
+
+	for (size_t i = 0; i < 3; i++) {
+		f[i] = race(id);
+		f[i].v.kind = "missing_record_stream";
+		f[i].v.has_previous = false;
+		f[i].v.access.stream = 1 + i; /* three keys */
+	}
+	f[0].v.detected_at = "free";
+	f[0].v.has_free = true;
+	f[0].v.free_stack = (struct finding_stack){ freed, 2 };
+	f[0].v.access.arg = "self";
+	f[1].v.detected_at = "free";
+	f[1].v.has_free = true; /* a free with no stack */
+	f[2].v.detected_at = "flush";
+	f[3] = race(id);
+	f[3].v.access.arg = "out";
+	f[3].v.previous.arg = "other";
+	for (size_t i = 0; i < 4; i++)
+		ck_assert_int_eq(store_finding_submit(s, &f[i]), 0);
+	f[3].v.access.arg = "self"; /* a repeat of the race */
+	ck_assert_int_eq(store_finding_submit(s, &f[3]), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	findings(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 4);
+	ck_assert_msg(strstr(v.text, "at=free alloc=7f0000000000+1048576@0"
+				     "[alloc.py:1 empty] acc=1/7/w/aten::add_"
+				     "[train.py:10 step|train.py:3 main]#self"
+				     " free=[train.py:40 cleanup|train.py:3 "
+				     "main]\n") != NULL,
+		      "%s", v.text);
+	ck_assert_ptr_nonnull(strstr(v.text, "acc=2/7/w/aten::add_[train.py:10"
+					     " step|train.py:3 main] free=[]\n"));
+	ck_assert_ptr_nonnull(strstr(v.text, "at=flush alloc="));
+	ck_assert_ptr_null(strstr(v.text, "at=flush alloc=7f0000000000+1048576"
+					  "@0[alloc.py:1 empty] acc=3/7/w/"
+					  "aten::add_[train.py:10 step|"
+					  "train.py:3 main] free"));
+	ck_assert_msg(strstr(v.text, "data_race pid=7 job=j count=2") != NULL,
+		      "%s", v.text);
+	ck_assert_ptr_nonnull(strstr(v.text, "main]#out prev="));
+	ck_assert_ptr_nonnull(strstr(v.text, "main]#other\n"));
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* A database of schema 4 (before free stacks and arguments) keeps its
+ * findings, which name neither. */
+START_TEST(store_migrates_version_4_findings_without_free_or_args)
+{
+	char *path = db_path();
+	struct store_process p = proc(7, "j", 0, 1000);
+	struct store *s = open_store(path, 0);
+	struct store_finding f;
+	int64_t id = reg(s, &p);
+	struct seen v;
+
+	f = race(id);
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	store_close(s);
+	sql_exec(path, "ALTER TABLE findings DROP COLUMN free_stack;"
+		       " ALTER TABLE findings DROP COLUMN acc_arg;"
+		       " ALTER TABLE findings DROP COLUMN prev_arg;"
+		       " PRAGMA user_version = 4");
+	s = open_store(path, 0);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 5);
+	findings(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 1);
+	ck_assert(!v.f[0].v.has_free);
+	ck_assert_ptr_null(strstr(v.text, "#"));
+	ck_assert_ptr_null(strstr(v.text, "free="));
+	store_close(s);
+	free(path);
+}
+END_TEST
+
 START_TEST(store_refuses_a_newer_schema)
 {
 	char *path = db_path();
@@ -208,7 +304,7 @@ START_TEST(store_refuses_a_newer_schema)
 	struct store *s = NULL;
 	char *err = NULL;
 
-	sql_exec(path, "CREATE TABLE future (x); PRAGMA user_version = 5");
+	sql_exec(path, "CREATE TABLE future (x); PRAGMA user_version = 6");
 	ck_assert_int_eq(store_open(&o, &s, &err), -EIO);
 	ck_assert_ptr_null(s);
 	ck_assert_ptr_nonnull(err);
@@ -216,7 +312,7 @@ START_TEST(store_refuses_a_newer_schema)
 	ck_assert_ptr_nonnull(strstr(err, "newer"));
 	free(err);
 	/* Untouched. */
-	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 5);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 6);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM sqlite_master"
 				       " WHERE name = 'processes'"), 0);
 	free(path);
@@ -255,6 +351,8 @@ void store_schema_add(TCase *tc)
 	tcase_add_test(tc, store_keeps_a_process_run);
 	tcase_add_test(tc, store_migrates_version_3_findings_without_graphs);
 	tcase_add_test(tc, store_keeps_graphs_and_merges_by_the_engines_key);
+	tcase_add_test(tc, store_keeps_free_stacks_and_arguments);
+	tcase_add_test(tc, store_migrates_version_4_findings_without_free_or_args);
 	tcase_add_test(tc, store_refuses_a_newer_schema);
 	tcase_add_test(tc, store_refuses_what_is_not_a_database);
 }
