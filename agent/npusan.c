@@ -343,25 +343,76 @@ static void agent_lifetime(enum op_kind kind, uint64_t id)
 		live_event_destroy(id, agent_push_lifetime_cb, &op);
 }
 
+/* The operator's arguments of a launch's ranges: NULL pointers for
+ * none (npusan_launch_args()). */
+struct agent_args {
+	const uint32_t *reads;
+	const uint32_t *writes;
+};
+
+/* The argument of range `i` (reads first), 0 for none. */
+static uint32_t agent_arg(const struct agent_args *args, size_t nreads,
+			  size_t i)
+{
+	const uint32_t *v = i < nreads ? args->reads : args->writes;
+
+	return v != NULL ? v[i < nreads ? i : i - nreads] : 0;
+}
+
+/* Defines the named arguments on ring `slot`, ahead of the launch's own
+ * record, which may only name what precedes it. */
+static void agent_define_args(int slot, const struct agent_args *args,
+			      size_t nreads, size_t nwrites)
+{
+	for (size_t i = 0; i < nreads + nwrites; i++) {
+		uint32_t id = agent_arg(args, nreads, i);
+
+		if (id != 0)
+			(void)agent_define_string(slot, id);
+	}
+}
+
+/* The arguments' ids into the launch's record, reads then writes: one
+ * that agent_define_args() could not define is sent as none. */
+static void agent_put_args(int slot, const struct agent_args *args,
+			   size_t nreads, size_t nwrites, uint32_t *out)
+{
+	for (size_t i = 0; i < nreads + nwrites; i++) {
+		uint32_t id = agent_arg(args, nreads, i);
+		struct intern_str *str =
+			id != 0 ? (struct intern_str *)intern_string_get(id)
+				: NULL;
+
+		out[i] = str != NULL && agent_defined(&str->h, slot) ? id : 0;
+	}
+}
+
 static void agent_push_launch(int slot, uint64_t stream, uint32_t name,
 			      const struct npusan_range *reads, size_t nreads,
 			      const struct npusan_range *writes,
-			      size_t nwrites, uint32_t stack)
+			      size_t nwrites, uint32_t stack,
+			      const struct agent_args *args)
 {
 	struct ring_launch *l;
 	struct ring_slot rs;
 	struct ring *r = agent_ring_for(slot, AGENT_ATTACHED, &stack);
+	bool named = args != NULL;
 
 	if (r == NULL)
 		return;
 	if (name != 0 && agent_define_string(slot, name) < 0)
 		name = 0;
+	if (named)
+		agent_define_args(slot, args, nreads, nwrites);
+	/* Past the ring's record limit the reservation fails and counts the
+	 * drop, as for a launch of too many ranges. */
 	if (ring_reserve(r, RING_REC_LAUNCH,
-			 sizeof(*l) + (nreads + nwrites) * sizeof(*reads), &rs))
+			 ring_launch_size((uint64_t)nreads + nwrites, named),
+			 &rs))
 		return;
 	l = rs.payload;
 	l->kind = OP_LAUNCH;
-	l->flags = 0;
+	l->flags = named ? RING_LAUNCH_HAS_ARGS : 0;
 	l->reserved = 0;
 	l->stack = stack;
 	l->stream = stream;
@@ -376,17 +427,20 @@ static void agent_push_launch(int slot, uint64_t stream, uint32_t name,
 	for (size_t i = 0; i < nwrites; i++)
 		l->ranges[nreads + i] =
 			(struct ring_range){ writes[i].ptr, writes[i].len };
+	if (named)
+		agent_put_args(slot, args, nreads, nwrites,
+			       (uint32_t *)(l->ranges + nreads + nwrites));
 	ring_commit(&rs);
 }
 
 /* ---- the API ----------------------------------------------------------- */
 
-/* The body of npusan_launch(), out of line so that the disabled path is
- * the state check alone. */
+/* The body of npusan_launch() and npusan_launch_args(), out of line so
+ * that the disabled path is the state check alone. */
 static __attribute__((noinline)) void agent_launch(
 	uint64_t stream, uint32_t op, const struct npusan_range *reads,
 	size_t nreads, const struct npusan_range *writes, size_t nwrites,
-	uint32_t stack)
+	uint32_t stack, const struct agent_args *args)
 {
 	/* More ranges than a record holds: ring_reserve() refuses the
 	 * record and counts it as dropped; the counts must not wrap. */
@@ -395,7 +449,7 @@ static __attribute__((noinline)) void agent_launch(
 	stack = agent_stack(stack);
 	for (int slot = 0; slot < INTERN_RINGS; slot++)
 		agent_push_launch(slot, stream, op, reads, nreads, writes,
-				  nwrites, stack);
+				  nwrites, stack, args);
 }
 
 NPUSAN_EXPORT void npusan_launch(uint64_t stream, uint32_t op,
@@ -405,7 +459,23 @@ NPUSAN_EXPORT void npusan_launch(uint64_t stream, uint32_t op,
 				 size_t nwrites, uint32_t stack)
 {
 	if (agent_on())
-		agent_launch(stream, op, reads, nreads, writes, nwrites, stack);
+		agent_launch(stream, op, reads, nreads, writes, nwrites, stack,
+			     NULL);
+}
+
+NPUSAN_EXPORT void npusan_launch_args(uint64_t stream, uint32_t op,
+				      const struct npusan_range *reads,
+				      const uint32_t *read_args, size_t nreads,
+				      const struct npusan_range *writes,
+				      const uint32_t *write_args,
+				      size_t nwrites, uint32_t stack)
+{
+	struct agent_args args = { read_args, write_args };
+
+	if (agent_on())
+		agent_launch(stream, op, reads, nreads, writes, nwrites, stack,
+			     read_args != NULL || write_args != NULL ? &args
+								     : NULL);
 }
 
 /* The alloc record of `a`, for the allocation itself and for a snapshot:

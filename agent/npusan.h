@@ -193,6 +193,23 @@ void npusan_launch(uint64_t stream, uint32_t op,
 		   uint32_t stack);
 
 /*
+ * As npusan_launch(), naming the operator's argument of each range:
+ * read_args[i] (and write_args[i]) is the id, from npusan_intern(), of the
+ * name of the argument through which the kernel touches reads[i] ("self",
+ * "other", "out", as the operator's schema names them), or 0 for none;
+ * either array may be NULL for none at all. A finding names the argument
+ * of each access. A name of more than 255 bytes, or holding a blank, a
+ * control character or one of `" # = , @`, is shown as none. Since
+ * NPUSAN_1.3.
+ */
+void npusan_launch_args(uint64_t stream, uint32_t op,
+			const struct npusan_range *reads,
+			const uint32_t *read_args, size_t nreads,
+			const struct npusan_range *writes,
+			const uint32_t *write_args, size_t nwrites,
+			uint32_t stack);
+
+/*
  * Graph capture and replay (format version 2; CUDA graphs, ACLGraph).
  * Graph ids are the caller's, any 64-bit number, like stream ids.
  */

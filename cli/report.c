@@ -83,6 +83,23 @@ static void print_seq(FILE *out, const struct finding_view *f,
 	fputc(')', out);
 }
 
+/* What an access touched: "0x1000" (or "it"), or, when its operator's
+ * argument is known, "argument out of aten::add, at 0x1000". */
+static void print_what(FILE *out, const struct finding_view_access *a,
+		       const char *what)
+{
+	if (a->arg == NULL) {
+		fputs(what, out);
+		return;
+	}
+	fputs("argument ", out);
+	text_put(out, a->arg);
+	fputs(" of ", out);
+	text_put(out, a->op != NULL ? a->op : "(unknown operator)");
+	if (strcmp(what, "it") != 0)
+		fprintf(out, ", at %s", what);
+}
+
 static void print_access(FILE *out, bool color, const struct finding_view *f,
 			 const char *who, const struct finding_view_access *a,
 			 const char *what)
@@ -91,8 +108,10 @@ static void print_access(FILE *out, bool color, const struct finding_view *f,
 	print_seq(out, f, a);
 	fprintf(out, " during kernel:\n%s", paint(color, BOLD));
 	text_put(out, a->op != NULL ? a->op : "(unknown operator)");
-	fprintf(out, "%s\n%s %s\nWith stack trace:\n", paint(color, RESET),
-		a->write ? "writing to" : "reading from", what);
+	fprintf(out, "%s\n%s ", paint(color, RESET),
+		a->write ? "writing to" : "reading from");
+	print_what(out, a, what);
+	fputs("\nWith stack trace:\n", out);
 	print_stack(out, &a->stack);
 }
 

@@ -198,8 +198,10 @@ static const char free_args_trace[] =
 	"stack id=1 frame=\"train.py:14 in step\"\n"
 	"stack id=2 frame=\"train.py:40 in cleanup\" frame=\"train.py:50 in main\"\n"
 	"alloc ptr=0x1000 size=4096 stream=0 stack=1\n"
+	"launch stream=0 op=aten::randn write=0x1000+64@out stack=1\n"
 	"stream_create stream=7\n"
-	"launch stream=7 op=aten::add.Tensor read=0x1000 write=0x2000\n"
+	"launch stream=7 op=aten::add.Tensor read=0x1000@self,0x3000 "
+	"write=0x2000@out\n"
 	"free ptr=0x1000 stack=2\n";
 
 /* Polls `npusanctl show ID` until it answers 0. */
@@ -217,9 +219,10 @@ static char *wait_show(const char *id)
 	return out;
 }
 
-/* The free's stack goes through the agent, the ring, the store and the
- * wire: `show` names it as analyze does, and the JSON is analyze's. */
-START_TEST(daemon_names_where_memory_was_freed)
+/* The free's stack and the arguments go through the agent, the ring, the
+ * store and the wire: `show` names them as analyze does, and the JSON is
+ * analyze's. */
+START_TEST(daemon_names_where_memory_was_freed_and_arguments)
 {
 	char *trace = tu_write_file("freeargs.trace", free_args_trace);
 	char *rep = strdup(tu_bin("agent/npusan-replay"));
@@ -232,20 +235,31 @@ START_TEST(daemon_names_where_memory_was_freed)
 	tu_daemon_init(&d);
 	tu_daemon_start(&d, DAEMON_ARGS);
 	ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 0);
-	out = wait_findings(1);
-	ck_assert_uint_eq(tu_count_lines(out, "\"kind\""), 1);
-	shown = wait_show("1");
+	out = wait_findings(2);
+	ck_assert_uint_eq(tu_count_lines(out, "\"kind\""), 2);
+	shown = wait_show("2");
 	ck_assert_ptr_nonnull(shown);
 	ck_assert_msg(strstr(shown, "Memory was freed here:\n"
 				    "  train.py:40 in cleanup\n"
 				    "  train.py:50 in main\n") != NULL,
 		      "%s", shown);
+	free(shown);
+	shown = wait_show("1");
+	ck_assert_ptr_nonnull(shown);
+	ck_assert_msg(strstr(shown, "aten::add.Tensor\nreading from argument "
+				    "self of aten::add.Tensor, at 0x1000\n") !=
+			      NULL,
+		      "%s", shown);
+	ck_assert_ptr_nonnull(strstr(shown, "aten::randn\nwriting to argument "
+					    "out of aten::randn\n"));
 	ck_assert_int_eq(tu_run(av, NULL, &expect, NULL), 1);
 	got = tu_json_lines(out, "\"job\":\"freeargs\"", varying);
 	exp = tu_json_lines(expect, "\"job\":\"freeargs\"", varying);
 	ck_assert_str_eq(got, exp);
 	ck_assert_ptr_nonnull(strstr(got, "\"free\":{\"stack\":"
 					  "[\"train.py:40 in cleanup\","));
+	ck_assert_ptr_nonnull(strstr(got, "\"op\":\"aten::add.Tensor\","
+					  "\"arg\":\"self\""));
 	ck_assert_int_eq(WEXITSTATUS(tu_daemon_stop(&d, SIGTERM)), 0);
 	free(got);
 	free(exp);
@@ -287,7 +301,7 @@ static Suite *daemon_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, daemon_finds_what_analyze_finds_in_each_rank);
 	tcase_add_test(tc, daemon_killed_keeps_committed_findings);
-	tcase_add_test(tc, daemon_names_where_memory_was_freed);
+	tcase_add_test(tc, daemon_names_where_memory_was_freed_and_arguments);
 	tcase_add_test(tc, daemon_absent_is_said);
 	suite_add_tcase(s, tc);
 	return s;
