@@ -204,6 +204,21 @@ static const char free_args_trace[] =
 	"write=0x2000@out\n"
 	"free ptr=0x1000 stack=2\n";
 
+/* The text of the file at `path` (caller frees). */
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *text = calloc(1, 65536);
+	size_t n;
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(text);
+	n = fread(text, 1, 65535, f);
+	ck_assert_uint_lt(n, 65535);
+	fclose(f);
+	return text;
+}
+
 /* Polls `npusanctl show ID` until it answers 0. */
 static char *wait_show(const char *id)
 {
@@ -230,11 +245,23 @@ START_TEST(daemon_names_where_memory_was_freed_and_arguments)
 	const char *argv[] = { rep, trace, NULL };
 	const char *av[] = { bin, "analyze", "--json", trace, NULL };
 	char *out, *shown, *expect, *got, *exp;
+	char rec[PATH_MAX], *recorded;
 	struct tu_daemon d;
 
 	tu_daemon_init(&d);
 	tu_daemon_start(&d, DAEMON_ARGS);
+	/* The agent's own recording keeps them too. */
+	snprintf(rec, sizeof(rec), "%s/rec.trace", d.dir);
+	setenv("NPUSAN_RECORD", rec, 1);
 	ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 0);
+	unsetenv("NPUSAN_RECORD");
+	recorded = slurp(rec);
+	ck_assert_msg(strstr(recorded, " read=0x1000@self,0x3000 "
+				       "write=0x2000@out\n") != NULL,
+		      "%s", recorded);
+	ck_assert_ptr_nonnull(strstr(recorded, " write=0x1000+64@out "));
+	ck_assert_ptr_nonnull(strstr(recorded, "free ptr=0x1000 stack="));
+	free(recorded);
 	out = wait_findings(2);
 	ck_assert_uint_eq(tu_count_lines(out, "\"kind\""), 2);
 	shown = wait_show("2");

@@ -322,6 +322,42 @@ START_TEST(engine_missing_record_stream_names_the_free)
 }
 END_TEST
 
+static const char *arg_name(uint32_t id)
+{
+	return id != 0 ? symtab_str(F.syms, id, NULL) : NULL;
+}
+
+/* Each access names the argument its element named, both sides of a race
+ * and the use a missing record_stream reports; the argument is not part
+ * of the key, so the same race through another argument is a repeat. */
+START_TEST(engine_accesses_name_their_arguments)
+{
+	static const char body[] =
+		"stream_create stream=1\n"
+		"alloc ptr=0x1000 size=64 stream=0\n"
+		"launch stream=0 op=mm read=0x2000@mat1 write=0x1000+64@out\n"
+		"launch stream=1 op=add read=0x1000+64@self,0x3000@other\n"
+		"launch stream=1 op=add read=0x3000@self,0x1000+64@other\n"
+		"launch stream=1 op=add read=0x1000+64\n"
+		"free ptr=0x1000\n";
+
+	run(body);
+	assert_findings(3, 1);
+	ck_assert_str_eq(arg_name(F.v[0].access.arg), "self");
+	ck_assert_str_eq(arg_name(F.v[0].previous.arg), "out");
+	ck_assert_str_eq(arg_name(F.v[1].access.arg), "other");
+	ck_assert_ptr_null(arg_name(F.v[2].access.arg));
+	ck_assert_str_eq(arg_name(F.v[2].previous.arg), "out");
+	/* the latest use of the allocation on stream 1: unnamed */
+	ck_assert_int_eq(F.v[3].kind, FINDING_MISSING_RECORD_STREAM);
+	ck_assert_ptr_null(arg_name(F.v[3].access.arg));
+	run_mode(body, true);
+	assert_findings(1, 1);
+	ck_assert_uint_eq(F.v[0].count, 3);
+	ck_assert_str_eq(arg_name(F.v[0].access.arg), "self");
+}
+END_TEST
+
 /* A read lets a dead last write go (DESIGN 5), never a live one: every
  * later reader still races it. */
 START_TEST(engine_read_keeps_live_write_for_later_readers)
@@ -477,6 +513,7 @@ static Suite *engine_suite(void)
 	tcase_add_test(seed, engine_read_keeps_live_write_for_later_readers);
 	tcase_add_test(seed, engine_missing_record_stream_per_usage_stream);
 	tcase_add_test(seed, engine_missing_record_stream_names_the_free);
+	tcase_add_test(seed, engine_accesses_name_their_arguments);
 	tcase_add_test(seed, engine_producer_consumer_is_clean);
 	tcase_add_test(seed, engine_producer_consumer_without_wait_races);
 	tcase_add_test(seed, engine_producer_consumer_without_record_stream_frees_unsafely);
