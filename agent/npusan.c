@@ -350,40 +350,24 @@ struct agent_args {
 	const uint32_t *writes;
 };
 
-/* The argument of range `i` (reads first), 0 for none. */
-static uint32_t agent_arg(const struct agent_args *args, size_t nreads,
-			  size_t i)
-{
-	const uint32_t *v = i < nreads ? args->reads : args->writes;
-
-	return v != NULL ? v[i < nreads ? i : i - nreads] : 0;
-}
-
-/* Defines the named arguments on ring `slot`, ahead of the launch's own
- * record, which may only name what precedes it. */
-static void agent_define_args(int slot, const struct agent_args *args,
-			      size_t nreads, size_t nwrites)
+/*
+ * The arguments of a launch on ring `slot`, reads then writes: with `out`
+ * NULL, defines them, ahead of the launch's own record, which may name
+ * only what precedes it; else their ids into `out`, one that could not be
+ * defined as none.
+ */
+static void agent_args_to(int slot, const struct agent_args *args,
+			  size_t nreads, size_t nwrites, uint32_t *out)
 {
 	for (size_t i = 0; i < nreads + nwrites; i++) {
-		uint32_t id = agent_arg(args, nreads, i);
+		const uint32_t *v = i < nreads ? args->reads : args->writes;
+		uint32_t id = v != NULL ? v[i < nreads ? i : i - nreads] : 0;
+		struct intern_str *s = (struct intern_str *)intern_string_get(id);
 
-		if (id != 0)
+		if (out == NULL && s != NULL)
 			(void)agent_define_string(slot, id);
-	}
-}
-
-/* The arguments' ids into the launch's record, reads then writes: one
- * that agent_define_args() could not define is sent as none. */
-static void agent_put_args(int slot, const struct agent_args *args,
-			   size_t nreads, size_t nwrites, uint32_t *out)
-{
-	for (size_t i = 0; i < nreads + nwrites; i++) {
-		uint32_t id = agent_arg(args, nreads, i);
-		struct intern_str *str =
-			id != 0 ? (struct intern_str *)intern_string_get(id)
-				: NULL;
-
-		out[i] = str != NULL && agent_defined(&str->h, slot) ? id : 0;
+		else if (out != NULL)
+			out[i] = s != NULL && agent_defined(&s->h, slot) ? id : 0;
 	}
 }
 
@@ -403,7 +387,7 @@ static void agent_push_launch(int slot, uint64_t stream, uint32_t name,
 	if (name != 0 && agent_define_string(slot, name) < 0)
 		name = 0;
 	if (named)
-		agent_define_args(slot, args, nreads, nwrites);
+		agent_args_to(slot, args, nreads, nwrites, NULL);
 	/* Past the ring's record limit the reservation fails and counts the
 	 * drop, as for a launch of too many ranges. */
 	if (ring_reserve(r, RING_REC_LAUNCH,
@@ -428,8 +412,8 @@ static void agent_push_launch(int slot, uint64_t stream, uint32_t name,
 		l->ranges[nreads + i] =
 			(struct ring_range){ writes[i].ptr, writes[i].len };
 	if (named)
-		agent_put_args(slot, args, nreads, nwrites,
-			       (uint32_t *)(l->ranges + nreads + nwrites));
+		agent_args_to(slot, args, nreads, nwrites,
+			      (uint32_t *)(l->ranges + nreads + nwrites));
 	ring_commit(&rs);
 }
 

@@ -71,14 +71,12 @@ typedef void (*launch_args_fn)(uint64_t, uint32_t, const struct npusan_range *,
 			       const struct npusan_range *, const uint32_t *,
 			       size_t, uint32_t);
 
-/* Growable ranges, inline first, each with the id of the name of the
- * argument (or return) it came from: `name` while that one is collected. */
+/* Growable ranges, inline first, each with its argument's name id. */
 struct ranges {
 	struct npusan_range *v;
 	uint32_t *names;
 	size_t n, cap;
-	uint32_t name;
-	int named; /* a range has a name */
+	uint32_t name; /* of the argument (or return) being collected */
 	struct npusan_range inline_v[RANGES_INLINE];
 	uint32_t inline_names[RANGES_INLINE];
 };
@@ -90,15 +88,12 @@ static void ranges_init(struct ranges *r)
 	r->n = 0;
 	r->cap = RANGES_INLINE;
 	r->name = 0;
-	r->named = 0;
 }
 
 static void ranges_fini(struct ranges *r)
 {
-	if (r->v != r->inline_v) {
-		PyMem_Free(r->v);
-		PyMem_Free(r->names);
-	}
+	if (r->v != r->inline_v)
+		PyMem_Free(r->v); /* and the names after the ranges */
 }
 
 /* 0; -1 with MemoryError set. */
@@ -106,44 +101,37 @@ static int ranges_push(struct ranges *r, uint64_t ptr, uint64_t len)
 {
 	if (r->n == r->cap) {
 		size_t cap = r->cap * 2;
-		struct npusan_range *v = PyMem_Malloc(cap * sizeof(*v));
-		uint32_t *names = PyMem_Malloc(cap * sizeof(*names));
+		struct npusan_range *v =
+			PyMem_Malloc(cap * (sizeof(*v) + sizeof(*r->names)));
 
-		if (v == NULL || names == NULL) {
-			PyMem_Free(v);
-			PyMem_Free(names);
+		if (v == NULL) {
 			PyErr_NoMemory();
 			return -1;
 		}
 		memcpy(v, r->v, r->n * sizeof(*v));
-		memcpy(names, r->names, r->n * sizeof(*names));
+		memcpy(v + cap, r->names, r->n * sizeof(*r->names));
 		ranges_fini(r);
 		r->v = v;
-		r->names = names;
+		r->names = (uint32_t *)(v + cap);
 		r->cap = cap;
 	}
 	r->v[r->n].ptr = ptr;
 	r->v[r->n].len = len;
 	r->names[r->n] = r->name;
-	r->named |= r->name != 0;
 	r->n++;
 	return 0;
 }
 
-/* The name id at `i` of `ids` (a tuple of ints, or NULL): 0 when none.
- * -1 with an exception set. */
+/* The name id at `i` of `ids` (a tuple of ints; else none) into *out, 0
+ * for none; -1 with an exception set. */
 static int name_at(PyObject *ids, Py_ssize_t i, uint32_t *out)
 {
-	unsigned long v;
+	unsigned long v = 0;
 
-	*out = 0;
-	if (ids == NULL || i >= PyTuple_GET_SIZE(ids))
-		return 0;
-	v = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(ids, i));
-	if (v == (unsigned long)-1 && PyErr_Occurred())
-		return -1;
+	if (ids != NULL && PyTuple_Check(ids) && i < PyTuple_GET_SIZE(ids))
+		v = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(ids, i));
 	*out = (uint32_t)v;
-	return 0;
+	return v == (unsigned long)-1 && PyErr_Occurred() ? -1 : 0;
 }
 
 /* Interned names of the tensor methods and adapter attributes used. */
@@ -750,8 +738,6 @@ static PyObject *core_dispatch(PyObject *self, PyObject *const *a,
 	if (c->launch_args != NULL && PyTuple_GET_SIZE(entry) >= 4) {
 		arg_ids = PyTuple_GET_ITEM(entry, 2);
 		ret_ids = PyTuple_GET_ITEM(entry, 3);
-		if (!PyTuple_Check(arg_ids) || !PyTuple_Check(ret_ids))
-			arg_ids = ret_ids = NULL;
 	}
 	record = PyObject_IsTrue(PyTuple_GET_ITEM(spec, 4));
 	if (PyErr_Occurred())
@@ -816,11 +802,10 @@ static PyObject *core_dispatch(PyObject *self, PyObject *const *a,
 	if (reads.n != 0 || writes.n != 0) {
 		if (core_stream(c, device, &stream) < 0)
 			goto after_failed;
-		if (reads.named || writes.named)
+		if (c->launch_args != NULL) /* names every range */
 			c->launch_args(stream, (uint32_t)op, reads.v,
 				       reads.names, reads.n, writes.v,
-				       writes.names, writes.n,
-				       (uint32_t)stack);
+				       writes.names, writes.n, (uint32_t)stack);
 		else
 			c->launch(stream, (uint32_t)op, reads.v, reads.n,
 				  writes.v, writes.n, (uint32_t)stack);
@@ -965,8 +950,7 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 					 &stacks, &PyType_Type, &tensor_type,
 					 &PyTuple_Type, &pointers))
 		return -1;
-	if (PyTuple_GET_SIZE(pointers) != 3 &&
-	    PyTuple_GET_SIZE(pointers) != 4) {
+	if (PyTuple_GET_SIZE(pointers) < 3 || PyTuple_GET_SIZE(pointers) > 4) {
 		PyErr_SetString(PyExc_ValueError,
 				"pointers: (launch, alloc, free[, launch_args])");
 		return -1;
@@ -1016,9 +1000,8 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 	c->launch = (launch_fn)pointer(pointers, 0);
 	c->alloc = (alloc_fn)pointer(pointers, 1);
 	c->free = (free_fn)pointer(pointers, 2);
-	c->launch_args = PyTuple_GET_SIZE(pointers) == 4
-				 ? (launch_args_fn)pointer(pointers, 3)
-				 : NULL;
+	c->launch_args = (launch_args_fn)(PyTuple_GET_SIZE(pointers) == 4 ?
+					  pointer(pointers, 3) : NULL);
 	if (PyErr_Occurred())
 		return -1;
 	if (!c->launch || !c->alloc || !c->free) {
