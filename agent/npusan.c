@@ -228,7 +228,8 @@ static __attribute__((noinline)) int agent_define_stack(int slot, uint32_t id)
 
 /*
  * The stack id to send: a given one, or the native stack captured now.
- * Called only from agent_launch() and agent_alloc(), never inlined, and
+ * Called only from agent_launch(), agent_alloc() and agent_free(), never
+ * inlined, and
  * the agent is built without sibling calls, so the frames to skip are
  * always these three: itself, its caller and the API function.
  */
@@ -360,6 +361,33 @@ static void agent_lifetime(enum op_kind kind, uint64_t id)
 		live_event_destroy(id, agent_push_lifetime_cb, &op);
 }
 
+/* The operator's arguments of a launch's ranges: NULL pointers for
+ * none (npusan_launch_args()). */
+struct agent_args {
+	const uint32_t *reads;
+	const uint32_t *writes;
+};
+
+/*
+ * The arguments of a launch on ring `slot`, reads then writes: with `out`
+ * NULL, defines them, ahead of the launch's own record, which may name
+ * only what precedes it; else their ids into `out`, one that could not be
+ * defined as none.
+ */
+static void agent_args_to(int slot, const struct agent_args *args,
+			  size_t nreads, size_t nwrites, uint32_t *out)
+{
+	for (size_t i = 0; i < nreads + nwrites; i++) {
+		const uint32_t *v = i < nreads ? args->reads : args->writes;
+		uint32_t id = v != NULL ? v[i < nreads ? i : i - nreads] : 0;
+
+		if (out == NULL && id != 0 && !agent_string_defined(slot, id))
+			(void)agent_define_string(slot, id);
+		else if (out != NULL)
+			out[i] = agent_string_defined(slot, id) ? id : 0;
+	}
+}
+
 /*
  * Pushes a launch to ring `r` of `slot`, which takes every record. Inline
  * in agent_launch(): the path of every launch, whose ids are nearly always
@@ -370,10 +398,12 @@ static inline void agent_push_launch(struct ring *r, int slot,
 				     const struct npusan_range *reads,
 				     size_t nreads,
 				     const struct npusan_range *writes,
-				     size_t nwrites, uint32_t stack)
+				     size_t nwrites, uint32_t stack,
+				     const struct agent_args *args)
 {
 	struct ring_launch *l;
 	struct ring_slot rs;
+	bool named = args != NULL;
 
 	if (stack != 0 && !agent_stack_defined(slot, stack) &&
 	    agent_define_stack(slot, stack) < 0)
@@ -381,12 +411,17 @@ static inline void agent_push_launch(struct ring *r, int slot,
 	if (name != 0 && !agent_string_defined(slot, name) &&
 	    agent_define_string(slot, name) < 0)
 		name = 0;
+	if (named)
+		agent_args_to(slot, args, nreads, nwrites, NULL);
+	/* Past the ring's record limit the reservation fails and counts the
+	 * drop, as for a launch of too many ranges. */
 	if (ring_reserve(r, RING_REC_LAUNCH,
-			 sizeof(*l) + (nreads + nwrites) * sizeof(*reads), &rs))
+			 ring_launch_size((uint64_t)nreads + nwrites, named),
+			 &rs))
 		return;
 	l = rs.payload;
 	l->kind = OP_LAUNCH;
-	l->flags = 0;
+	l->flags = named ? RING_LAUNCH_HAS_ARGS : 0;
 	l->reserved = 0;
 	l->stack = stack;
 	l->stream = stream;
@@ -401,17 +436,20 @@ static inline void agent_push_launch(struct ring *r, int slot,
 	for (size_t i = 0; i < nwrites; i++)
 		l->ranges[nreads + i] =
 			(struct ring_range){ writes[i].ptr, writes[i].len };
+	if (named)
+		agent_args_to(slot, args, nreads, nwrites,
+			      (uint32_t *)(l->ranges + nreads + nwrites));
 	ring_commit(&rs);
 }
 
 /* ---- the API ----------------------------------------------------------- */
 
-/* The body of npusan_launch(), out of line so that the disabled path is
- * the state check alone. */
+/* The body of npusan_launch() and npusan_launch_args(), out of line so
+ * that the disabled path is the state check alone. */
 static __attribute__((noinline)) void agent_launch(
 	uint64_t stream, uint32_t op, const struct npusan_range *reads,
 	size_t nreads, const struct npusan_range *writes, size_t nwrites,
-	uint32_t stack)
+	uint32_t stack, const struct agent_args *args)
 {
 	struct ring *r;
 
@@ -426,7 +464,7 @@ static __attribute__((noinline)) void agent_launch(
 		r = agent_ring_get(slot);
 		if (r != NULL && agent_attach_load(slot) >= AGENT_ATTACHED)
 			agent_push_launch(r, slot, stream, op, reads, nreads,
-					  writes, nwrites, stack);
+					  writes, nwrites, stack, args);
 	}
 }
 
@@ -437,7 +475,23 @@ NPUSAN_EXPORT void npusan_launch(uint64_t stream, uint32_t op,
 				 size_t nwrites, uint32_t stack)
 {
 	if (agent_on())
-		agent_launch(stream, op, reads, nreads, writes, nwrites, stack);
+		agent_launch(stream, op, reads, nreads, writes, nwrites, stack,
+			     NULL);
+}
+
+NPUSAN_EXPORT void npusan_launch_args(uint64_t stream, uint32_t op,
+				      const struct npusan_range *reads,
+				      const uint32_t *read_args, size_t nreads,
+				      const struct npusan_range *writes,
+				      const uint32_t *write_args,
+				      size_t nwrites, uint32_t stack)
+{
+	struct agent_args args = { read_args, write_args };
+
+	if (agent_on())
+		agent_launch(stream, op, reads, nreads, writes, nwrites, stack,
+			     read_args != NULL || write_args != NULL ? &args
+								     : NULL);
 }
 
 /* The alloc record of `a`, for the allocation itself and for a snapshot:
@@ -507,16 +561,29 @@ NPUSAN_EXPORT void npusan_alloc_graph(uint64_t ptr, uint64_t size,
 			    NPUSAN_STACK_NATIVE);
 }
 
-NPUSAN_EXPORT void npusan_free(uint64_t ptr)
+/* The body of npusan_free() and npusan_free_at(), out of line for
+ * agent_stack()'s frames. */
+static __attribute__((noinline)) void agent_free(uint64_t ptr, uint32_t stack)
 {
-	if (!agent_live())
-		return;
-	struct ring_op op = { .kind = OP_FREE, .a = ptr };
+	struct ring_op op = { .kind = OP_FREE, .a = ptr,
+			      .stack = agent_stack(stack) };
 
 	if (agent_keeps_lifetimes())
 		live_free(ptr, agent_push_lifetime_cb, &op);
 	else
 		agent_push_op(&op, AGENT_ATTACHING);
+}
+
+NPUSAN_EXPORT void npusan_free(uint64_t ptr)
+{
+	if (agent_live())
+		agent_free(ptr, NPUSAN_STACK_NONE);
+}
+
+NPUSAN_EXPORT void npusan_free_at(uint64_t ptr, uint32_t stack)
+{
+	if (agent_live())
+		agent_free(ptr, stack);
 }
 
 NPUSAN_EXPORT void npusan_stream_create(uint64_t stream)

@@ -31,7 +31,7 @@
  *   NPUSAN_RING_FULL=drop|block   what a full ring does (default drop:
  *                            the record is counted and reported as a gap)
  *   NPUSAN_STACKS=N          capture up to N native frames (0 to 128) per
- *                            launch and allocation that passes
+ *                            launch, allocation and free that passes
  *                            NPUSAN_STACK_NATIVE (default 16; 0: off)
  *   NPUSAN_STACK_METHOD=fp|unwind   how: frame pointers (default) or
  *                            the unwinder
@@ -175,6 +175,11 @@ void npusan_alloc_on(uint64_t ptr, uint64_t size, uint64_t stream,
 		     uint32_t stack);
 /* The allocation starting at ptr went back to the allocator. */
 void npusan_free(uint64_t ptr);
+/* As npusan_free(), where the free was made: `stack` is a stack id,
+ * NPUSAN_STACK_NONE or NPUSAN_STACK_NATIVE. A missing record_stream this
+ * free reveals names that stack as where the memory was freed, which is
+ * where its fix goes. Since NPUSAN_1.3. */
+void npusan_free_at(uint64_t ptr, uint32_t stack);
 /* The allocator was told the allocation containing ptr is used on stream. */
 void npusan_record_stream(uint64_t ptr, uint64_t stream);
 
@@ -186,6 +191,23 @@ void npusan_launch(uint64_t stream, uint32_t op,
 		   const struct npusan_range *reads, size_t nreads,
 		   const struct npusan_range *writes, size_t nwrites,
 		   uint32_t stack);
+
+/*
+ * As npusan_launch(), naming the operator's argument of each range:
+ * read_args[i] (and write_args[i]) is the id, from npusan_intern(), of the
+ * name of the argument through which the kernel touches reads[i] ("self",
+ * "other", "out", as the operator's schema names them), or 0 for none;
+ * either array may be NULL for none at all. A finding names the argument
+ * of each access. A name of more than 255 bytes, or holding a blank, a
+ * control character or one of `" # = , @`, is shown as none. Since
+ * NPUSAN_1.3.
+ */
+void npusan_launch_args(uint64_t stream, uint32_t op,
+			const struct npusan_range *reads,
+			const uint32_t *read_args, size_t nreads,
+			const struct npusan_range *writes,
+			const uint32_t *write_args, size_t nwrites,
+			uint32_t stack);
 
 /*
  * Graph capture and replay (format version 2; CUDA graphs, ACLGraph).

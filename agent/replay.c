@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "grow.h"
 #include "npusan.h"
 #include "symtab.h"
 #include "text.h"
@@ -42,6 +43,8 @@ struct replay {
 	struct symtab *syms;
 	struct u64map names;  /* trace string id -> agent string id */
 	struct u64map stacks; /* trace stack id -> agent stack id */
+	uint32_t *args;       /* a launch's argument ids, the agent's */
+	size_t args_cap;
 	double rate;          /* operations per second, 0: as fast as possible */
 	unsigned wait_ms;
 	struct replay_pause {
@@ -121,6 +124,32 @@ static uint32_t replay_stack(struct replay *rp, uint32_t id)
 	return agent_id;
 }
 
+/* A launch, with its arguments when it names any; these cannot be
+ * pushed without memory, and then the launch goes without them. */
+static void replay_launch(struct replay *rp, const struct op *op)
+{
+	size_t nr = op->nreads, n = nr + op->nwrites;
+	uint32_t *ra = NULL, *wa = NULL;
+
+	if ((op->read_args != NULL || op->write_args != NULL) &&
+	    grow_array((void **)&rp->args, &rp->args_cap, n ? n : 1,
+		       sizeof(*rp->args)) == 0) {
+		for (size_t i = 0; i < n; i++) {
+			const uint32_t *v = i < nr ? op->read_args
+						   : op->write_args;
+			uint32_t id = v != NULL ? v[i < nr ? i : i - nr] : 0;
+
+			rp->args[i] = id != 0 ? replay_name(rp, id) : 0;
+		}
+		ra = op->read_args != NULL ? rp->args : NULL;
+		wa = op->write_args != NULL ? rp->args + nr : NULL;
+	}
+	npusan_launch_args(op->stream, replay_name(rp, op->name),
+			   (const struct npusan_range *)op->reads, ra, nr,
+			   (const struct npusan_range *)op->writes, wa,
+			   op->nwrites, replay_stack(rp, op->stack));
+}
+
 static void replay_op(struct replay *rp, const struct op *op)
 {
 	switch (op->kind) {
@@ -148,15 +177,11 @@ static void replay_op(struct replay *rp, const struct op *op)
 			npusan_alloc(op->ptr, op->size, NPUSAN_NO_STREAM,
 				     replay_stack(rp, op->stack));
 		break;
-	case OP_FREE: npusan_free(op->ptr); break;
-	case OP_RECORD_STREAM: npusan_record_stream(op->ptr, op->stream); break;
-	case OP_LAUNCH:
-		npusan_launch(op->stream, replay_name(rp, op->name),
-			      (const struct npusan_range *)op->reads,
-			      op->nreads,
-			      (const struct npusan_range *)op->writes,
-			      op->nwrites, replay_stack(rp, op->stack));
+	case OP_FREE:
+		npusan_free_at(op->ptr, replay_stack(rp, op->stack));
 		break;
+	case OP_RECORD_STREAM: npusan_record_stream(op->ptr, op->stream); break;
+	case OP_LAUNCH: replay_launch(rp, op); break;
 	case OP_FLUSH: npusan_flush(); break;
 	case OP_GAP: npusan_gap(op->has_lost ? op->lost : NPUSAN_LOST_UNKNOWN); break;
 	case OP_CAPTURE_BEGIN: npusan_capture_begin(op->stream, op->graph); break;
@@ -307,6 +332,7 @@ static int replay_child(struct replay *rp)
 	trace_reader_close(r);
 	u64map_fini(&rp->names);
 	u64map_fini(&rp->stacks);
+	free(rp->args);
 	symtab_free(rp->syms);
 	return ret;
 }

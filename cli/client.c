@@ -562,6 +562,7 @@ static void client_access(const Npusan__Access *a, struct finding_view_access *o
 	out->seq = a->seq;
 	out->write = a->has_write && a->write;
 	out->op = a->op;
+	out->arg = a->arg;
 	out->stack = client_stack(a->stack, a->n_stack);
 	out->has_graph = a->has_graph;
 	out->graph = a->has_graph ? a->graph : 0;
@@ -596,6 +597,10 @@ int client_finding(const Npusan__Finding *f, struct finding_view *out)
 	if (f->previous != NULL) {
 		r.has_previous = true;
 		client_access(f->previous, &r.previous);
+	}
+	if (f->free != NULL) {
+		r.has_free = true;
+		r.free_stack = client_stack(f->free->stack, f->free->n_stack);
 	}
 	r.count = f->has_count ? f->count : 1;
 	r.has_first = f->has_first_ms;

@@ -117,6 +117,23 @@ static void print_seq(FILE *out, const struct finding_view *f,
 	fputc(')', out);
 }
 
+/* What an access touched: "0x1000" (or "it"), or, when its operator's
+ * argument is known, "argument out of aten::add, at 0x1000". */
+static void print_what(FILE *out, const struct finding_view_access *a,
+		       const char *what)
+{
+	if (a->arg == NULL) {
+		fputs(what, out);
+		return;
+	}
+	fputs("argument ", out);
+	text_put(out, a->arg);
+	fputs(" of ", out);
+	text_put(out, a->op != NULL ? a->op : "(unknown operator)");
+	if (strcmp(what, "it") != 0)
+		fprintf(out, ", at %s", what);
+}
+
 static void print_access(FILE *out, bool color, const struct finding_view *f,
 			 const char *who, const struct finding_view_access *a,
 			 const char *what)
@@ -125,8 +142,10 @@ static void print_access(FILE *out, bool color, const struct finding_view *f,
 	print_seq(out, f, a);
 	fprintf(out, " during kernel:\n%s", paint(color, BOLD));
 	text_put(out, a->op != NULL ? a->op : "(unknown operator)");
-	fprintf(out, "%s\n%s %s\nWith stack trace:\n", paint(color, RESET),
-		a->write ? "writing to" : "reading from", what);
+	fprintf(out, "%s\n%s ", paint(color, RESET),
+		a->write ? "writing to" : "reading from");
+	print_what(out, a, what);
+	fputs("\nWith stack trace:\n", out);
 	print_stack(out, &a->stack);
 }
 
@@ -220,6 +239,10 @@ static void missing_record_stream_text(FILE *out, bool color,
 		use);
 	print_access(out, color, f, "Last use", &f->access, "it");
 	print_alloc(out, f);
+	if (f->has_free) {
+		fputs("Memory was freed here:\n", out);
+		print_stack(out, &f->free_stack);
+	}
 	fprintf(out, "Fix it in either of two ways:\n"
 		     "  - call tensor.record_stream(s) for the usage stream s "
 		     "(stream %" PRIu64 ") after the use, or\n"
@@ -386,6 +409,8 @@ static void json_access(FILE *out, const struct finding_view_access *a)
 		     ",\"type\":\"%s\",\"op\":",
 		a->stream, a->seq, a->write ? "write" : "read");
 	json_string_or_null(out, a->op != NULL ? a->op : "");
+	fputs(",\"arg\":", out);
+	json_string_or_null(out, a->arg);
 	fputs(",\"stack\":", out);
 	json_stack(out, &a->stack);
 	if (a->has_graph)
@@ -447,6 +472,14 @@ void report_json(FILE *out, const struct finding_view *f)
 		json_access(out, &f->previous);
 	else
 		fputs("null", out);
+	fputs(",\"free\":", out);
+	if (f->has_free) {
+		fputs("{\"stack\":", out);
+		json_stack(out, &f->free_stack);
+		fputc('}', out);
+	} else {
+		fputs("null", out);
+	}
 	fputs(",\"detected_at\":", out);
 	json_string_or_null(out, f->detected_at);
 	fprintf(out, ",\"count\":%" PRIu64, f->count);

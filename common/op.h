@@ -75,6 +75,30 @@ static inline size_t op_cut_string(const char *s, size_t len)
 	return len;
 }
 
+/* The longest name of an operator's argument, in bytes. */
+#define OP_MAX_ARG 255
+
+/*
+ * Whether the `len` bytes at `s` may name an operator's argument
+ * (`PTR+LEN@NAME` in a trace): 1 to OP_MAX_ARG bytes, none of them a blank,
+ * a control character or one of `" # = , @`. The one rule of the reader,
+ * the writer and ringdec, which makes every other name none, so that a
+ * recording always reads back and the daemon and `analyze` see one name.
+ */
+static inline bool op_arg_ok(const char *s, size_t len)
+{
+	if (s == NULL || len == 0 || len > OP_MAX_ARG)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c <= ' ' || c == 0x7f || c == '"' || c == '#' ||
+		    c == '=' || c == ',' || c == '@')
+			return false;
+	}
+	return true;
+}
+
 /* The trace directive of `kind`, or NULL when `kind` is out of range. */
 const char *op_kind_name(enum op_kind kind);
 
@@ -100,7 +124,7 @@ struct op_range {
  *   alloc           ptr, size, stream when has_stream, graph when has_graph
  *   free            ptr
  *   record_stream   ptr, stream
- *   launch          stream, name, reads, writes
+ *   launch          stream, name, reads, writes, read_args, write_args
  *   flush           -
  *   gap             lost when has_lost
  *   capture_begin   stream, graph       capture_end    stream, graph
@@ -127,6 +151,10 @@ struct op {
 	uint64_t graph;
 	const struct op_range *reads;
 	const struct op_range *writes;
+	/* launch: the operator's argument of each range, a symtab string id
+	 * (0: none); NULL when no range of the list names one. */
+	const uint32_t *read_args;
+	const uint32_t *write_args;
 	size_t nreads;
 	size_t nwrites;
 };

@@ -37,6 +37,8 @@ struct ringdec {
 	struct ringdec_map stacks;  /* producer stack id -> symtab stack id */
 	struct op_range *ranges;
 	size_t ranges_cap;
+	uint32_t *args; /* the ranges' arguments, in step with ranges */
+	size_t args_cap;
 	char *text; /* a string as text_keep() keeps it */
 	size_t text_cap;
 	uint32_t *frames;
@@ -97,6 +99,7 @@ void ringdec_free(struct ringdec *d)
 	u64map_fini(&d->strings.map);
 	u64map_fini(&d->stacks.map);
 	free(d->ranges);
+	free(d->args);
 	free(d->text);
 	free(d->frames);
 	free(d);
@@ -299,23 +302,62 @@ static int ringdec_op_name(struct ringdec *d, uint32_t id, uint32_t *out)
 	return ringdec_string(d, v != NULL ? 0 : id, "operator", out);
 }
 
+/*
+ * The args of launch `l` into d->args, kept in step with the ranges
+ * ringdec_ranges() kept: a name never defined, or not op_arg_ok(), is
+ * none, so that the daemon and a recording see the same names. 1.
+ */
+static int ringdec_args(struct ringdec *d, const struct ring_launch *l,
+			struct op *op)
+{
+	const uint32_t *in = (const uint32_t *)(l->ranges + l->nreads +
+						l->nwrites);
+	size_t kept = 0, named[2] = { 0, 0 };
+
+	for (uint64_t i = 0; i < (uint64_t)l->nreads + l->nwrites; i++) {
+		const uint64_t *v = NULL;
+		const char *name = NULL;
+		uint32_t id = 0;
+		size_t len = 0;
+
+		if (l->ranges[i].len == 0)
+			continue;
+		if (in[i] != 0 && (v = ringdec_map_get(&d->strings, in[i])) == NULL)
+			d->n.undefined++;
+		if (v != NULL)
+			name = symtab_str(d->syms, (uint32_t)*v, &len);
+		if (op_arg_ok(name, len))
+			id = (uint32_t)*v;
+		named[i >= l->nreads] += id != 0;
+		d->args[kept++] = id;
+	}
+	op->read_args = named[0] ? d->args : NULL;
+	op->write_args = named[1] ? d->args + op->nreads : NULL;
+	return 1;
+}
+
 static int ringdec_launch(struct ringdec *d, const void *payload, size_t len,
 			  struct op *op)
 {
 	const struct ring_launch *l = payload;
 	uint64_t n;
+	bool args;
 	int err;
 
 	if (len < sizeof(*l) || l->kind != OP_LAUNCH)
 		return ringdec_bad(d, "malformed launch", RING_REC_LAUNCH, len);
 	n = (uint64_t)l->nreads + l->nwrites;
+	args = (l->flags & RING_LAUNCH_HAS_ARGS) != 0;
 	if (n > (len - sizeof(*l)) / sizeof(l->ranges[0]) ||
-	    len - sizeof(*l) != n * sizeof(l->ranges[0]))
+	    len != ring_launch_size(n, args))
 		return ringdec_bad(d, "launch ranges do not match its length",
 				   RING_REC_LAUNCH, len);
 	err = n <= d->ranges_cap ? 0 :
 	      grow_array((void **)&d->ranges, &d->ranges_cap, n,
 			 sizeof(*d->ranges));
+	if (err == 0 && args && n > d->args_cap)
+		err = grow_array((void **)&d->args, &d->args_cap, n,
+				 sizeof(*d->args));
 	if (err == 0)
 		err = ringdec_op_name(d, l->name, &op->name);
 	if (err < 0)
@@ -328,6 +370,9 @@ static int ringdec_launch(struct ringdec *d, const void *payload, size_t len,
 	op->writes = d->ranges + op->nreads;
 	op->nwrites = ringdec_ranges(l->ranges + l->nreads, l->nwrites,
 				     d->ranges + op->nreads);
+	op->read_args = op->write_args = NULL;
+	if (args)
+		return ringdec_args(d, l, op);
 	return 1;
 }
 

@@ -87,6 +87,7 @@ struct fields {
 	size_t nreads;
 	size_t nwrites;
 	size_t nframes;
+	bool named_reads, named_writes; /* an element said @NAME */
 };
 
 /* Operator names a reader interned lately, by a hash of their bytes: a
@@ -133,6 +134,16 @@ struct trace_reader {
 	struct op_range *writes;
 	size_t reads_cap;
 	size_t writes_cap;
+	/* Each element's @NAME (len 0: none) while the line is read, then
+	 * its symtab id for the op; grown with reads and writes. */
+	struct str *read_names;
+	struct str *write_names;
+	size_t read_names_cap;
+	size_t write_names_cap;
+	uint32_t *read_args;
+	uint32_t *write_args;
+	size_t read_args_cap;
+	size_t write_args_cap;
 	uint32_t *frames;
 	size_t frames_cap;
 	char *scratch;

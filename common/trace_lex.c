@@ -445,18 +445,46 @@ static int element_error(struct trace_reader *r, enum key k, const char *p,
 			   qb);
 }
 
-/* The element PTR or PTR+LEN at p into *out, its end into *next. */
+/* The @NAME at *pp (after an element), its end into *pp: the operator's
+ * argument (op_arg_ok()). 0; -EINVAL naming what is wrong. */
+static int take_arg(struct trace_reader *r, enum key k, const char **pp,
+		    const char *end, struct str *name)
+{
+	const char *p = *pp + 1, *e = p;
+	char qb[QUOTE_BUF];
+
+	while (e < end && *e != ',' && !trace__ends_token(*e))
+		e++;
+	if (op_arg_ok(p, (size_t)(e - p))) {
+		*name = (struct str){ p, (size_t)(e - p) };
+		*pp = e;
+		return 0;
+	}
+	trace__quote(qb, *pp, (size_t)(e - *pp));
+	return trace__fail(r, -EINVAL, "invalid argument name for '%s': %s",
+			   trace__keys[k].name, qb);
+}
+
+/* The element PTR, PTR+LEN, PTR@NAME or PTR+LEN@NAME at p into *out and
+ * *name (len 0 without a name), its end into *next. */
 static int take_element(struct trace_reader *r, enum key k, const char *p,
 			const char *end, struct op_range *out,
-			const char **next)
+			struct str *name, const char **next)
 {
 	const char *q;
 	int st;
 
 	out->len = 1;
+	*name = (struct str){ NULL, 0 };
 	st = scan_u64(p, end, lex_limit(r), &out->ptr, &q);
 	if (st == NUM_OK && q < end && *q == '+')
 		st = scan_u64(q + 1, end, lex_limit(r), &out->len, &q);
+	if (st == NUM_OK && q < end && *q == '@' && out->len != 0 &&
+	    trace__range_fits(out->ptr, out->len))
+	{
+		*next = q;
+		return take_arg(r, k, next, end, name);
+	}
 	if (st == NUM_OK && (q == end || *q == ',' || trace__ends_token(*q)) &&
 	    out->len != 0 && trace__range_fits(out->ptr, out->len)) {
 		*next = q;
@@ -471,7 +499,10 @@ static int take_list(struct trace_reader *r, enum key k, const char **pp,
 	bool rd = k == KEY_READ;
 	struct op_range **v = rd ? &r->reads : &r->writes;
 	size_t *cap = rd ? &r->reads_cap : &r->writes_cap;
+	struct str **names = rd ? &r->read_names : &r->write_names;
+	size_t *ncap = rd ? &r->read_names_cap : &r->write_names_cap;
 	size_t *n = rd ? &f->nreads : &f->nwrites;
+	bool *named = rd ? &f->named_reads : &f->named_writes;
 	const char *p = *pp;
 	int err;
 
@@ -483,11 +514,14 @@ static int take_list(struct trace_reader *r, enum key k, const char **pp,
 	if (p == end || trace__ends_token(*p))
 		return 0;
 	for (;;) {
-		if (ranges_reserve(v, cap, *n) < 0)
+		if (ranges_reserve(v, cap, *n) < 0 ||
+		    (*n >= *ncap && grow_array((void **)names, ncap, *n + 1,
+					       sizeof(**names)) < 0))
 			return trace__fail(r, -ENOMEM, "out of memory");
-		err = take_element(r, k, p, end, &(*v)[*n], pp);
+		err = take_element(r, k, p, end, &(*v)[*n], &(*names)[*n], pp);
 		if (err < 0)
 			return err;
+		*named |= (*names)[*n].len > 0;
 		(*n)++;
 		if (*pp == end || **pp != ',')
 			return 0;

@@ -36,6 +36,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "grow.h"
+
 #define READ_BLOCK (256 * 1024)
 /* Room for a message after "FILE:LINE: ". */
 #define MSG_MAX 512
@@ -178,6 +180,25 @@ static int intern_name(struct trace_reader *r, const char *p, size_t len,
 	return 0;
 }
 
+/* The symtab ids of a list's `n` element names into *args (0: none),
+ * grown to hold them. 0 or a negative errno (the reader's error). */
+static int make_args(struct trace_reader *r, const struct str *names,
+		     size_t n, uint32_t **args, size_t *cap)
+{
+	int err;
+
+	if (grow_array((void **)args, cap, n, sizeof(**args)) < 0)
+		return trace__fail(r, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		(*args)[i] = 0;
+		if (names[i].len > 0 &&
+		    (err = symtab_intern(r->syms, names[i].p, names[i].len,
+					 &(*args)[i])) < 0)
+			return trace__fail_symtab(r, err);
+	}
+	return 0;
+}
+
 /* Fills *op from the fields of an operation line; 1 or a negative errno. */
 static int make_op(struct trace_reader *r, const struct directive *d,
 		   const struct fields *f, struct op *op)
@@ -210,6 +231,13 @@ static int make_op(struct trace_reader *r, const struct directive *d,
 		if (err < 0)
 			return trace__fail_symtab(r, err);
 	}
+	if ((f->named_reads && make_args(r, r->read_names, f->nreads,
+					 &r->read_args, &r->read_args_cap) <
+				       0) ||
+	    (f->named_writes && make_args(r, r->write_names, f->nwrites,
+					  &r->write_args,
+					  &r->write_args_cap) < 0))
+		return r->err;
 	*op = (struct op){
 		.kind = (enum op_kind)d->kind,
 		.stack = stack,
@@ -226,6 +254,8 @@ static int make_op(struct trace_reader *r, const struct directive *d,
 		.graph = num(f, KEY_GRAPH),
 		.reads = f->nreads ? r->reads : NULL,
 		.writes = f->nwrites ? r->writes : NULL,
+		.read_args = f->named_reads ? r->read_args : NULL,
+		.write_args = f->named_writes ? r->write_args : NULL,
 		.nreads = f->nreads,
 		.nwrites = f->nwrites,
 	};
@@ -337,6 +367,7 @@ static int parse_line(struct trace_reader *r, const char *p, size_t len,
 				   d->word, d->version, r->version);
 	f.seen = 0;
 	f.nreads = f.nwrites = f.nframes = 0;
+	f.named_reads = f.named_writes = false;
 	r->line_len = len;
 	r->scratch_used = 0;
 	err = trace__parse_fields(r, d, word_end, end, &f);
@@ -593,6 +624,10 @@ void trace_reader_close(struct trace_reader *r)
 	u64map_fini(&r->stacks);
 	free(r->reads);
 	free(r->writes);
+	free(r->read_names);
+	free(r->write_names);
+	free(r->read_args);
+	free(r->write_args);
 	free(r->frames);
 	free(r->scratch);
 	free(r);

@@ -127,8 +127,9 @@ static void put_str(struct trace_writer *w, const char *key, const char *s,
 	put_s(w, "\"");
 }
 
+/* A memory list; `args` (NULL: none) names each element's argument. */
 static void put_list(struct trace_writer *w, const char *key,
-		     const struct op_range *v, size_t n)
+		     const struct op_range *v, const uint32_t *args, size_t n)
 {
 	if (n == 0)
 		return;
@@ -142,6 +143,10 @@ static void put_list(struct trace_writer *w, const char *key,
 		if (v[i].len != 1) {
 			put_s(w, "+");
 			put_dec(w, v[i].len);
+		}
+		if (args != NULL && args[i] != 0) {
+			put_s(w, "@");
+			put_s(w, symtab_str(w->syms, args[i], NULL));
 		}
 	}
 }
@@ -173,6 +178,20 @@ static bool ranges_ok(const struct op_range *v, size_t n)
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		if (v[i].len == 0 || v[i].len - 1 > UINT64_MAX - v[i].ptr)
+			return false;
+	}
+	return true;
+}
+
+/* Whether every argument name of a list (NULL: none) reads back. */
+static bool args_ok(const struct trace_writer *w, const uint32_t *args,
+		    size_t n)
+{
+	for (size_t i = 0; args != NULL && i < n; i++) {
+		size_t len;
+		const char *s = symtab_str(w->syms, args[i], &len);
+
+		if (args[i] != 0 && !op_arg_ok(s, len))
 			return false;
 	}
 	return true;
@@ -215,7 +234,9 @@ static bool op_ok(const struct trace_writer *w, const struct op *op)
 	name = symtab_str(w->syms, op->name, &len);
 	return name != NULL && len > 0 && str_ok(name, len) &&
 	       ranges_ok(op->reads, op->nreads) &&
-	       ranges_ok(op->writes, op->nwrites);
+	       ranges_ok(op->writes, op->nwrites) &&
+	       args_ok(w, op->read_args, op->nreads) &&
+	       args_ok(w, op->write_args, op->nwrites);
 }
 
 /* Makes stack_ids hold index `stack`. */
@@ -290,8 +311,8 @@ static void put_fields(struct trace_writer *w, const struct op *op)
 		name = symtab_str(w->syms, op->name, &len);
 		put_num(w, "stream", op->stream, false);
 		put_str(w, "op", name, len);
-		put_list(w, "read", op->reads, op->nreads);
-		put_list(w, "write", op->writes, op->nwrites);
+		put_list(w, "read", op->reads, op->read_args, op->nreads);
+		put_list(w, "write", op->writes, op->write_args, op->nwrites);
 		break;
 	case OP_GAP:
 		if (op->has_lost)

@@ -226,20 +226,31 @@ static void rpc_access_msg(const struct finding_view_access *a,
 	m->seq = a->seq;
 	m->write = a->write;
 	m->op = (char *)a->op;
+	m->arg = (char *)a->arg;
 	m->n_stack = a->stack.n;
 	m->stack = (char **)a->stack.frames;
 	m->has_graph = a->has_graph;
 	m->graph = a->graph;
 }
 
+/* A wire Finding and the parts it points at. */
+struct rpc_finding {
+	Npusan__Finding m;
+	Npusan__Alloc alloc;
+	Npusan__Access acc, prev;
+	Npusan__Free free;
+};
+
 /* The one encoder of a finding into the wire's Finding (client_finding()
- * in cli/client.c is the one decoder). `m` borrows from f and the three
- * parts. */
-static void rpc_finding_msg(const struct store_finding *f, Npusan__Finding *m,
-			    Npusan__Alloc *alloc, Npusan__Access *acc,
-			    Npusan__Access *prev)
+ * in cli/client.c is the one decoder). r->m borrows from f and from the
+ * other parts of `r`. */
+static void rpc_finding_msg(const struct store_finding *f,
+			    struct rpc_finding *r)
 {
 	const struct finding_view *v = &f->v;
+	Npusan__Finding *m = &r->m;
+	Npusan__Alloc *alloc = &r->alloc;
+	Npusan__Access *acc = &r->acc, *prev = &r->prev;
 
 	npusan__finding__init(m);
 	m->has_id = m->has_process_id = m->has_ptr = m->has_count = 1;
@@ -275,6 +286,12 @@ static void rpc_finding_msg(const struct store_finding *f, Npusan__Finding *m,
 	if (v->has_previous) {
 		rpc_access_msg(&v->previous, prev);
 		m->previous = prev;
+	}
+	if (v->has_free) {
+		npusan__free__init(&r->free);
+		r->free.n_stack = v->free_stack.n;
+		r->free.stack = (char **)v->free_stack.frames;
+		m->free = &r->free;
 	}
 }
 
@@ -486,14 +503,12 @@ static int rpc_findings_cb(void *arg, const struct store_finding *f,
 {
 	struct rpc_findings_walk *w = arg;
 	int64_t id = (int64_t)f->v.id;
-	Npusan__Access acc, prev;
-	Npusan__Finding m;
-	Npusan__Alloc alloc;
+	struct rpc_finding r;
 	int err;
 
 	(void)p; /* f->v holds the process's identity */
-	rpc_finding_msg(f, &m, &alloc, &acc, &prev);
-	err = wire_batch_add(&w->b, RPC_FINDINGS_ITEMS, &m.base);
+	rpc_finding_msg(f, &r);
+	err = wire_batch_add(&w->b, RPC_FINDINGS_ITEMS, &r.m.base);
 	if (err == -E2BIG && w->b.n > 0)
 		return RPC_WALK_FULL; /* this one starts the next frame */
 	if (err == -E2BIG) {
@@ -637,15 +652,13 @@ static int rpc_show_cb(void *arg, const struct store_finding *f,
 	struct rpc_job *j = arg;
 	Npusan__FromDaemon m = NPUSAN__FROM_DAEMON__INIT;
 	Npusan__ShowReply sr = NPUSAN__SHOW_REPLY__INIT;
-	Npusan__Access acc, prev;
-	Npusan__Finding fm;
-	Npusan__Alloc alloc;
+	struct rpc_finding r;
 	Npusan__Process pm;
 
 	if (j->frame != NULL)
 		return 0;
-	rpc_finding_msg(f, &fm, &alloc, &acc, &prev);
-	sr.finding = &fm;
+	rpc_finding_msg(f, &r);
+	sr.finding = &r.m;
 	if (p != NULL) {
 		rpc_process_msg(p, &pm);
 		sr.process = &pm;

@@ -229,6 +229,13 @@ static const char *const store_migrations[] = {
 	" WHEN OLD.suppressed IS NOT NULL BEGIN"
 	" UPDATE processes SET suppressed = suppressed - 1"
 	"  WHERE id = OLD.process_id; END;",
+	/* 6: where a missing_record_stream's memory was freed, and the
+	 * operator's argument of each access (strings.id). free_stack is
+	 * NULL for a finding no free revealed (and every older row), 0 for
+	 * a free that carried no stack, else stacks.id. */
+	"ALTER TABLE findings ADD COLUMN free_stack INTEGER;"
+	"ALTER TABLE findings ADD COLUMN acc_arg INTEGER;"
+	"ALTER TABLE findings ADD COLUMN prev_arg INTEGER;",
 };
 
 #define STORE_SCHEMA_VERSION \
@@ -478,9 +485,9 @@ static int store__prepare_all(struct store *s, char **errmsg)
 		  " alloc_stack, acc_stream, acc_seq, acc_write, acc_op,"
 		  " acc_stack, prev_stream, prev_seq, prev_write, prev_op,"
 		  " prev_stack, count, first_ms, last_ms, acc_graph,"
-		  " prev_graph, suppressed)"
+		  " prev_graph, suppressed, free_stack, acc_arg, prev_arg)"
 		  " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-		  " ?, ?, ?, ?, ?, ?, ?, ?)"
+		  " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 		  " ON CONFLICT (process_id, dedup_key) DO UPDATE SET"
 		  " count = count + excluded.count,"
 		  " first_ms = min(first_ms, excluded.first_ms),"
@@ -836,6 +843,7 @@ static void store__w_finding_line(struct store *s,
  * for none. */
 struct store_finding_ids {
 	int64_t aop, ast, pop, pst, alst;
+	int64_t aarg, parg, fst;
 };
 
 /* The access part of a key's shape: what finding_key() reads of it. */
@@ -897,9 +905,19 @@ static int store__w_finding_ids(struct store *s,
 				  v->previous.stack.n, &ids->pst)) !=
 		     SQLITE_OK))
 		return rc;
-	if (v->has_alloc)
-		rc = store__w_stack(s, v->alloc.stack.frames, v->alloc.stack.n,
-				    &ids->alst);
+	if (v->has_alloc &&
+	    (rc = store__w_stack(s, v->alloc.stack.frames, v->alloc.stack.n,
+				 &ids->alst)) != SQLITE_OK)
+		return rc;
+	if (v->has_free &&
+	    (rc = store__w_stack(s, v->free_stack.frames, v->free_stack.n,
+				 &ids->fst)) != SQLITE_OK)
+		return rc;
+	if ((rc = store__w_string(s, v->access.arg, &ids->aarg)) !=
+	    SQLITE_OK)
+		return rc;
+	if (v->has_previous)
+		rc = store__w_string(s, v->previous.arg, &ids->parg);
 	return rc;
 }
 
@@ -956,6 +974,13 @@ static void store__w_finding_bind(sqlite3_stmt *st,
 	store__bind_opt_u64(st, 24, v->has_previous && v->previous.has_graph,
 			    v->previous.graph);
 	store__bind_text(st, 25, v->suppressed);
+	/* 0 is a free without a stack; NULL no free (migration 6). */
+	if (v->has_free)
+		sqlite3_bind_int64(st, 26, ids->fst);
+	else
+		sqlite3_bind_null(st, 26);
+	store__bind_opt_id(st, 27, ids->aarg);
+	store__bind_opt_id(st, 28, v->has_previous ? ids->parg : 0);
 }
 
 int store__w_finding(struct store *s, const struct store_finding *f,
@@ -1083,10 +1108,14 @@ int store__w_prune(struct store *s, int64_t before_ms, int64_t *deleted)
 		" SELECT alloc_stack FROM findings WHERE alloc_stack NOT NULL"
 		" UNION SELECT acc_stack FROM findings WHERE acc_stack NOT NULL"
 		" UNION SELECT prev_stack FROM findings"
-		"  WHERE prev_stack NOT NULL);"
+		"  WHERE prev_stack NOT NULL"
+		" UNION SELECT free_stack FROM findings"
+		"  WHERE free_stack NOT NULL);"
 		"DELETE FROM strings WHERE id NOT IN ("
 		" SELECT acc_op FROM findings WHERE acc_op NOT NULL"
 		" UNION SELECT prev_op FROM findings WHERE prev_op NOT NULL"
+		" UNION SELECT acc_arg FROM findings WHERE acc_arg NOT NULL"
+		" UNION SELECT prev_arg FROM findings WHERE prev_arg NOT NULL"
 		" UNION SELECT j.value FROM stacks, json_each(stacks.frames) j);",
 		NULL, NULL, NULL);
 }

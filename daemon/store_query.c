@@ -179,12 +179,15 @@ static int store__row_process(sqlite3_stmt *st, int c, struct store_process *p)
 	" f.alloc_size, f.alloc_stream, f.alloc_stack, f.acc_stream,"       \
 	" f.acc_seq, f.acc_write, ao.text, f.acc_stack, f.prev_stream,"     \
 	" f.prev_seq, f.prev_write, po.text, f.prev_stack, f.count,"        \
-	" f.first_ms, f.last_ms, f.acc_graph, f.prev_graph, f.suppressed"
-#define FINDING_NCOLS 25
+	" f.first_ms, f.last_ms, f.acc_graph, f.prev_graph, f.suppressed,"  \
+	" f.free_stack, aa.text, pa.text"
+#define FINDING_NCOLS 28
 #define FINDING_FROM                                              \
 	" FROM findings f JOIN processes p ON p.id = f.process_id" \
 	" LEFT JOIN strings ao ON ao.id = f.acc_op"                \
-	" LEFT JOIN strings po ON po.id = f.prev_op WHERE 1"
+	" LEFT JOIN strings po ON po.id = f.prev_op"               \
+	" LEFT JOIN strings aa ON aa.id = f.acc_arg"               \
+	" LEFT JOIN strings pa ON pa.id = f.prev_arg WHERE 1"
 
 /* The frame texts of one row's stacks, valid until the next row. */
 struct store_frames {
@@ -265,8 +268,9 @@ static void store__frames_free(struct store_frames *fr)
 	free(fr->ptr);
 }
 
-/* The access in columns c (stream) to c + 4 (seq, write, op text, stack)
- * and graph column g of the row; its frames from `first` to `end`. */
+/* The access in columns c (stream) to c + 4 (seq, write, op text, stack),
+ * graph column g and argument text column g + 3 of the row; its frames
+ * from `first` to `end`. */
 static void store__row_access(sqlite3_stmt *st, int c, int g,
 			      struct store_frames *fr, size_t first,
 			      size_t end, struct finding_view_access *a)
@@ -278,6 +282,7 @@ static void store__row_access(sqlite3_stmt *st, int c, int g,
 	a->stack.frames = store__frames_get(fr, first, end, &a->stack.n);
 	a->has_graph = !store__col_null(st, g);
 	a->graph = store__col_u64(st, g);
+	a->arg = store__col_text(st, g + 4); /* past suppressed, free_stack */
 }
 
 /*
@@ -291,7 +296,7 @@ static int store__row_finding(struct store *s, sqlite3_stmt *st,
 	struct finding_view *v = &f->v;
 	enum finding_kind kind;
 	enum detected_at at;
-	size_t a0, c0, p0, end;
+	size_t a0, c0, p0, f0, end;
 	int rc;
 
 	memset(f, 0, sizeof(*f));
@@ -301,7 +306,8 @@ static int store__row_finding(struct store *s, sqlite3_stmt *st,
 	fr->n = fr->len = 0;
 	if ((rc = store__frames_load(s, fr, st, 8, &a0)) < 0 ||
 	    (rc = store__frames_load(s, fr, st, 13, &c0)) < 0 ||
-	    (rc = store__frames_load(s, fr, st, 18, &p0)) < 0)
+	    (rc = store__frames_load(s, fr, st, 18, &p0)) < 0 ||
+	    (rc = store__frames_load(s, fr, st, 25, &f0)) < 0)
 		return rc;
 	end = fr->n;
 	for (size_t i = 0; i < fr->n; i++)
@@ -324,10 +330,13 @@ static int store__row_finding(struct store *s, sqlite3_stmt *st,
 	store__row_access(st, 9, 22, fr, c0, p0, &v->access);
 	v->has_previous = !store__col_null(st, 14);
 	if (v->has_previous)
-		store__row_access(st, 14, 23, fr, p0, end, &v->previous);
+		store__row_access(st, 14, 23, fr, p0, f0, &v->previous);
 	else
-		v->previous.stack.frames = store__frames_get(fr, p0, end,
+		v->previous.stack.frames = store__frames_get(fr, p0, f0,
 							     &v->previous.stack.n);
+	v->has_free = !store__col_null(st, 25);
+	v->free_stack.frames = store__frames_get(fr, f0, end,
+						 &v->free_stack.n);
 	v->count = store__col_u64(st, 19);
 	v->has_first = v->has_last = true;
 	v->first_ms = sqlite3_column_int64(st, 20);

@@ -253,27 +253,34 @@ static const char *const *store__copy_stack(char ***parr, char **cur,
 
 /* The bytes of a finding's item: the item, then v's stacks and texts. */
 static size_t store__finding_bytes(const struct finding_view *v,
-				   size_t anstack, size_t pnstack)
+				   size_t anstack, size_t pnstack,
+				   size_t fnstack)
 {
 	size_t len = sizeof(struct store_item);
 
 	len += store__stack_bytes(v->alloc.stack.frames, anstack);
 	len += store__stack_bytes(v->access.stack.frames, v->access.stack.n);
 	len += store__stack_bytes(v->previous.stack.frames, pnstack);
+	len += store__stack_bytes(v->free_stack.frames, fnstack);
 	if (v->access.op != NULL)
 		len += strlen(v->access.op) + 1;
+	if (v->access.arg != NULL)
+		len += strlen(v->access.arg) + 1;
 	if (v->has_previous && v->previous.op != NULL)
 		len += strlen(v->previous.op) + 1;
 	if (v->suppressed != NULL)
 		len += strlen(v->suppressed) + 1;
+	if (v->has_previous && v->previous.arg != NULL)
+		len += strlen(v->previous.arg) + 1;
 	return len;
 }
 
-/* Copies `a`'s op and stack (n frames) into the item's tail. */
+/* Copies `a`'s op, argument and stack (n frames) into the item's tail. */
 static void store__copy_access(char ***parr, char **cur,
 			       struct finding_view_access *a, size_t n)
 {
 	a->op = store__copy_str(cur, a->op);
+	a->arg = store__copy_str(cur, a->arg);
 	a->stack.frames = store__copy_stack(parr, cur, a->stack.frames, n);
 	a->stack.n = n;
 }
@@ -285,6 +292,7 @@ int store_finding_submit(struct store *s, const struct store_finding *f)
 	struct store_item *it;
 	size_t anstack = v->has_alloc ? v->alloc.stack.n : 0;
 	size_t pnstack = v->has_previous ? v->previous.stack.n : 0;
+	size_t fnstack = v->has_free ? v->free_stack.n : 0;
 	enum finding_kind kind;
 	enum detected_at at;
 	size_t len;
@@ -293,7 +301,7 @@ int store_finding_submit(struct store *s, const struct store_finding *f)
 	if (!finding_kind_of(v->kind, &kind) || !detected_at_of(v->detected_at,
 								&at))
 		return -EINVAL;
-	len = store__finding_bytes(v, anstack, pnstack);
+	len = store__finding_bytes(v, anstack, pnstack, fnstack);
 	it = malloc(len);
 	if (it == NULL)
 		return -ENOMEM;
@@ -310,7 +318,7 @@ int store_finding_submit(struct store *s, const struct store_finding *f)
 	c->job = NULL;
 	/* Pointer arrays first (aligned after the item), then texts. */
 	arr = (char **)(it + 1);
-	cur = (char *)(arr + anstack + v->access.stack.n + pnstack);
+	cur = (char *)(arr + anstack + v->access.stack.n + pnstack + fnstack);
 	c->alloc.stack.frames = store__copy_stack(&arr, &cur,
 						  v->alloc.stack.frames,
 						  anstack);
@@ -321,6 +329,9 @@ int store_finding_submit(struct store *s, const struct store_finding *f)
 	else
 		memset(&c->previous, 0, sizeof(c->previous));
 	c->suppressed = store__copy_str(&cur, v->suppressed);
+	c->free_stack.frames = store__copy_stack(&arr, &cur,
+						 v->free_stack.frames, fnstack);
+	c->free_stack.n = fnstack;
 	return store__enqueue_finding(s, it);
 }
 

@@ -284,10 +284,12 @@ static bool alloc_would_report(const struct engine *e, const struct alloc *a)
 /*
  * The record_stream check at free or flush: every usage (U, n) of a
  * stream not named by record_stream, with not n <= state[C][U], is a
- * finding, once per allocation and usage stream.
+ * finding, once per allocation and usage stream. `free` is the free that
+ * checks, whose stack the finding names; NULL at a flush.
  */
 static void alloc_check_record_stream(struct engine *e, struct alloc *a,
-				      enum detected_at at)
+				      enum detected_at at,
+				      const struct op *free)
 {
 	const int64_t *cstate = alloc_rule_clock(e, a);
 
@@ -305,6 +307,8 @@ static void alloc_check_record_stream(struct engine *e, struct alloc *a,
 		f.access.seq = usage__seq(u);
 		f.access.write = (u->flags & USAGE_WROTE) != 0;
 		finding__fill_site(e, u->site, &f.access);
+		f.has_free = free != NULL;
+		f.free_stack = free != NULL ? free->stack : 0;
 		finding__emit(e, &f);
 	}
 }
@@ -387,7 +391,7 @@ int alloc__on_free(struct engine *e, const struct op *op)
 		history__drop_starting_at(e, op->ptr);
 		return 0;
 	}
-	alloc_check_record_stream(e, a, DETECTED_AT_FREE);
+	alloc_check_record_stream(e, a, DETECTED_AT_FREE, op);
 	alloc_unlink(e, a);
 	return 0;
 }
@@ -423,7 +427,7 @@ static int alloc_start_cmp(const void *a, const void *b)
 
 static void alloc_flush_one(struct engine *e, struct alloc *a)
 {
-	alloc_check_record_stream(e, a, DETECTED_AT_FLUSH);
+	alloc_check_record_stream(e, a, DETECTED_AT_FLUSH, NULL);
 	a->pending = 0;
 }
 
@@ -457,7 +461,8 @@ void alloc__on_flush(struct engine *e)
 		qsort(e->pending, nreport, sizeof(*e->pending),
 		      alloc_start_cmp);
 	for (size_t i = 0; i < nreport; i++)
-		alloc_check_record_stream(e, e->pending[i], DETECTED_AT_FLUSH);
+		alloc_check_record_stream(e, e->pending[i], DETECTED_AT_FLUSH,
+					  NULL);
 	e->npending = 0;
 }
 

@@ -68,6 +68,9 @@ struct finding_access {
 	 * made it (trace format v2); has_graph false otherwise. */
 	bool has_graph;
 	uint64_t graph;
+	/* symtab string id of the operator's argument the access was made
+	 * through; 0 when unknown. Not part of the deduplication key. */
+	uint32_t arg;
 };
 
 struct finding_alloc {
@@ -89,6 +92,11 @@ struct finding {
 	struct finding_alloc alloc;
 	struct finding_access access;
 	struct finding_access previous;
+	/* A missing_record_stream found at a free (detected_at "free"):
+	 * has_free, with that free's stack id (0 when it had none). Not part
+	 * of the deduplication key: a repeat keeps the first one's. */
+	bool has_free;
+	uint32_t free_stack;
 };
 
 /*

@@ -250,11 +250,14 @@ struct pool {
 	struct chunk *empty; /* the one empty chunk kept for reuse */
 };
 
-/* An operator, a stack and, for an access a capture recorded or a replay
- * made, the graph: what an access reports besides where and when. */
+/* An operator, a stack, the operator's argument (0: none) and, for an
+ * access a capture recorded or a replay made, the graph: what an access
+ * reports besides where and when. The argument lives here, not in struct
+ * access, so that naming it costs nothing per access. */
 struct site {
 	uint32_t op;
 	uint32_t stack;
+	uint32_t arg;
 	bool has_graph;
 	uint64_t graph;
 };
@@ -265,6 +268,7 @@ struct elem {
 	uint64_t last;
 	struct alloc *alloc; /* the allocation containing start, if any */
 	struct access *acc;
+	uint32_t site;	 /* the launch's site, with this element's argument */
 	uint32_t piece0; /* reads: first of its pieces in e->pieces */
 	uint32_t npieces;
 	uint8_t dup;
@@ -403,6 +407,8 @@ int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
 			   uint32_t *out);
 int finding__site_get_graph(struct engine *e, uint32_t op, uint32_t stack,
 			    uint64_t graph, uint32_t *out);
+int finding__site_with_arg(struct engine *e, uint32_t site, uint32_t arg,
+			   uint32_t *out);
 void finding__fill_site(const struct engine *e, uint32_t site,
 			struct finding_access *out);
 void finding__fill_alloc(const struct engine *e, const struct alloc *a,

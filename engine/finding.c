@@ -1,7 +1,7 @@
 /*
  * finding.c - what the engine reports: the names of finding kinds, the
- * sites (an operator and a stack, interned so that an access names them in
- * 32 bits), the deduplication key of findings.md and the dedup table that
+ * sites (an operator, a stack and an argument, interned so that an access
+ * names them in 32 bits), the deduplication key of findings.md and the dedup table that
  * merges occurrences, and finding__emit(), the one way out to the caller's
  * callback.
  *
@@ -48,12 +48,14 @@ static uint64_t finding_site_hash(const struct site *s)
 {
 	uint64_t key = (uint64_t)s->op << 32 | s->stack;
 
+	if (s->arg != 0)
+		key ^= hash_u64((uint64_t)s->arg << 1 | 1);
 	return hash_u64(s->has_graph ? key ^ hash_u64(s->graph) : key);
 }
 
 static bool finding_site_eq(const struct site *a, const struct site *b)
 {
-	return a->op == b->op && a->stack == b->stack &&
+	return a->op == b->op && a->stack == b->stack && a->arg == b->arg &&
 	       a->has_graph == b->has_graph &&
 	       (!a->has_graph || a->graph == b->graph);
 }
@@ -136,6 +138,24 @@ int finding__site_get_graph(struct engine *e, uint32_t op, uint32_t stack,
 	struct site want = { .op = op, .stack = stack, .has_graph = true,
 			     .graph = graph };
 
+	return finding_site_intern(e, &want, out);
+}
+
+/* The id of site `site` with argument `arg` instead of its own, interned
+ * on first use: the site of one named access of a launch. 0; -E2BIG or
+ * -ENOMEM with *out unwritten. */
+int finding__site_with_arg(struct engine *e, uint32_t site, uint32_t arg,
+			   uint32_t *out)
+{
+	struct site want;
+
+	assert(site < e->nsites);
+	want = e->sites[site];
+	if (want.arg == arg) {
+		*out = site;
+		return 0;
+	}
+	want.arg = arg;
 	return finding_site_intern(e, &want, out);
 }
 
@@ -305,6 +325,7 @@ void finding__fill_site(const struct engine *e, uint32_t site,
 	assert(site < e->nsites);
 	out->op = s->op;
 	out->stack = s->stack;
+	out->arg = s->arg;
 	out->has_graph = s->has_graph;
 	out->graph = s->has_graph ? s->graph : 0;
 }

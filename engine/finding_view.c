@@ -37,6 +37,7 @@ static void finding_view_access(const struct symtab *syms,
 	out->seq = a->seq;
 	out->write = a->write;
 	out->op = symtab_str(syms, a->op, NULL);
+	out->arg = a->arg != 0 ? symtab_str(syms, a->arg, NULL) : NULL;
 	finding_view_stack(syms, a->stack, fr, used, &out->stack);
 	out->has_graph = a->has_graph;
 	out->graph = a->has_graph ? a->graph : 0;
@@ -53,6 +54,7 @@ int finding_view_of(const struct finding *f, const struct symtab *syms,
 	need += symtab_stack(syms, f->access.stack, &ids);
 	need += symtab_stack(syms, f->has_previous ? f->previous.stack : 0,
 			     &ids);
+	need += symtab_stack(syms, f->has_free ? f->free_stack : 0, &ids);
 	if (grow_array((void **)&fr->v, &fr->cap, need ? need : 1,
 		       sizeof(*fr->v)) < 0)
 		return -ENOMEM;
@@ -78,6 +80,9 @@ int finding_view_of(const struct finding *f, const struct symtab *syms,
 				    &v.previous);
 	else
 		finding_view_stack(syms, 0, fr, &used, &v.previous.stack);
+	v.has_free = f->has_free;
+	finding_view_stack(syms, f->has_free ? f->free_stack : 0, fr, &used,
+			   &v.free_stack);
 	v.count = f->count;
 	*out = v;
 	return 0;

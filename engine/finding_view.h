@@ -35,6 +35,7 @@ struct finding_view_access {
 	uint64_t seq;
 	bool write;
 	const char *op; /* NULL when unknown */
+	const char *arg; /* the operator's argument; NULL when unknown */
 	struct finding_stack stack;
 	/* The graph whose capture recorded it or whose replay made it. */
 	bool has_graph;
@@ -63,6 +64,9 @@ struct finding_view {
 	struct finding_view_access access;
 	bool has_previous;
 	struct finding_view_access previous;
+	/* A missing_record_stream found at a free: the free's stack. */
+	bool has_free;
+	struct finding_stack free_stack;
 	uint64_t count;
 	/* The daemon's first and latest occurrence (Unix ms); absent offline. */
 	bool has_first, has_last;
@@ -81,7 +85,8 @@ struct finding_frames {
 
 /*
  * Resolves engine finding `f` through its process's symtab into *out: id,
- * kind, detected_at, pointer, allocation, both accesses and count; the
+ * kind, detected_at, pointer, allocation, both accesses, the free and
+ * count; the
  * process and the times are left unknown, for the caller. *out points into
  * `syms` and into `fr` (valid until the next call with `fr` or
  * finding_frames_free()). 0; -ENOMEM with *out unwritten.

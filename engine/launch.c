@@ -432,20 +432,19 @@ static int launch_record_read(struct engine *e, const struct elem *el)
 }
 
 /* Applies the launch's accesses to history and usages (DESIGN 4, 6). */
-static int launch_update(struct engine *e, uint16_t s, uint32_t site,
-			 const struct op *op)
+static int launch_update(struct engine *e, uint16_t s, const struct op *op)
 {
 	size_t nw = op->nwrites, n = nw + op->nreads;
 	int err = 0;
 
-	assert(s < e->nstreams && site < e->nsites);
+	assert(s < e->nstreams);
 	for (size_t i = 0; i < n && err == 0; i++) {
 		struct elem *el = &e->elems[i];
 		bool write = i < nw;
 
 		if (el->dup || (!write && el->npieces == 0))
 			continue;
-		el->acc = launch__access_new(e, s, site, e->seq, el->start,
+		el->acc = launch__access_new(e, s, el->site, e->seq, el->start,
 					     write);
 		if (el->acc == NULL)
 			return -ENOMEM;
@@ -455,7 +454,7 @@ static int launch_update(struct engine *e, uint16_t s, uint32_t site,
 		else
 			err = launch_record_read(e, el);
 		if (err == 0)
-			err = launch_note_usage(e, el, s, site);
+			err = launch_note_usage(e, el, s, el->site);
 		/* the history holds its own references */
 		history__access_put(e, el->acc);
 	}
@@ -467,9 +466,30 @@ static int launch_update(struct engine *e, uint16_t s, uint32_t site,
 }
 
 /*
+ * Each element's site: `site`, with the element's argument when the op
+ * names one. Interns only, before any state changes (DESIGN 7).
+ */
+static int launch_sites(struct engine *e, const struct op *op, uint32_t site)
+{
+	size_t nw = op->nwrites;
+	int err;
+
+	for (size_t i = 0; i < nw + op->nreads; i++) {
+		const uint32_t *args = i < nw ? op->write_args : op->read_args;
+		uint32_t arg = args != NULL ? args[i < nw ? i : i - nw] : 0;
+
+		e->elems[i].site = site;
+		if (arg != 0 && (err = finding__site_with_arg(
+					 e, site, arg, &e->elems[i].site)) < 0)
+			return err;
+	}
+	return 0;
+}
+
+/*
  * The launch `op` as version 1 runs it, its accesses at `site` (which
- * names the graph of a replay): takes the next sequence number, checks,
- * then updates the history and the usages.
+ * names the graph of a replay) with their arguments: takes the next
+ * sequence number, checks, then updates the history and the usages.
  */
 int launch__run(struct engine *e, const struct op *op, uint32_t site)
 {
@@ -481,6 +501,7 @@ int launch__run(struct engine *e, const struct op *op, uint32_t site)
 	if (e->seq == SEQ_MAX)
 		return -EOVERFLOW;
 	if ((err = launch__prepare(e, op)) < 0 ||
+	    (err = launch_sites(e, op, site)) < 0 ||
 	    (err = sync__stream_get(e, op->stream, &s)) < 0)
 		return err;
 	e->seq++;
@@ -490,11 +511,13 @@ int launch__run(struct engine *e, const struct op *op, uint32_t site)
 	tmpl = (struct access){ .site = site, .sidx = s, .seq = e->seq };
 	/* Reads first, then writes, as torch.cuda._sanitizer reports. */
 	for (size_t i = nw; i < nw + op->nreads; i++) {
+		tmpl.site = e->elems[i].site;
 		if (!e->elems[i].dup && e->elems[i].npieces > 0)
 			launch_check_read(e, s, &e->elems[i], &tmpl);
 	}
 	tmpl.write = 1;
 	for (size_t i = 0; i < nw; i++) {
+		tmpl.site = e->elems[i].site;
 		if (!e->elems[i].dup)
 			launch_check_write(e, s, &e->elems[i], &tmpl);
 	}
@@ -506,7 +529,7 @@ int launch__run(struct engine *e, const struct op *op, uint32_t site)
 		if (len > e->max_access_len)
 			e->max_access_len = len;
 	}
-	if ((err = launch_update(e, s, site, op)) < 0)
+	if ((err = launch_update(e, s, op)) < 0)
 		history__forget(e);
 	return err;
 }

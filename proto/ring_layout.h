@@ -278,7 +278,18 @@ struct ring_range {
 	uint64_t len;
 };
 
-/* A launch: `nreads` read ranges, then `nwrites` write ranges. */
+/* ring_launch.flags */
+#define RING_LAUNCH_HAS_ARGS 1u /* the ranges are followed by args */
+
+/*
+ * A launch: `nreads` read ranges, then `nwrites` write ranges. With
+ * RING_LAUNCH_HAS_ARGS, the ranges are followed by nreads + nwrites
+ * uint32 string ids, the operator's argument of each range in the same
+ * order (0: none), and zero padding to RING_ALIGN. The record type is the
+ * same; a consumer that predates the flag finds a launch whose ranges do
+ * not match its length, a malformed record, which it counts as one
+ * operation lost rather than misread.
+ */
 struct ring_launch {
 	uint8_t kind; /* RING_OP_LAUNCH, so that every op record starts alike */
 	uint8_t flags;
@@ -302,6 +313,17 @@ _Static_assert(offsetof(struct ring_op_graph, op) == 0,
 _Static_assert(offsetof(struct ring_op_graph, graph) == 32,
 	       "the graph follows a v1 op record");
 _Static_assert(sizeof(struct ring_launch) == 32, "layout v1");
+
+/* The payload bytes of a launch of `n` ranges, with their args or not. */
+static inline uint64_t ring_launch_size(uint64_t n, int args)
+{
+	uint64_t len = sizeof(struct ring_launch) + n * sizeof(struct ring_range);
+
+	if (args)
+		len += (n * sizeof(uint32_t) + RING_ALIGN - 1) &
+		       ~(uint64_t)(RING_ALIGN - 1);
+	return len;
+}
 _Static_assert(offsetof(struct ring_launch, ranges) == 32, "layout v1");
 
 #endif

@@ -257,6 +257,9 @@ void cf_spec(struct cf *c, bool race)
 	f->access = &c->access;
 	f->previous = race ? &c->previous : NULL;
 	f->detected_at = (char *)(race ? "launch" : "free");
+	/* analyze's free of the example carries no stack */
+	c->free = (Npusan__Free)NPUSAN__FREE__INIT;
+	f->free = race ? NULL : &c->free;
 	f->has_count = f->has_first_ms = f->has_last_ms = true;
 	f->count = 1;
 	f->first_ms = T0_MS;

@@ -59,6 +59,7 @@ struct cf {
 	Npusan__Finding f;
 	Npusan__Alloc alloc;
 	Npusan__Access access, previous;
+	Npusan__Free free;
 };
 
 /* The stack of the example's allocation and previous access. */
@@ -71,9 +72,10 @@ extern char *spec_stack[2];
 	"\"ptr\":\"0x1000\",\"size\":4096,\"stream\":0,\"stack\":["           \
 	"\"train.py:14 in step\",\"train.py:30 in main\"]},\"access\":{"      \
 	"\"stream\":7,\"seq\":2,\"type\":\"read\",\"op\":"                    \
-	"\"aten::add.Tensor\",\"stack\":[],\"graph\":null},\"previous\":{\"stream\":0,"      \
-	"\"seq\":1,\"type\":\"write\",\"op\":\"aten::randn\",\"stack\":["     \
-	"\"train.py:14 in step\",\"train.py:30 in main\"],\"graph\":null},"                  \
+	"\"aten::add.Tensor\",\"arg\":null,\"stack\":[],\"graph\":null},"      \
+	"\"previous\":{\"stream\":0,\"seq\":1,\"type\":\"write\",\"op\":"     \
+	"\"aten::randn\",\"arg\":null,\"stack\":[\"train.py:14 in step\","      \
+	"\"train.py:30 in main\"],\"graph\":null},\"free\":null,"               \
 	"\"detected_at\":\"launch\",\"count\":1"
 #define SPEC_MRS_JSON SPEC_MRS_HEAD ",\"count\":1"
 #define SPEC_MRS_HEAD                                                         \
@@ -82,8 +84,8 @@ extern char *spec_stack[2];
 	"\"alloc\":{\"ptr\":\"0x1000\",\"size\":4096,\"stream\":0,"           \
 	"\"stack\":[\"train.py:14 in step\",\"train.py:30 in main\"]},"       \
 	"\"access\":{\"stream\":7,\"seq\":2,\"type\":\"read\",\"op\":"        \
-	"\"aten::add.Tensor\",\"stack\":[],\"graph\":null},\"previous\":null,"               \
-	"\"detected_at\":\"free\""
+	"\"aten::add.Tensor\",\"arg\":null,\"stack\":[],\"graph\":null},"      \
+	"\"previous\":null,\"free\":{\"stack\":[]},\"detected_at\":\"free\""
 #define SEEN_JSON ",\"first_seen\":\"" T0 "\",\"last_seen\":\"" T1 "\"}\n"
 
 /* The example's operations as a trace, for `npusanctl analyze`. */

@@ -144,6 +144,8 @@ static void seen_access(struct seen *v, const char *name,
 	seen_stack(v, a->stack.frames, a->stack.n);
 	if (a->has_graph)
 		seen_add(v, "@g%" PRIu64, a->graph);
+	if (a->arg != NULL)
+		seen_add(v, "#%s", a->arg);
 }
 
 int seen_cb(void *arg, const struct store_finding *sf,
@@ -178,6 +180,10 @@ int seen_cb(void *arg, const struct store_finding *sf,
 	seen_access(v, "acc", &f->access);
 	if (f->has_previous)
 		seen_access(v, "prev", &f->previous);
+	if (f->has_free) {
+		seen_add(v, " free=");
+		seen_stack(v, f->free_stack.frames, f->free_stack.n);
+	}
 	seen_add(v, "\n");
 	if (v->stop_after != 0 && (int)v->n == v->stop_after)
 		return -42;

@@ -486,6 +486,8 @@ START_TEST(agent_exports_only_its_api)
 	ck_assert_ptr_nonnull(dlsym(h, "npusan_init"));
 	ck_assert_ptr_nonnull(dlvsym(h, "npusan_capture_begin", "NPUSAN_1.2"));
 	ck_assert_ptr_nonnull(dlvsym(h, "npusan_alloc_graph", "NPUSAN_1.2"));
+	ck_assert_ptr_nonnull(dlvsym(h, "npusan_free_at", "NPUSAN_1.3"));
+	ck_assert_ptr_nonnull(dlvsym(h, "npusan_launch_args", "NPUSAN_1.3"));
 	ck_assert_ptr_null(dlsym(h, "ring_create"));
 	ck_assert_ptr_null(dlsym(h, "intern_string"));
 	ck_assert_ptr_null(dlsym(h, "register_start"));

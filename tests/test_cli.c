@@ -66,17 +66,17 @@ START_TEST(cli_analyze_json_of_spec_example_is_exact)
 		"\"ptr\":\"0x1000\",\"size\":4096,\"stream\":0,\"stack\":["
 		"\"train.py:14 in step\",\"train.py:30 in main\"]},\"access\":{"
 		"\"stream\":7,\"seq\":2,\"type\":\"read\",\"op\":"
-		"\"aten::add.Tensor\",\"stack\":[],\"graph\":null},\"previous\":{\"stream\":0,"
-		"\"seq\":1,\"type\":\"write\",\"op\":\"aten::randn\",\"stack\":["
+		"\"aten::add.Tensor\",\"arg\":null,\"stack\":[],\"graph\":null},\"previous\":{\"stream\":0,"
+		"\"seq\":1,\"type\":\"write\",\"op\":\"aten::randn\",\"arg\":null,\"stack\":["
 		"\"train.py:14 in step\",\"train.py:30 in main\"],\"graph\":null},"
-		"\"detected_at\":\"launch\",\"count\":1}\n"
+		"\"free\":null,\"detected_at\":\"launch\",\"count\":1}\n"
 		"{\"id\":2,\"kind\":\"missing_record_stream\",\"process\":{"
 		"\"pid\":4242,\"job\":\"demo\",\"rank\":0},\"ptr\":\"0x1000\","
 		"\"alloc\":{\"ptr\":\"0x1000\",\"size\":4096,\"stream\":0,"
 		"\"stack\":[\"train.py:14 in step\",\"train.py:30 in main\"]},"
 		"\"access\":{\"stream\":7,\"seq\":2,\"type\":\"read\",\"op\":"
-		"\"aten::add.Tensor\",\"stack\":[],\"graph\":null},\"previous\":null,"
-		"\"detected_at\":\"free\",\"count\":1}\n");
+		"\"aten::add.Tensor\",\"arg\":null,\"stack\":[],\"graph\":null},\"previous\":null,"
+		"\"free\":{\"stack\":[]},\"detected_at\":\"free\",\"count\":1}\n");
 	ck_assert_str_eq(err, "");
 	free(out);
 	free(err);
@@ -103,6 +103,51 @@ START_TEST(cli_analyze_text_report_explains_both_kinds)
 		strstr(out, "2 findings in 1 trace: 1 data race, 1 missing"));
 	/* not a terminal: no colour codes */
 	ck_assert_ptr_null(strchr(out, '\033'));
+	free(out);
+	free(err);
+}
+END_TEST
+
+/* A missing record_stream found at a free shows where the memory was
+ * freed, after its allocation, as ASan's "freed by thread T0 here"; one a
+ * flush found has no such block, and its JSON `free` is null. */
+START_TEST(cli_analyze_names_where_memory_was_freed)
+{
+	static const char trace[] =
+		"npusan-trace 1\n"
+		"stack id=1 frame=\"train.py:40 in cleanup\" "
+		"frame=\"train.py:50 in main\"\n"
+		"stream_create stream=7\n"
+		"alloc ptr=0x1000 size=64 stream=0\n"
+		"launch stream=7 op=use read=0x1000\n"
+		"free ptr=0x1000 stack=1\n"
+		"alloc ptr=0x2000 size=64 stream=0\n"
+		"launch stream=7 op=other read=0x2000\n"
+		"flush\n";
+	char *out, *err, *freed, *flushed;
+
+	ck_assert_int_eq(ctl(trace, &out, &err, "analyze", "-", NULL), 1);
+	freed = strstr(out, "Memory was allocated at 0x1000 (64 bytes on "
+			    "stream 0) with stack trace:\n"
+			    "  (no stack recorded)\n"
+			    "Memory was freed here:\n"
+			    "  train.py:40 in cleanup\n"
+			    "  train.py:50 in main\n"
+			    "Fix it in either");
+	ck_assert_msg(freed != NULL, "%s", out);
+	flushed = strstr(out, "at 0x2000");
+	ck_assert_ptr_nonnull(flushed);
+	ck_assert_ptr_null(strstr(flushed, "freed here"));
+	free(out);
+	free(err);
+	ck_assert_int_eq(ctl(trace, &out, &err, "analyze", "--json", "-",
+			     NULL), 1);
+	ck_assert_ptr_nonnull(strstr(out, ",\"previous\":null,\"free\":{"
+					  "\"stack\":[\"train.py:40 in "
+					  "cleanup\",\"train.py:50 in main\"]},"
+					  "\"detected_at\":\"free\","));
+	ck_assert_ptr_nonnull(strstr(out, ",\"previous\":null,\"free\":null,"
+					  "\"detected_at\":\"flush\","));
 	free(out);
 	free(err);
 }
@@ -783,6 +828,7 @@ static Suite *cli_suite(void)
 
 	tcase_add_test(tc, cli_analyze_json_of_spec_example_is_exact);
 	tcase_add_test(tc, cli_analyze_text_report_explains_both_kinds);
+	tcase_add_test(tc, cli_analyze_names_where_memory_was_freed);
 	tcase_add_test(tc, cli_analyze_exit_status_follows_findings);
 	tcase_add_test(tc, cli_analyze_dedups_unless_every);
 	tcase_add_test(tc, cli_analyze_reads_stdin_and_numbers_across_traces);

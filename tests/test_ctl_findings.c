@@ -96,9 +96,9 @@ START_TEST(ctl_findings_json_null_alloc_previous_and_big_pointers)
 		"\"process\":{\"pid\":4242,\"job\":null,\"rank\":null},"
 		"\"ptr\":\"0xffffffffffff0000\",\"alloc\":null,\"access\":{"
 		"\"stream\":18446744073709551615,\"seq\":2,\"type\":\"write\","
-		"\"op\":\"aten::add.Tensor\",\"stack\":[\"tab\\there "
+		"\"op\":\"aten::add.Tensor\",\"arg\":null,\"stack\":[\"tab\\there "
 		"\\\"q\\\"\",\"\\ufffd bad\"],\"graph\":null},\"previous\":null,"
-		"\"detected_at\":\"free\",\"count\":12,\"first_seen\":null,"
+		"\"free\":{\"stack\":[]},\"detected_at\":\"free\",\"count\":12,\"first_seen\":null,"
 		"\"last_seen\":\"" T1 "\"}\n");
 	free(out);
 	fq_free(q);

@@ -94,6 +94,7 @@ static void cf_graph(struct cf *c, bool stale)
 {
 	cf_spec(c, false);
 	c->f.id = stale ? 3 : 4;
+	c->f.free = NULL; /* no free found them */
 	if (stale) {
 		c->f.kind = (char *)"stale_graph_address";
 		c->f.detected_at = (char *)"replay";
@@ -158,9 +159,9 @@ START_TEST(ctl_show_stale_graph_address_text_and_json)
 		"\"alloc\":{\"ptr\":\"0x1000\",\"size\":4096,\"stream\":0,"
 		"\"stack\":[\"train.py:14 in step\",\"train.py:30 in main\"]},"
 		"\"access\":{\"stream\":0,\"seq\":9,\"type\":\"read\",\"op\":"
-		"\"aten::mm\",\"stack\":[\"train.py:14 in step\","
+		"\"aten::mm\",\"arg\":null,\"stack\":[\"train.py:14 in step\","
 		"\"train.py:30 in main\"],\"graph\":1},\"previous\":null,"
-		"\"detected_at\":\"replay\",\"count\":1" SEEN_JSON);
+		"\"free\":null,\"detected_at\":\"replay\",\"count\":1" SEEN_JSON);
 	free(out);
 	fq_free(q);
 }
@@ -205,9 +206,9 @@ START_TEST(ctl_show_unjoined_capture_text_and_json)
 		"{\"id\":4,\"kind\":\"unjoined_capture\",\"process\":{"
 		"\"pid\":4242,\"job\":\"demo\",\"rank\":0},\"ptr\":\"0x2000\","
 		"\"alloc\":null,\"access\":{\"stream\":2,\"seq\":3,"
-		"\"type\":\"write\",\"op\":\"aten::add_\",\"stack\":["
+		"\"type\":\"write\",\"op\":\"aten::add_\",\"arg\":null,\"stack\":["
 		"\"train.py:14 in step\",\"train.py:30 in main\"],\"graph\":4},"
-		"\"previous\":null,\"detected_at\":\"capture_end\",\"count\":1"
+		"\"previous\":null,\"free\":null,\"detected_at\":\"capture_end\",\"count\":1"
 		SEEN_JSON);
 	free(out);
 	fq_free(q);

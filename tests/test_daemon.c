@@ -189,6 +189,117 @@ START_TEST(daemon_killed_keeps_committed_findings)
 }
 END_TEST
 
+/* Where the memory was freed and the operators' arguments: a missing
+ * record_stream found at a free (stack 2), and a race whose accesses name
+ * their arguments. */
+static const char free_args_trace[] =
+	"npusan-trace 1\n"
+	"process pid=1 job=freeargs rank=0\n"
+	"stack id=1 frame=\"train.py:14 in step\"\n"
+	"stack id=2 frame=\"train.py:40 in cleanup\" frame=\"train.py:50 in main\"\n"
+	"alloc ptr=0x1000 size=4096 stream=0 stack=1\n"
+	"launch stream=0 op=aten::randn write=0x1000+64@out stack=1\n"
+	"stream_create stream=7\n"
+	"launch stream=7 op=aten::add.Tensor read=0x1000@self,0x3000 "
+	"write=0x2000@out\n"
+	"free ptr=0x1000 stack=2\n";
+
+/* The text of the file at `path` (caller frees). */
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *text = calloc(1, 65536);
+	size_t n;
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(text);
+	n = fread(text, 1, 65535, f);
+	ck_assert_uint_lt(n, 65535);
+	fclose(f);
+	return text;
+}
+
+/* Polls `npusanctl show ID` until it answers 0. */
+static char *wait_show(const char *id)
+{
+	char *out = NULL;
+
+	for (int i = 0; i < 500; i++) {
+		free(out);
+		out = NULL;
+		if (ctl(&out, "show", id, NULL) == 0)
+			break;
+		tu_nap_ms(20);
+	}
+	return out;
+}
+
+/* The free's stack and the arguments go through the agent, the ring, the
+ * store and the wire: `show` names them as analyze does, and the JSON is
+ * analyze's. */
+START_TEST(daemon_names_where_memory_was_freed_and_arguments)
+{
+	char *trace = tu_write_file("freeargs.trace", free_args_trace);
+	char *rep = strdup(tu_bin("agent/npusan-replay"));
+	char *bin = strdup(tu_bin("npusanctl"));
+	const char *argv[] = { rep, trace, NULL };
+	const char *av[] = { bin, "analyze", "--json", trace, NULL };
+	char *out, *shown, *expect, *got, *exp;
+	char rec[PATH_MAX], *recorded;
+	struct tu_daemon d;
+
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, DAEMON_ARGS);
+	/* The agent's own recording keeps them too. */
+	snprintf(rec, sizeof(rec), "%s/rec.trace", d.dir);
+	setenv("NPUSAN_RECORD", rec, 1);
+	ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 0);
+	unsetenv("NPUSAN_RECORD");
+	recorded = slurp(rec);
+	ck_assert_msg(strstr(recorded, " read=0x1000@self,0x3000 "
+				       "write=0x2000@out\n") != NULL,
+		      "%s", recorded);
+	ck_assert_ptr_nonnull(strstr(recorded, " write=0x1000+64@out "));
+	ck_assert_ptr_nonnull(strstr(recorded, "free ptr=0x1000 stack="));
+	free(recorded);
+	out = wait_findings(2);
+	ck_assert_uint_eq(tu_count_lines(out, "\"kind\""), 2);
+	shown = wait_show("2");
+	ck_assert_ptr_nonnull(shown);
+	ck_assert_msg(strstr(shown, "Memory was freed here:\n"
+				    "  train.py:40 in cleanup\n"
+				    "  train.py:50 in main\n") != NULL,
+		      "%s", shown);
+	free(shown);
+	shown = wait_show("1");
+	ck_assert_ptr_nonnull(shown);
+	ck_assert_msg(strstr(shown, "aten::add.Tensor\nreading from argument "
+				    "self of aten::add.Tensor, at 0x1000\n") !=
+			      NULL,
+		      "%s", shown);
+	ck_assert_ptr_nonnull(strstr(shown, "aten::randn\nwriting to argument "
+					    "out of aten::randn\n"));
+	ck_assert_int_eq(tu_run(av, NULL, &expect, NULL), 1);
+	got = tu_json_lines(out, "\"job\":\"freeargs\"", varying);
+	exp = tu_json_lines(expect, "\"job\":\"freeargs\"", varying);
+	ck_assert_str_eq(got, exp);
+	ck_assert_ptr_nonnull(strstr(got, "\"free\":{\"stack\":"
+					  "[\"train.py:40 in cleanup\","));
+	ck_assert_ptr_nonnull(strstr(got, "\"op\":\"aten::add.Tensor\","
+					  "\"arg\":\"self\""));
+	ck_assert_int_eq(WEXITSTATUS(tu_daemon_stop(&d, SIGTERM)), 0);
+	free(got);
+	free(exp);
+	free(expect);
+	free(shown);
+	free(out);
+	free(bin);
+	free(rep);
+	free(trace);
+	free(d.dir);
+}
+END_TEST
+
 START_TEST(daemon_absent_is_said)
 {
 	char *dir = tu_tmpdir(), sock[PATH_MAX], *bin, *err;
@@ -217,6 +328,7 @@ static Suite *daemon_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, daemon_finds_what_analyze_finds_in_each_rank);
 	tcase_add_test(tc, daemon_killed_keeps_committed_findings);
+	tcase_add_test(tc, daemon_names_where_memory_was_freed_and_arguments);
 	tcase_add_test(tc, daemon_absent_is_said);
 	suite_add_tcase(s, tc);
 	return s;

@@ -19,6 +19,7 @@
 
 #include "engine.h"
 #include "engine_helpers.h"
+#include "symtab.h"
 #include "testutil.h"
 
 /* ---- seed 000: the NPU Sanitizer's design ------------------------------ */
@@ -269,6 +270,94 @@ START_TEST(engine_flush_then_free_reports_once)
 }
 END_TEST
 
+/* The first frame of stack `id` in F's symtab, or NULL for none. */
+static const char *top_frame(uint32_t id)
+{
+	const uint32_t *frames;
+
+	if (symtab_stack(F.syms, id, &frames) == 0)
+		return NULL;
+	return symtab_str(F.syms, frames[0], NULL);
+}
+
+/* A missing record_stream found at a free names that free's stack, which
+ * is where the fix goes; one a flush found names none. Merged repeats keep
+ * the first occurrence's, as the free is not part of the key. */
+START_TEST(engine_missing_record_stream_names_the_free)
+{
+	static const char body[] =
+		"stack id=1 frame=\"train.py:40 in cleanup\"\n"
+		"stack id=2 frame=\"train.py:41 in cleanup\"\n"
+		"stream_create stream=1\n"
+		"alloc ptr=0x1000 size=64 stream=0\n"
+		"launch stream=1 op=use read=0x1000+64\n"
+		"free ptr=0x1000 stack=1\n"
+		"alloc ptr=0x1000 size=64 stream=0\n"
+		"launch stream=1 op=use read=0x1000+64\n"
+		"free ptr=0x1000 stack=2\n"
+		"alloc ptr=0x2000 size=64 stream=0\n"
+		"launch stream=1 op=use read=0x2000+64\n"
+		"flush\n"
+		"free ptr=0x2000 stack=1\n"
+		"alloc ptr=0x3000 size=64 stream=0\n"
+		"launch stream=1 op=other read=0x3000+64\n"
+		"free ptr=0x3000\n";
+
+	run(body);
+	assert_findings(0, 4);
+	ck_assert(F.v[0].has_free);
+	ck_assert_str_eq(top_frame(F.v[0].free_stack), "train.py:40 in cleanup");
+	ck_assert(F.v[1].has_free);
+	ck_assert_str_eq(top_frame(F.v[1].free_stack), "train.py:41 in cleanup");
+	ck_assert_int_eq(F.v[2].detected_at, DETECTED_AT_FLUSH);
+	ck_assert(!F.v[2].has_free);
+	ck_assert_uint_eq(F.v[2].free_stack, 0);
+	/* a free without a stack: found at a free, no frames */
+	ck_assert(F.v[3].has_free);
+	ck_assert_uint_eq(F.v[3].free_stack, 0);
+	run_mode(body, true);
+	ck_assert_uint_eq(F.n, 2);
+	ck_assert_uint_eq(F.v[0].count, 3);
+	ck_assert_str_eq(top_frame(F.v[0].free_stack), "train.py:40 in cleanup");
+}
+END_TEST
+
+static const char *arg_name(uint32_t id)
+{
+	return id != 0 ? symtab_str(F.syms, id, NULL) : NULL;
+}
+
+/* Each access names the argument its element named, both sides of a race
+ * and the use a missing record_stream reports; the argument is not part
+ * of the key, so the same race through another argument is a repeat. */
+START_TEST(engine_accesses_name_their_arguments)
+{
+	static const char body[] =
+		"stream_create stream=1\n"
+		"alloc ptr=0x1000 size=64 stream=0\n"
+		"launch stream=0 op=mm read=0x2000@mat1 write=0x1000+64@out\n"
+		"launch stream=1 op=add read=0x1000+64@self,0x3000@other\n"
+		"launch stream=1 op=add read=0x3000@self,0x1000+64@other\n"
+		"launch stream=1 op=add read=0x1000+64\n"
+		"free ptr=0x1000\n";
+
+	run(body);
+	assert_findings(3, 1);
+	ck_assert_str_eq(arg_name(F.v[0].access.arg), "self");
+	ck_assert_str_eq(arg_name(F.v[0].previous.arg), "out");
+	ck_assert_str_eq(arg_name(F.v[1].access.arg), "other");
+	ck_assert_ptr_null(arg_name(F.v[2].access.arg));
+	ck_assert_str_eq(arg_name(F.v[2].previous.arg), "out");
+	/* the latest use of the allocation on stream 1: unnamed */
+	ck_assert_int_eq(F.v[3].kind, FINDING_MISSING_RECORD_STREAM);
+	ck_assert_ptr_null(arg_name(F.v[3].access.arg));
+	run_mode(body, true);
+	assert_findings(1, 1);
+	ck_assert_uint_eq(F.v[0].count, 3);
+	ck_assert_str_eq(arg_name(F.v[0].access.arg), "self");
+}
+END_TEST
+
 /* A read lets a dead last write go (DESIGN 5), never a live one: every
  * later reader still races it. */
 START_TEST(engine_read_keeps_live_write_for_later_readers)
@@ -423,6 +512,8 @@ static Suite *engine_suite(void)
 	tcase_add_test(seed, engine_flush_reports_in_address_order);
 	tcase_add_test(seed, engine_read_keeps_live_write_for_later_readers);
 	tcase_add_test(seed, engine_missing_record_stream_per_usage_stream);
+	tcase_add_test(seed, engine_missing_record_stream_names_the_free);
+	tcase_add_test(seed, engine_accesses_name_their_arguments);
 	tcase_add_test(seed, engine_producer_consumer_is_clean);
 	tcase_add_test(seed, engine_producer_consumer_without_wait_races);
 	tcase_add_test(seed, engine_producer_consumer_without_record_stream_frees_unsafely);

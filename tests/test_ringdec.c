@@ -133,6 +133,61 @@ START_TEST(ringdec_launch_ranges_must_match_length)
 }
 END_TEST
 
+/* A launch with RING_LAUNCH_HAS_ARGS: each range's argument, in step
+ * with the ranges kept (an empty range goes, its argument with it); an
+ * argument never defined, or a name op_arg_ok() refuses, is none; a
+ * record whose length leaves out the args is one operation lost. */
+START_TEST(ringdec_launch_args_follow_their_ranges)
+{
+	static const char *const names[] = { "self", "bad name", "out" };
+	struct ringdec_counters n;
+	uint32_t *args;
+	union buf u;
+	size_t len;
+	struct dec x;
+
+	dec_open(&x);
+	for (uint32_t i = 0; i < 3; i++) {
+		len = put_string(&u, 10 + i, names[i]);
+		ck_assert_int_eq(dec(&x, RING_REC_STRING, &u, len), 0);
+	}
+	put_launch(&u, 0, 3, 2);
+	u.l.flags = RING_LAUNCH_HAS_ARGS;
+	u.l.ranges[1].len = 0; /* dropped, with its argument */
+	args = (uint32_t *)(u.l.ranges + 5);
+	args[0] = 10;	/* self */
+	args[1] = 12;	/* out, on the empty range */
+	args[2] = 11;	/* "bad name": none */
+	args[3] = 99;	/* never defined: none */
+	args[4] = 12;	/* out */
+	len = ring_launch_size(5, 1);
+	ck_assert_uint_eq(len, 32 + 5 * 16 + 24);
+	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
+	ck_assert_uint_eq(x.op.nreads, 2);
+	ck_assert_uint_eq(x.op.nwrites, 2);
+	ck_assert_ptr_nonnull(x.op.read_args);
+	ck_assert_str_eq(dec_str(&x, x.op.read_args[0]), "self");
+	ck_assert_uint_eq(x.op.read_args[1], 0);
+	ck_assert_ptr_nonnull(x.op.write_args);
+	ck_assert_uint_eq(x.op.write_args[0], 0);
+	ck_assert_str_eq(dec_str(&x, x.op.write_args[1]), "out");
+	/* Only unnamed arguments: no list at all. */
+	args[0] = args[4] = 0;
+	ck_assert_int_eq(dec(&x, RING_REC_LAUNCH, &u, len), 1);
+	ck_assert_ptr_null(x.op.read_args);
+	ck_assert_ptr_null(x.op.write_args);
+	/* Without the flag the same length does not match. */
+	u.l.flags = 0;
+	dec_lost(&x, RING_REC_LAUNCH, &u, len);
+	u.l.flags = RING_LAUNCH_HAS_ARGS;
+	dec_lost(&x, RING_REC_LAUNCH, &u, ring_launch_size(5, 0));
+	ringdec_counters(x.d, &n);
+	ck_assert_uint_eq(n.lost, 2);
+	ck_assert_uint_eq(n.undefined, 2);
+	dec_close(&x);
+}
+END_TEST
+
 START_TEST(ringdec_unknown_kind_rejected)
 {
 	union buf u = { 0 };
@@ -544,6 +599,7 @@ END_TEST
 void test_ringdec_add(TCase *dc)
 {
 	tcase_add_test(dc, ringdec_launch_ranges_must_match_length);
+	tcase_add_test(dc, ringdec_launch_args_follow_their_ranges);
 	tcase_add_test(dc, ringdec_unknown_kind_rejected);
 	tcase_add_test(dc, ringdec_string_past_payload_rejected);
 	tcase_add_test(dc, ringdec_keeps_text_as_traces_carry_it);

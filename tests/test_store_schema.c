@@ -17,13 +17,18 @@
 #include "testutil.h"
 
 /* The schema's version now (daemon/store.c's migrations). */
-#define SCHEMA_NOW 5
+#define SCHEMA_NOW 6
 /* Undoes migration 5 (suppressions), triggers before their column. */
 #define SCHEMA_UNDO_5                                                      \
 	"DROP TRIGGER findings_suppressed_added;"                          \
 	" DROP TRIGGER findings_suppressed_removed;"                       \
 	" ALTER TABLE findings DROP COLUMN suppressed;"                    \
 	" ALTER TABLE processes DROP COLUMN suppressed;"
+/* Undoes migration 6 (free stacks, argument names). */
+#define SCHEMA_UNDO_6                                                      \
+	"ALTER TABLE findings DROP COLUMN free_stack;"                     \
+	" ALTER TABLE findings DROP COLUMN acc_arg;"                       \
+	" ALTER TABLE findings DROP COLUMN prev_arg;"
 
 START_TEST(store_migrates_an_empty_file)
 {
@@ -65,6 +70,9 @@ START_TEST(store_migrates_version_1_keeping_rows)
 		       " ALTER TABLE processes DROP COLUMN run;"
 		       " ALTER TABLE findings DROP COLUMN acc_graph;"
 		       " ALTER TABLE findings DROP COLUMN prev_graph;"
+		       " ALTER TABLE findings DROP COLUMN free_stack;"
+		       " ALTER TABLE findings DROP COLUMN acc_arg;"
+		       " ALTER TABLE findings DROP COLUMN prev_arg;"
 		       " PRAGMA user_version = 1");
 	s = open_store(path, 0);
 	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), SCHEMA_NOW);
@@ -97,6 +105,9 @@ START_TEST(store_migrates_version_3_findings_without_graphs)
 	sql_exec(path, SCHEMA_UNDO_5
 		       " ALTER TABLE findings DROP COLUMN acc_graph;"
 		       " ALTER TABLE findings DROP COLUMN prev_graph;"
+		       " ALTER TABLE findings DROP COLUMN free_stack;"
+		       " ALTER TABLE findings DROP COLUMN acc_arg;"
+		       " ALTER TABLE findings DROP COLUMN prev_arg;"
 		       " PRAGMA user_version = 3");
 	s = open_store(path, 0);
 	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), SCHEMA_NOW);
@@ -242,7 +253,7 @@ START_TEST(store_keeps_suppressed_and_migrates_version_4)
 	store_close(s);
 	sql_exec(path, "DELETE FROM findings WHERE suppressed IS NOT NULL");
 	ck_assert_int_eq(sql_int(path, "SELECT suppressed FROM processes"), 0);
-	sql_exec(path, SCHEMA_UNDO_5 " PRAGMA user_version = 4");
+	sql_exec(path, SCHEMA_UNDO_6 SCHEMA_UNDO_5 " PRAGMA user_version = 4");
 	s = open_store(path, 0);
 	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), SCHEMA_NOW);
 	ck_assert_int_eq(sql_int(path, "SELECT count(*) FROM findings"
@@ -250,6 +261,93 @@ START_TEST(store_keeps_suppressed_and_migrates_version_4)
 	list(s, NULL, &v);
 	ck_assert_uint_eq(v.p[0].findings, 1);
 	ck_assert_uint_eq(v.p[0].suppressed, 0);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* A missing record_stream found at a free keeps that free's stack, a
+ * free without one an empty stack, a flush none; the accesses keep their
+ * arguments. None of them is part of the key: a repeat that differs only
+ * there merges into the first row, which keeps the first's. */
+START_TEST(store_keeps_free_stacks_and_arguments)
+{
+	static const char *const freed[] = { "train.py:40 cleanup",
+					     "train.py:3 main" };
+	char *path = db_path();
+	struct store_process p = proc(7, "j", 0, 1000);
+	struct store *s = open_store(path, 0);
+	struct store_finding f[4];
+	int64_t id = reg(s, &p);
+	struct seen v;
+
+	for (size_t i = 0; i < 3; i++) {
+		f[i] = race(id);
+		f[i].v.kind = "missing_record_stream";
+		f[i].v.has_previous = false;
+		f[i].v.access.stream = 1 + i; /* three keys */
+	}
+	f[0].v.detected_at = "free";
+	f[0].v.has_free = true;
+	f[0].v.free_stack = (struct finding_stack){ freed, 2 };
+	f[0].v.access.arg = "self";
+	f[1].v.detected_at = "free";
+	f[1].v.has_free = true; /* a free with no stack */
+	f[2].v.detected_at = "flush";
+	f[3] = race(id);
+	f[3].v.access.arg = "out";
+	f[3].v.previous.arg = "other";
+	for (size_t i = 0; i < 4; i++)
+		ck_assert_int_eq(store_finding_submit(s, &f[i]), 0);
+	f[3].v.access.arg = "self"; /* a repeat of the race */
+	ck_assert_int_eq(store_finding_submit(s, &f[3]), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	findings(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 4);
+	ck_assert_msg(strstr(v.text, "at=free alloc=7f0000000000+1048576@0"
+				     "[alloc.py:1 empty] acc=1/7/w/aten::add_"
+				     "[train.py:10 step|train.py:3 main]#self"
+				     " free=[train.py:40 cleanup|train.py:3 "
+				     "main]\n") != NULL,
+		      "%s", v.text);
+	ck_assert_ptr_nonnull(strstr(v.text, "acc=2/7/w/aten::add_[train.py:10"
+					     " step|train.py:3 main] free=[]\n"));
+	ck_assert_ptr_nonnull(strstr(v.text, "at=flush alloc="));
+	ck_assert_ptr_null(strstr(v.text, "at=flush alloc=7f0000000000+1048576"
+					  "@0[alloc.py:1 empty] acc=3/7/w/"
+					  "aten::add_[train.py:10 step|"
+					  "train.py:3 main] free"));
+	ck_assert_msg(strstr(v.text, "data_race pid=7 job=j count=2") != NULL,
+		      "%s", v.text);
+	ck_assert_ptr_nonnull(strstr(v.text, "main]#out prev="));
+	ck_assert_ptr_nonnull(strstr(v.text, "main]#other\n"));
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* A database of schema 5 (before free stacks and arguments) keeps its
+ * findings, which name neither. */
+START_TEST(store_migrates_version_5_findings_without_free_or_args)
+{
+	char *path = db_path();
+	struct store_process p = proc(7, "j", 0, 1000);
+	struct store *s = open_store(path, 0);
+	struct store_finding f;
+	int64_t id = reg(s, &p);
+	struct seen v;
+
+	f = race(id);
+	ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	store_close(s);
+	sql_exec(path, SCHEMA_UNDO_6 " PRAGMA user_version = 5");
+	s = open_store(path, 0);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), SCHEMA_NOW);
+	findings(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 1);
+	ck_assert(!v.f[0].v.has_free);
+	ck_assert_ptr_null(strstr(v.text, "#"));
+	ck_assert_ptr_null(strstr(v.text, "free="));
 	store_close(s);
 	free(path);
 }
@@ -310,6 +408,8 @@ void store_schema_add(TCase *tc)
 	tcase_add_test(tc, store_migrates_version_3_findings_without_graphs);
 	tcase_add_test(tc, store_keeps_graphs_and_merges_by_the_engines_key);
 	tcase_add_test(tc, store_keeps_suppressed_and_migrates_version_4);
+	tcase_add_test(tc, store_keeps_free_stacks_and_arguments);
+	tcase_add_test(tc, store_migrates_version_5_findings_without_free_or_args);
 	tcase_add_test(tc, store_refuses_a_newer_schema);
 	tcase_add_test(tc, store_refuses_what_is_not_a_database);
 }

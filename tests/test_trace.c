@@ -113,6 +113,15 @@ static const struct good good[] = {
 	     "0x0+18446744073709551615"),
 	GOOD(H "launch stream=1 op=a read= write=\n",
 	     "launch stream=1 name='a'"),
+	/* Operator arguments (@NAME), on some elements or all. */
+	GOOD(H "launch stream=1 op=a read=0x10@self,0x20+8,0x30@other "
+	       "write=0x40+4@out\n",
+	     "launch stream=1 name='a' reads=0x10+1@self,0x20+8,0x30+1@other "
+	     "writes=0x40+4@out"),
+	GOOD(H "launch stream=1 op=a read=0x10@x.y_1#c\n",
+	     "launch stream=1 name='a' reads=0x10+1@x.y_1"),
+	GOOD(H "launch stream=1 op=a write=0x10@\xc3\xa9\n",
+	     "launch stream=1 name='a' writes=0x10+1@\xc3\xa9"),
 	GOOD(H "launch stream=1 op=a read=#c\n", "launch stream=1 name='a'"),
 	GOOD(H "launch stream=1 op=a read=0x10,0x10+1,0x8+16 write=0x10\n",
 	     "launch stream=1 name='a' reads=0x10+1,0x10+1,0x8+16 "

@@ -294,6 +294,26 @@ static const struct bad bad_list[] = {
 	    "number out of range for 'read'"),
 	BAD(H "launch stream=1 op=a read=18446744073709551616\n", 2,
 	    "number out of range for 'read'"),
+	BAD(H "launch stream=1 op=a read=0x10@\n", 2,
+	    "invalid argument name for 'read': @"),
+	BAD(H "launch stream=1 op=a read=0x10@,0x20\n", 2,
+	    "invalid argument name for 'read': @"),
+	BAD(H "launch stream=1 op=a write=0x10@a@b\n", 2,
+	    "invalid argument name for 'write': @a@b"),
+	BAD(H "launch stream=1 op=a write=0x10@a\"b\"\n", 2,
+	    "invalid argument name for 'write'"),
+	BAD(H "launch stream=1 op=a read=0x10+0@x\n", 2,
+	    "invalid element for 'read': 0x10+0@x"),
+	BAD(H "launch stream=1 op=a read=@x\n", 2,
+	    "invalid element for 'read': @x"),
+	BAD(H "launch stream=1 op=a read=0x10@x=1\n", 2,
+	    "invalid argument name for 'read'"),
+	BAD(H "launch stream=1 op=a read=0x10@"
+	      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	      "\n", 2, "invalid argument name for 'read'"),
 };
 
 START_TEST(trace_rejects_lexical_errors)

@@ -232,7 +232,9 @@ START_TEST(trace_writer_prints_canonical_lines)
 		"event_create event=5\nevent_destroy event=5\n"
 		"event_record event=5 stream=2\nevent_wait event=5 stream=3\n"
 		"event_sync event=5\nstream_wait stream=3 on=2\n"
-		"stream_sync stream=2\ndevice_sync\nflush\ngap\ngap lost=3\n";
+		"stream_sync stream=2\ndevice_sync\nflush\ngap\ngap lost=3\n"
+		"launch stream=0 op=aten::add read=0x1000@self,0x2000+16 "
+		"write=0x3ff0+4096@out\n";
 	static const struct op_range reads[] = { { 0x1000, 1 },
 						 { 0x2000, 16 } };
 	static const struct op_range writes[] = { { 0x3ff0, 4096 } };
@@ -240,7 +242,7 @@ START_TEST(trace_writer_prints_canonical_lines)
 				      .job = "demo", .has_rank = true,
 				      .name = "my trainer" };
 	struct symtab *syms;
-	uint32_t s_empty, s_main;
+	uint32_t s_empty, s_main, read_args[2], write_args[1];
 	struct trace_writer *w;
 	char *text;
 	size_t len;
@@ -250,6 +252,9 @@ START_TEST(trace_writer_prints_canonical_lines)
 	/* The writer numbers stacks by first use, not by symtab id. */
 	s_empty = stack_of(syms, "", NULL);
 	s_main = stack_of(syms, "train.py:14 in step", "main");
+	read_args[0] = intern(syms, "self");
+	read_args[1] = 0;
+	write_args[0] = intern(syms, "out");
 	const struct op ops[] = {
 		{ .kind = OP_STREAM_CREATE, .stream = 1 },
 		{ .kind = OP_ALLOC, .ptr = 0x1000, .size = 4096,
@@ -273,6 +278,9 @@ START_TEST(trace_writer_prints_canonical_lines)
 		{ .kind = OP_FLUSH },
 		{ .kind = OP_GAP },
 		{ .kind = OP_GAP, .has_lost = true, .lost = 3 },
+		{ .kind = OP_LAUNCH, .name = intern(syms, "aten::add"),
+		  .reads = reads, .read_args = read_args, .nreads = 2,
+		  .writes = writes, .write_args = write_args, .nwrites = 1 },
 	};
 
 	f = open_memstream(&text, &len);
@@ -295,7 +303,7 @@ START_TEST(trace_writer_refuses_invalid_ops_whole)
 						{ UINT64_MAX, 2 } };
 	static const struct op_range fine[] = { { 0x10, 1 } };
 	struct symtab *syms;
-	uint32_t name, s_ok, s_cr;
+	uint32_t name, s_ok, s_cr, bad_arg[1], no_arg[1];
 	struct trace_writer *w;
 	char *text;
 	size_t len;
@@ -305,6 +313,9 @@ START_TEST(trace_writer_refuses_invalid_ops_whole)
 	name = intern(syms, "k");
 	s_ok = stack_of(syms, "f", NULL);
 	s_cr = stack_of(syms, "f\r", NULL);
+	/* names a reader would not take back: refused, never dropped */
+	bad_arg[0] = intern(syms, "a,b");
+	no_arg[0] = 999;
 	const struct op bad[] = {
 		{ .kind = OP_KIND_COUNT },
 		{ .kind = (enum op_kind)-1 },
@@ -325,6 +336,10 @@ START_TEST(trace_writer_refuses_invalid_ops_whole)
 		{ .kind = OP_FLUSH, .stack = s_cr },
 		{ .kind = OP_ALLOC, .ptr = UINT64_MAX, .size = 2,
 		  .stack = s_ok },
+		{ .kind = OP_LAUNCH, .name = name, .reads = fine,
+		  .read_args = bad_arg, .nreads = 1 },
+		{ .kind = OP_LAUNCH, .name = name, .writes = fine,
+		  .write_args = no_arg, .nwrites = 1 },
 	};
 	const struct op good_op = { .kind = OP_LAUNCH, .name = name,
 				    .reads = fine, .nreads = 1, .stack = s_ok };

@@ -48,15 +48,20 @@ static void describe(FILE *f, const struct symtab *s, const struct op *op)
 	}
 	for (int w = 0; w < 2; w++) {
 		const struct op_range *v = w ? op->writes : op->reads;
+		const uint32_t *args = w ? op->write_args : op->read_args;
 		size_t nv = w ? op->nwrites : op->nreads;
 
 		ck_assert(nv == 0 ? v == NULL : v != NULL);
+		ck_assert(nv > 0 || args == NULL);
 		if (nv > 0)
 			fputs(w ? " writes=" : " reads=", f);
-		for (size_t i = 0; i < nv; i++)
+		for (size_t i = 0; i < nv; i++) {
 			fprintf(f, "%s0x%llx+%llu", i ? "," : "",
 				(unsigned long long)v[i].ptr,
 				(unsigned long long)v[i].len);
+			if (args != NULL && args[i] != 0)
+				fprintf(f, "@%s", symtab_str(s, args[i], NULL));
+		}
 	}
 }
 

@@ -88,9 +88,11 @@ def parse_number(s):
 
 
 def parse_list(s):
-    """A pointer list: [(start, length)], duplicates dropped, order kept."""
+    """A pointer list: [(start, length)], duplicates dropped, order kept.
+    An element's argument name (``@NAME``) changes nothing here."""
     out = []
     for el in s.split(',') if s else []:
+        el = el.split('@', 1)[0]
         if '+' in el:
             p, ln = el.split('+', 1)
             item = (parse_number(p), parse_number(ln))

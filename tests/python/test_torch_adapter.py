@@ -45,6 +45,11 @@ _LAUNCH = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint32,
 _ALLOC = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint64,
                           ctypes.c_uint64, ctypes.c_uint32)
 _FREE = ctypes.CFUNCTYPE(None, ctypes.c_uint64)
+_LAUNCH_ARGS = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint32,
+                                ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_size_t, ctypes.c_void_p,
+                                ctypes.c_void_p, ctypes.c_size_t,
+                                ctypes.c_uint32)
 
 torch = None  # imported in main(), after the skip check
 
@@ -56,6 +61,9 @@ class FakeAgent:
         self.calls = []
         self.strings = {}
         self.stacks = {}
+        # The argument names of each launch: (read names, write names),
+        # None for a launch made without them.
+        self.args = []
 
     def intern(self, text: bytes) -> int:
         return self.strings.setdefault(text.decode(), len(self.strings) + 1)
@@ -81,12 +89,27 @@ class FakeAgent:
 
         self.calls.append(("launch", stream, self.op(op), pairs(raddr, nr),
                            pairs(waddr, nw), stack))
+        self.args.append(None)
+
+    def launch_args(self, stream, op, raddr, rargs, nr, waddr, wargs, nw,
+                    stack):
+        """npusan_launch_args(): recorded as a launch, its names in
+        self.args (None for an id of 0)."""
+        def names(addr, n):
+            if n == 0 or not addr:
+                return [None] * n
+            return [self.op(i) if i else None
+                    for i in (ctypes.c_uint32 * n).from_address(addr)]
+
+        self.launch(stream, op, raddr, nr, waddr, nw, stack)
+        self.args[-1] = (names(rargs, nr), names(wargs, nw))
 
     def pointers(self):
         """C function pointers for npusan._speedups, calling back here."""
         self._c = (_LAUNCH(self.launch),
                    _ALLOC(lambda *a: self.calls.append(("alloc", *a))),
-                   _FREE(lambda *a: self.calls.append(("free", *a))))
+                   _FREE(lambda *a: self.calls.append(("free", *a))),
+                   _LAUNCH_ARGS(self.launch_args))
         return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in self._c)
 
     def __getattr__(self, name):
@@ -289,6 +312,25 @@ class Operators(AdapterCase):
                                       [(y.data_ptr(), 64)]))
         # One stack for the operator: its launch and its allocation.
         self.assertEqual(alloc[4], launch[5])
+
+    def test_ranges_name_their_schema_arguments(self):
+        # As CSAN names them: "self", "other", "out", a fresh output
+        # "output"; a tensor list's ranges share its argument's name.
+        x, y = torch.ones(16), torch.ones(16)
+        out = torch.empty(16)
+        self.agent.calls.clear()
+        self.agent.args.clear()
+        z = x + y
+        torch.add(x, y, out=out)
+        x.add_(y)
+        torch._foreach_add_([x, y], 1.0)
+        self.assertEqual(self.agent.args, [
+            (["self", "other"], ["output"]),
+            (["self", "other"], ["out"]),
+            (["other"], ["self"]),
+            ([], ["self", "self"]),
+        ])
+        del z
 
     def test_current_stream_of_the_emulation(self):
         x = torch.ones(16)

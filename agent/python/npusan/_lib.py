@@ -72,6 +72,14 @@ _GRAPH_SIGNATURES = {
 }
 
 
+# NPUSAN_1.3's calls: an older library lacks them, and then launches name
+# no arguments (Agent.launch_args is None), the rest works as before.
+_ARGS_SIGNATURES = {
+    "npusan_launch_args": (None, (_u64, _u32, _ptr, _ptr, _size, _ptr, _ptr,
+                                  _size, _u32)),
+}
+
+
 class Agent:
     """libnpusan's functions as attributes named without the ``npusan_``
     prefix (``agent.launch(...)``), with npusan.h's argument types.
@@ -96,6 +104,13 @@ class Agent:
             fn.restype = restype
             fn.argtypes = argtypes
             setattr(self, name[len("npusan_"):], fn)
+        self.launch_args = None
+        fn = getattr(fast, "npusan_launch_args", None)
+        if fn is not None:
+            restype, argtypes = _ARGS_SIGNATURES["npusan_launch_args"]
+            fn.restype = restype
+            fn.argtypes = argtypes
+            self.launch_args = fn
         wait = blocking.npusan_wait_drained
         wait.restype = ctypes.c_int
         wait.argtypes = (ctypes.c_uint,)
@@ -109,11 +124,13 @@ class Agent:
         until a daemon attaches it."""
         return self._state.value != 0
 
-    def pointers(self) -> Tuple[int, int, int]:
-        """The addresses of npusan_launch, npusan_alloc and npusan_free,
-        for npusan._speedups to call directly."""
-        return tuple(ctypes.cast(fn, ctypes.c_void_p).value
-                     for fn in (self.launch, self.alloc, self.free))
+    def pointers(self) -> Tuple[int, int, int, int]:
+        """The addresses of npusan_launch, npusan_alloc, npusan_free and
+        npusan_launch_args (0 when the library lacks it), for
+        npusan._speedups to call directly."""
+        fns = (self.launch, self.alloc, self.free, self.launch_args)
+        return tuple(ctypes.cast(fn, ctypes.c_void_p).value or 0
+                     if fn is not None else 0 for fn in fns)
 
 
 def _installed_path() -> Optional[str]:

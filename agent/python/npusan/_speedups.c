@@ -66,25 +66,34 @@ typedef void (*launch_fn)(uint64_t, uint32_t, const struct npusan_range *,
 			  uint32_t);
 typedef void (*alloc_fn)(uint64_t, uint64_t, uint64_t, uint32_t);
 typedef void (*free_fn)(uint64_t);
+typedef void (*launch_args_fn)(uint64_t, uint32_t, const struct npusan_range *,
+			       const uint32_t *, size_t,
+			       const struct npusan_range *, const uint32_t *,
+			       size_t, uint32_t);
 
-/* Growable ranges, inline first. */
+/* Growable ranges, inline first, each with its argument's name id. */
 struct ranges {
 	struct npusan_range *v;
+	uint32_t *names;
 	size_t n, cap;
+	uint32_t name; /* of the argument (or return) being collected */
 	struct npusan_range inline_v[RANGES_INLINE];
+	uint32_t inline_names[RANGES_INLINE];
 };
 
 static void ranges_init(struct ranges *r)
 {
 	r->v = r->inline_v;
+	r->names = r->inline_names;
 	r->n = 0;
 	r->cap = RANGES_INLINE;
+	r->name = 0;
 }
 
 static void ranges_fini(struct ranges *r)
 {
 	if (r->v != r->inline_v)
-		PyMem_Free(r->v);
+		PyMem_Free(r->v); /* and the names after the ranges */
 }
 
 /* 0; -1 with MemoryError set. */
@@ -92,21 +101,37 @@ static int ranges_push(struct ranges *r, uint64_t ptr, uint64_t len)
 {
 	if (r->n == r->cap) {
 		size_t cap = r->cap * 2;
-		struct npusan_range *v = PyMem_Malloc(cap * sizeof(*v));
+		struct npusan_range *v =
+			PyMem_Malloc(cap * (sizeof(*v) + sizeof(*r->names)));
 
 		if (v == NULL) {
 			PyErr_NoMemory();
 			return -1;
 		}
 		memcpy(v, r->v, r->n * sizeof(*v));
+		memcpy(v + cap, r->names, r->n * sizeof(*r->names));
 		ranges_fini(r);
 		r->v = v;
+		r->names = (uint32_t *)(v + cap);
 		r->cap = cap;
 	}
 	r->v[r->n].ptr = ptr;
 	r->v[r->n].len = len;
+	r->names[r->n] = r->name;
 	r->n++;
 	return 0;
+}
+
+/* The name id at `i` of `ids` (a tuple of ints; else none) into *out, 0
+ * for none; -1 with an exception set. */
+static int name_at(PyObject *ids, Py_ssize_t i, uint32_t *out)
+{
+	unsigned long v = 0;
+
+	if (ids != NULL && PyTuple_Check(ids) && i < PyTuple_GET_SIZE(ids))
+		v = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(ids, i));
+	*out = (uint32_t)v;
+	return v == (unsigned long)-1 && PyErr_Occurred() ? -1 : 0;
 }
 
 /* Interned names of the tensor methods and adapter attributes used. */
@@ -133,6 +158,7 @@ typedef struct {
 	launch_fn launch;
 	alloc_fn alloc;
 	free_fn free;
+	launch_args_fn launch_args; /* NULL: the library predates it */
 } Core;
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -616,8 +642,9 @@ static void release(Core *c, PyObject *tid)
 
 /* The fresh outputs of `result` (spec.returns) as writes, each claiming
  * its pending allocation. */
-static int outputs(Core *c, PyObject *spec, PyObject *result,
-		   struct ranges *w, int64_t *device, uint32_t stack)
+static int outputs(Core *c, PyObject *spec, PyObject *ret_ids,
+		   PyObject *result, struct ranges *w, int64_t *device,
+		   uint32_t stack)
 {
 	PyObject *returns = PyTuple_GET_ITEM(spec, 2);
 	int single = PyObject_IsTrue(PyTuple_GET_ITEM(spec, 3));
@@ -631,7 +658,7 @@ static int outputs(Core *c, PyObject *spec, PyObject *result,
 		int nest = (int)PyLong_AsLong(PyTuple_GET_ITEM(rs, 1)), ok;
 		uint64_t p, bytes;
 
-		if (PyErr_Occurred())
+		if (PyErr_Occurred() || name_at(ret_ids, i, &w->name) < 0)
 			return -1;
 		if (single) {
 			v = result;
@@ -668,6 +695,7 @@ static PyObject *core_dispatch(PyObject *self, PyObject *const *a,
 {
 	Core *c = (Core *)self;
 	PyObject *func, *args, *kwargs, *entry, *spec, *argspecs, *result;
+	PyObject *arg_ids = NULL, *ret_ids = NULL;
 	PyObject *tid = NULL;
 	struct ranges reads, writes;
 	int64_t device = -2, stack;
@@ -706,6 +734,11 @@ static PyObject *core_dispatch(PyObject *self, PyObject *const *a,
 		goto before_failed;
 	spec = PyTuple_GET_ITEM(entry, 0);
 	op = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(entry, 1));
+	/* Adapter.spec()'s names, used where the library takes them. */
+	if (c->launch_args != NULL && PyTuple_GET_SIZE(entry) >= 4) {
+		arg_ids = PyTuple_GET_ITEM(entry, 2);
+		ret_ids = PyTuple_GET_ITEM(entry, 3);
+	}
 	record = PyObject_IsTrue(PyTuple_GET_ITEM(spec, 4));
 	if (PyErr_Occurred())
 		goto before_failed;
@@ -726,8 +759,9 @@ static PyObject *core_dispatch(PyObject *self, PyObject *const *a,
 		long kind = PyLong_AsLong(PyTuple_GET_ITEM(as, 2));
 		int nest = (int)PyLong_AsLong(PyTuple_GET_ITEM(as, 3));
 
-		if (PyErr_Occurred())
+		if (PyErr_Occurred() || name_at(arg_ids, i, &reads.name) < 0)
 			goto before_failed;
+		writes.name = reads.name;
 		if (pos < PyTuple_GET_SIZE(args))
 			v = PyTuple_GET_ITEM(args, pos);
 		else if (kwargs != NULL)
@@ -751,7 +785,8 @@ static PyObject *core_dispatch(PyObject *self, PyObject *const *a,
 	result = PyObject_Call(func, args, kwargs);
 	if (result == NULL)
 		goto done;
-	if (outputs(c, spec, result, &writes, &device, (uint32_t)stack) < 0)
+	if (outputs(c, spec, ret_ids, result, &writes, &device,
+		    (uint32_t)stack) < 0)
 		goto after_failed;
 	if (PyDict_GET_SIZE(c->pending) != 0) {
 		PyObject *sid = PyLong_FromLongLong(stack), *r;
@@ -767,8 +802,13 @@ static PyObject *core_dispatch(PyObject *self, PyObject *const *a,
 	if (reads.n != 0 || writes.n != 0) {
 		if (core_stream(c, device, &stream) < 0)
 			goto after_failed;
-		c->launch(stream, (uint32_t)op, reads.v, reads.n, writes.v,
-			  writes.n, (uint32_t)stack);
+		if (c->launch_args != NULL) /* names every range */
+			c->launch_args(stream, (uint32_t)op, reads.v,
+				       reads.names, reads.n, writes.v,
+				       writes.names, writes.n, (uint32_t)stack);
+		else
+			c->launch(stream, (uint32_t)op, reads.v, reads.n,
+				  writes.v, writes.n, (uint32_t)stack);
 	}
 	goto done;
 
@@ -895,7 +935,8 @@ static void *pointer(PyObject *pointers, Py_ssize_t i)
 	return PyLong_AsVoidPtr(PyTuple_GET_ITEM(pointers, i));
 }
 
-/* Core(adapter, stacks, tensor_type, (launch, alloc, free)) */
+/* Core(adapter, stacks, tensor_type, (launch, alloc, free[, launch_args])),
+ * launch_args 0 when the library predates it */
 static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 {
 	static char *names[] = { "adapter", "stacks", "tensor_type",
@@ -909,9 +950,9 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 					 &stacks, &PyType_Type, &tensor_type,
 					 &PyTuple_Type, &pointers))
 		return -1;
-	if (PyTuple_GET_SIZE(pointers) != 3) {
+	if (PyTuple_GET_SIZE(pointers) < 3 || PyTuple_GET_SIZE(pointers) > 4) {
 		PyErr_SetString(PyExc_ValueError,
-				"pointers: (launch, alloc, free)");
+				"pointers: (launch, alloc, free[, launch_args])");
 		return -1;
 	}
 	core_clear(self);
@@ -959,6 +1000,8 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 	c->launch = (launch_fn)pointer(pointers, 0);
 	c->alloc = (alloc_fn)pointer(pointers, 1);
 	c->free = (free_fn)pointer(pointers, 2);
+	c->launch_args = (launch_args_fn)(PyTuple_GET_SIZE(pointers) == 4 ?
+					  pointer(pointers, 3) : NULL);
 	if (PyErr_Occurred())
 		return -1;
 	if (!c->launch || !c->alloc || !c->free) {

@@ -4,7 +4,10 @@ the agent one call per operation.
 Nothing is analysed here; the daemon does that. Per operator the dispatch
 mode does only what the agent needs: the operator's cached classification
 (``_classify``), the byte ranges of its tensors, the current stream, the
-Python stack's cached id, and one ``npusan_launch()``.
+Python stack's cached id, and one ``npusan_launch_args()`` that names the
+schema's argument of each range, as PyTorch's CUDA Sanitizer does (a fresh
+output by its return's name, else ``output``), or ``npusan_launch()``
+where the library predates it.
 
 Allocations: the frameworks' allocation callbacks give the block's address
 only, with neither size nor stream. The adapter keeps the address with the
@@ -116,6 +119,7 @@ class Adapter:
         self.backend = backend
         self.stacks = stacks
         self.launch = agent.launch
+        self.launch_args = agent.launch_args
         self.is_device = operator.attrgetter(backend.device_attr)
         self.current_stream = backend.current_stream
         self.per_device = backend.per_device
@@ -236,11 +240,17 @@ class Adapter:
             self.on = False
             say(f"off: {type(err).__name__}: {err}")
 
-    def spec(self, func) -> Tuple[OpSpec, int]:
-        """func's classification and operator id, cached per overload."""
-        spec = _classify.classify(func._schema)
-        op = self.agent.intern(spec.name.encode())
-        entry = (spec, op)
+    def spec(self, func) -> Tuple[OpSpec, int, tuple, tuple]:
+        """func's classification and operator id, cached per overload,
+        with the ids of the names of spec.args and spec.returns."""
+        schema = func._schema
+        spec = _classify.classify(schema)
+        intern = self.agent.intern
+        op = intern(spec.name.encode())
+        args = tuple(intern(name.encode()) for _, name, _, _ in spec.args)
+        rets = tuple(intern(_classify.return_name(schema, i).encode())
+                     for i, _ in spec.returns)
+        entry = (spec, op, args, rets)
         self.specs[func] = entry
         return entry
 
@@ -518,20 +528,26 @@ class DispatchMode(TorchDispatchMode):
             entry = a.specs.get(func)
             if entry is None:
                 entry = a.spec(func)
-            spec, op = entry
+            spec, op, arg_ids, ret_ids = entry
             if spec.record_stream:
                 return a.record_stream(func, args, kwargs)
             is_device = a.is_device
             per_device = a.per_device
             reads: list = []
             writes: list = []
+            # The argument of each range pair, in step with reads, writes.
+            rnames: list = []
+            wnames: list = []
             device = -2
             nargs = len(args)
-            for pos, name, kind, nest in spec.args:
+            for (pos, name, kind, nest), aid in zip(spec.args, arg_ids):
                 v = args[pos] if pos < nargs else kwargs.get(name)
                 if v is None:
                     continue
-                out = writes if kind == WRITE else reads
+                if kind == WRITE:
+                    out, names = writes, wnames
+                else:
+                    out, names = reads, rnames
                 if nest == 0:
                     # A Tensor argument may come as a Python number.
                     if isinstance(v, _Tensor) and is_device(v):
@@ -549,6 +565,7 @@ class DispatchMode(TorchDispatchMode):
                     d = _collect(v, nest, out, is_device, per_device)
                     if device == -2:
                         device = d
+                names += (aid,) * ((len(out) >> 1) - len(names))
             stack = a.stacks.capture(1)
         except Exception as err:
             a.fail(err)
@@ -564,7 +581,7 @@ class DispatchMode(TorchDispatchMode):
             pending = a.pending
             if spec.returns:
                 values = (result,) if spec.single_return else result
-                for i, nest in spec.returns:
+                for (i, nest), rid in zip(spec.returns, ret_ids):
                     v = values[i]
                     if nest == 0 and isinstance(v, _Tensor):
                         if not is_device(v):
@@ -588,15 +605,25 @@ class DispatchMode(TorchDispatchMode):
                         d = _collect(v, nest, writes, is_device, per_device)
                         if device == -2:
                             device = d
+                    wnames += (rid,) * ((len(writes) >> 1) - len(wnames))
             if pending:
                 a.claim(result, stack)
             if reads or writes:
                 nr = len(reads) >> 1
+                nw = len(writes) >> 1
                 reads += writes
                 buf = array("Q", reads)
                 addr = buf.buffer_info()[0]
-                a.launch(a.current_stream(device), op, addr, nr,
-                         addr + (nr << 4), len(writes) >> 1, stack)
+                stream = a.current_stream(device)
+                if a.launch_args is not None:
+                    ids = array("I", rnames + wnames)
+                    iaddr = ids.buffer_info()[0]
+                    a.launch_args(stream, op, addr, iaddr, nr,
+                                  addr + (nr << 4), iaddr + (nr << 2), nw,
+                                  stack)
+                else:
+                    a.launch(stream, op, addr, nr, addr + (nr << 4), nw,
+                             stack)
         except Exception as err:
             a.fail(err)
         a.release(tid)

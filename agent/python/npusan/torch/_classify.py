@@ -98,6 +98,17 @@ def classify(schema) -> OpSpec:
                   False)
 
 
+def return_name(schema, i: int) -> str:
+    """The name a finding gives to the memory of return `i`: the schema's
+    name for it, else ``output`` (``output0``, ``output1`` … when the
+    operator returns several), as PyTorch's CUDA Sanitizer says "the
+    output"."""
+    name = schema.returns[i].name
+    if name:
+        return name
+    return "output" if len(schema.returns) == 1 else f"output{i}"
+
+
 def strided_ranges(ptr: int, elem: int, sizes, strides, out: list) -> None:
     """Appends (pointer, length) pairs, flattened, of the bytes a
     non-contiguous tensor at `ptr` with elements of `elem` bytes touches.
