@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "client.h"
 #include "jobreport_int.h"
+#include "paths.h"
 #include "text.h"
 
 #define XML_FFFD "\xef\xbf\xbd" /* U+FFFD, the replacement character */
@@ -268,14 +269,34 @@ static void jr_junit_body(FILE *f, const struct jr *r, const struct jr_sum *s,
 	fputs("</system-out>\n  </testsuite>\n</testsuites>\n", f);
 }
 
+/* The report written straight into r->junit, a device or a FIFO
+ * (paths_write_in_place()). 0; -errno; -EIO. */
+static int jr_junit_in_place(const struct jr *r, const struct jr_sum *s,
+			     const char *verdict)
+{
+	FILE *f = fopen(r->junit, "we");
+	int err;
+
+	if (f == NULL)
+		return -errno;
+	jr_junit_body(f, r, s, verdict);
+	err = fflush(f) != 0 || ferror(f) ? -EIO : 0;
+	if (fclose(f) != 0 && err == 0)
+		err = -EIO;
+	return err;
+}
+
 int jr__junit(const struct jr *r, const struct jr_sum *s, const char *verdict)
 {
 	size_t n = strlen(r->junit);
-	char *tmp = malloc(n + 16);
+	char *tmp;
 	mode_t mask;
 	FILE *f;
 	int fd, err;
 
+	if (paths_write_in_place(r->junit))
+		return jr_junit_in_place(r, s, verdict);
+	tmp = malloc(n + 16);
 	if (tmp == NULL)
 		return -ENOMEM;
 	snprintf(tmp, n + 16, "%s.tmp.XXXXXX", r->junit);

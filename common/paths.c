@@ -149,3 +149,10 @@ int paths_private_dir(const char *dir, unsigned uid)
 	return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) &&
 	       st.st_uid == (uid_t)uid && (st.st_mode & 077) == 0;
 }
+
+bool paths_write_in_place(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && !S_ISREG(st.st_mode);
+}

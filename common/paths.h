@@ -8,6 +8,7 @@
 #ifndef NPUSAN_PATHS_H
 #define NPUSAN_PATHS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* The longest socket path: sockaddr_un's sun_path less its NUL. */
@@ -95,5 +96,14 @@ void paths_dir_of(const char *path, char *buf, size_t len);
  * one else may enter or write (no group or other permission bits).
  */
 int paths_private_dir(const char *dir, unsigned uid);
+
+/*
+ * Whether a file written to `path` must be written in place: `path` names
+ * something that exists and is not a regular file (/dev/null, /dev/stdout,
+ * a FIFO). A report is otherwise written beside its target and renamed
+ * over it, so that a reader never sees half of it; renamed over a device,
+ * it would replace the device itself (as root, /dev/null).
+ */
+bool paths_write_in_place(const char *path);
 
 #endif

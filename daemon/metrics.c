@@ -63,6 +63,7 @@
 #include "clock.h"
 #include "engine.h"
 #include "log.h"
+#include "paths.h"
 
 #define METRICS_RENDER_MS 1000
 #define METRICS_FILE_MS 2000
@@ -297,37 +298,51 @@ static void metrics_refresh(struct metrics *m)
 	free(old);
 }
 
-/* Writes the published text to the textfile (DESIGN 2). 0; -errno. */
-static int metrics_write_file(struct metrics *m)
+/* The published text into `fd`, all of it. 0; -errno. Only the thread
+ * that renders replaces m->text, and only one renders at a time
+ * (DESIGN 1): no lock needed to read it. */
+static int metrics_write_all(struct metrics *m, int fd)
 {
-	char tmp[PATH_MAX];
 	size_t off = 0;
 	ssize_t w;
-	int fd, err = 0;
 
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp", m->textfile) >=
-	    (int)sizeof(tmp))
-		return -ENAMETOOLONG;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-		  0644);
-	if (fd < 0)
-		return -errno;
-	/* Only the thread that renders replaces m->text, and only one
-	 * renders at a time (DESIGN 1): no lock needed to read it. */
 	while (off < m->len) {
 		w = write(fd, m->text + off, m->len - off);
 		if (w < 0 && errno == EINTR)
 			continue;
-		if (w < 0) {
-			err = -errno;
-			break;
-		}
+		if (w < 0)
+			return -errno;
 		off += (size_t)w;
 	}
-	if (err == 0 && fsync(fd) < 0)
+	return 0;
+}
+
+/* Writes the published text to the textfile (DESIGN 2): beside it and
+ * renamed over it, or in place where it is a device or a FIFO
+ * (paths_write_in_place()). 0; -errno. */
+static int metrics_write_file(struct metrics *m)
+{
+	char tmp[PATH_MAX];
+	bool in_place = paths_write_in_place(m->textfile);
+	int fd, err;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", m->textfile) >=
+	    (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	/* Non-blocking in place: a FIFO without a reader is an error to log,
+	 * never a render thread stuck in open(). */
+	fd = in_place ? open(m->textfile, O_WRONLY | O_CLOEXEC | O_NONBLOCK) :
+			open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
+					  O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return -errno;
+	err = metrics_write_all(m, fd);
+	if (err == 0 && !in_place && fsync(fd) < 0)
 		err = -errno;
 	if (close(fd) < 0 && err == 0)
 		err = -errno;
+	if (in_place)
+		return err;
 	if (err == 0 && rename(tmp, m->textfile) < 0)
 		err = -errno;
 	if (err < 0)

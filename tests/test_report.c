@@ -7,12 +7,14 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -350,6 +352,41 @@ START_TEST(report_repeat_logs_once_and_escapes)
 }
 END_TEST
 
+/*
+ * `report --junit` into a FIFO in `dir`, as into /dev/stdout or /dev/null:
+ * the report goes through it, and it is still a FIFO afterwards. A file
+ * renamed over it would replace it (as root, /dev/null itself).
+ */
+static void junit_into_fifo(char *junit, size_t len, const char *dir)
+{
+	struct stat st;
+	pid_t reader;
+	int status;
+
+	snprintf(junit, len, "%s/junit.fifo", dir);
+	ck_assert_int_eq(mkfifo(junit, 0600), 0);
+	reader = fork();
+	ck_assert_int_ge(reader, 0);
+	if (reader == 0) {
+		char buf[4096];
+		ssize_t n, got = 0;
+		int fd = open(junit, O_RDONLY);
+
+		while (fd >= 0 && (n = read(fd, buf, sizeof(buf))) > 0)
+			got += n;
+		_exit(got > 0 ? 0 : 1);
+	}
+	ck_assert_int_eq(ctlv(NULL, NULL, "report", "--job", "demo",
+			      "--junit", junit, NULL),
+			 0);
+	ck_assert_int_eq(stat(junit, &st), 0);
+	if (!S_ISFIFO(st.st_mode))
+		kill(reader, SIGKILL); /* blocked on the FIFO now gone */
+	ck_assert_int_eq(waitpid(reader, &status, 0), reader);
+	ck_assert_msg(S_ISFIFO(st.st_mode), "the FIFO was replaced");
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 /* A clean job exits 0 and says so; an unknown job is bad input (2), and
  * no JUnit file is written for it. */
 START_TEST(report_clean_and_unknown_job)
@@ -373,6 +410,7 @@ START_TEST(report_clean_and_unknown_job)
 	ck_assert_uint_eq(count_str(out, "<testcase "), 1);
 	ck_assert_uint_eq(count_str(out, "<failure"), 0);
 	free(out);
+	junit_into_fifo(junit, sizeof(junit), d.dir);
 	ck_assert_int_eq(ctlv(&out, NULL, "report", "--job", "demo", "--json",
 			      NULL),
 			 0);
