@@ -47,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agentenv.h"
 #include "agentlog.h"
 #include "identity.h"
 #include "intern.h"
@@ -824,51 +825,11 @@ static void agent_register_cb(enum register_event ev, void *arg)
 
 /* ---- start-up ---------------------------------------------------------- */
 
-/* NPUSAN_RING_SIZE: bytes with an optional K, M or G; default 8 MiB. */
-static uint64_t agent_ring_size(void)
-{
-	const char *v = getenv("NPUSAN_RING_SIZE");
-	unsigned long long n;
-	char *end;
-
-	if (v == NULL || *v == '\0')
-		return RING_DEFAULT_CAPACITY;
-	errno = 0;
-	n = strtoull(v, &end, 10);
-	if (*end == 'K' || *end == 'k')
-		n <<= 10, end++;
-	else if (*end == 'M' || *end == 'm')
-		n <<= 20, end++;
-	else if (*end == 'G' || *end == 'g')
-		n <<= 30, end++;
-	if (v[0] < '0' || v[0] > '9' || *end != '\0' || errno != 0 ||
-	    n < RING_MIN_CAPACITY || n > RING_MAX_CAPACITY ||
-	    (n & (n - 1)) != 0) {
-		agent_log("NPUSAN_RING_SIZE=%s is not a power of two "
-			  "from 64K to 1G; using 8M", v);
-		return RING_DEFAULT_CAPACITY;
-	}
-	return n;
-}
-
-static uint32_t agent_ring_flags(void)
-{
-	const char *v = getenv("NPUSAN_RING_FULL");
-
-	if (v == NULL || *v == '\0' || strcmp(v, "drop") == 0)
-		return 0;
-	if (strcmp(v, "block") == 0)
-		return RING_F_BLOCK;
-	agent_log("NPUSAN_RING_FULL=%s is neither drop nor block; "
-		  "dropping", v);
-	return 0;
-}
-
 /* Creates the ring of `slot`, taking records of `attach`. 0 or -errno. */
 static int agent_ring_new(int slot, uint32_t flags, int attach)
 {
 	struct ring *r;
-	int err = ring_create(agent_ring_size(), flags, AGENT_BLOCK_TIMEOUT_MS,
+	int err = ring_create(agentenv_ring_size(), flags, AGENT_BLOCK_TIMEOUT_MS,
 			      &r);
 
 	if (err < 0)
@@ -888,7 +849,7 @@ static int agent_start_daemon(void)
 {
 	struct register_cfg cfg = { 0 };
 	struct ring *r;
-	int err = agent_ring_new(AGENT_DAEMON, agent_ring_flags(),
+	int err = agent_ring_new(AGENT_DAEMON, agentenv_ring_flags(),
 				 agent.want_dormant ? AGENT_DETACHED :
 						      AGENT_ATTACHED);
 
@@ -914,31 +875,6 @@ static int agent_start_daemon(void)
 	return err;
 }
 
-/* NPUSAN_RECORD with %p replaced by the pid into buf; false when the
- * result does not fit or, in a forked child, names the parent's file. */
-static bool agent_record_path(const char *tmpl, bool child, char *buf,
-			      size_t len)
-{
-	size_t o = 0;
-	bool has_pid = false;
-	int n;
-
-	for (const char *p = tmpl; *p != '\0' && o < len; p++) {
-		if (p[0] == '%' && p[1] == 'p') {
-			n = snprintf(buf + o, len - o, "%d", (int)getpid());
-			o += n > 0 ? (size_t)n : 0;
-			has_pid = true;
-			p++;
-		} else {
-			buf[o++] = *p;
-		}
-	}
-	if (o >= len)
-		return false;
-	buf[o] = '\0';
-	return has_pid || !child;
-}
-
 static int agent_start_recorder(const char *tmpl, bool child)
 {
 	struct trace_process proc = { .present = true };
@@ -947,7 +883,7 @@ static int agent_start_recorder(const char *tmpl, bool child)
 	ssize_t n;
 	int err;
 
-	if (!agent_record_path(tmpl, child, path, sizeof(path)))
+	if (!agentenv_record_path(tmpl, child, path, sizeof(path)))
 		return child ? 0 : -ENAMETOOLONG;
 	err = agent_ring_new(AGENT_RECORDER, RING_F_BLOCK, AGENT_ATTACHED);
 	if (err < 0)
