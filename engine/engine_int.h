@@ -433,6 +433,7 @@ void alloc__fini(struct engine *e);
 void history__access_put(struct engine *e, struct access *a);
 void history__alloc_clear(struct engine *e, struct alloc *a);
 void history__forget(struct engine *e);
+void history__drop_dead_writes(struct engine *e);
 struct seg *history__seg_first_from(const struct rb_root *root, uint64_t ptr);
 int history__record(struct engine *e, uint64_t start, uint64_t last,
 		    struct alloc *in, struct access *acc);

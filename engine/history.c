@@ -422,6 +422,52 @@ void history__forget(struct engine *e)
 	}
 }
 
+/*
+ * DESIGN 5 at a host sync, the one op that can make many accesses dead at
+ * once: every dead last write goes, and a segment left empty with it. A
+ * dead write can never race, and while reads follow it they alone are
+ * checked; its reads stay, since a read list's length decides when it is
+ * pruned and coalesced (the occurrence counts depend on that).
+ */
+static void history_drop_dead_write_in(struct engine *e, struct hist *h,
+				       const int64_t *floor)
+{
+	if (h->write != NULL && (int64_t)h->write->seq <= floor[h->write->sidx]) {
+		history__access_put(e, h->write);
+		h->write = NULL;
+	}
+}
+
+static void history_segs_drop_dead_writes(struct engine *e,
+					  struct rb_root *root,
+					  const int64_t *floor)
+{
+	struct seg *g = history__seg_of(rb_first(root)), *next;
+
+	for (; g != NULL; g = next) {
+		next = history__seg_next(g);
+		history_drop_dead_write_in(e, &g->h, floor);
+		if (history__empty(&g->h))
+			history_seg_remove(e, root, g);
+	}
+}
+
+void history__drop_dead_writes(struct engine *e)
+{
+	const int64_t *floor = sync__floor(e);
+
+	assert(!e->hist_local);
+	history_segs_drop_dead_writes(e, &e->outside, floor);
+	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n)) {
+		struct alloc *a = alloc__of(n);
+
+		if (a->tree)
+			history_segs_drop_dead_writes(e, &a->segs, floor);
+		else
+			history_drop_dead_write_in(e, &a->whole, floor);
+	}
+}
+
 /* ---- regions: where the history of a byte range lives ------------------- */
 
 static bool history_region_whole(const struct region *r)
