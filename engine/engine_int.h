@@ -125,16 +125,28 @@ struct access {
 _Static_assert(sizeof(struct access) == 24, "access records stay small");
 _Static_assert(ENGINE_MAX_STREAMS <= (1 << 15), "stream numbers fit sidx");
 
-/* The history of some bytes: their last write and the reads since. */
+/* A read list of more than one read, or one that had more (DESIGN 2). */
+struct reads {
+	uint32_t n;
+	uint32_t cap;
+	struct access *v[];
+};
+
+/*
+ * The history of some bytes: their last write and the reads since. 16
+ * bytes, since every allocation and segment holds one: the reads are
+ * either one record (`one`, NULL for none) or, with the low bit of `many`
+ * set, a struct reads, which access records' alignment leaves apart.
+ */
 struct hist {
 	struct access *write;
 	union {
-		struct access *one;   /* cap == 0 */
-		struct access **many; /* cap > 0 */
+		struct access *one;
+		uintptr_t many;
 	} rd;
-	uint32_t nreads;
-	uint32_t cap;
 };
+
+_Static_assert(sizeof(struct hist) == 16, "a history is two words");
 
 /* The history of the bytes [start, last], in a tree of such ranges. */
 struct seg {
@@ -178,7 +190,7 @@ static inline void usage__set_seq(struct usage *u, uint64_t seq)
 }
 
 /*
- * One per live allocation, so every byte counts: 96 bytes, the numbers
+ * One per live allocation, so every byte counts: 88 bytes, the numbers
  * packed into two words. A stream number needs 11 bits (STREAM_NONE
  * included), a serial 48 (2^48 allocations outlast any process, as
  * SEQ_MAX's launches do) and a place in e->pending 21: past 2^21 pending
@@ -209,7 +221,7 @@ struct alloc {
 #define ALLOC_SERIAL_MAX ((UINT64_C(1) << 48) - 1)
 #define ALLOC_PENDING_MAX (UINT32_C(1) << 21)
 
-_Static_assert(sizeof(struct alloc) == 96, "one per live allocation");
+_Static_assert(sizeof(struct alloc) == 88, "one per live allocation");
 _Static_assert(STREAM_NONE < (1 << 11), "stream numbers fit sidx");
 _Static_assert(ENGINE_MAX_STREAMS < (1 << 11), "usage count fits nusage");
 
@@ -516,14 +528,30 @@ static inline struct alloc *alloc__of(struct rb_node *n)
 	return n != NULL ? rb_container_of(n, struct alloc, node) : NULL;
 }
 
-static inline struct access **history__reads(struct hist *h)
+/* The read list of `h` when it is a struct reads, else NULL. */
+static inline struct reads *history__many(const struct hist *h)
 {
-	return h->cap == 0 ? &h->rd.one : h->rd.many;
+	return (h->rd.many & 1) ? (struct reads *)(h->rd.many - 1) : NULL;
+}
+
+static inline uint32_t history__nreads(const struct hist *h)
+{
+	const struct reads *m = history__many(h);
+
+	return m != NULL ? m->n : h->rd.one != NULL;
+}
+
+/* The reads of `h`, history__nreads() of them. */
+static inline struct access **history__reads(const struct hist *h)
+{
+	struct reads *m = history__many(h);
+
+	return m != NULL ? m->v : (struct access **)&h->rd.one;
 }
 
 static inline bool history__empty(const struct hist *h)
 {
-	return h->write == NULL && h->nreads == 0;
+	return h->write == NULL && history__nreads(h) == 0;
 }
 
 static inline struct seg *history__seg_of(struct rb_node *n)
