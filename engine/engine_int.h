@@ -52,7 +52,8 @@
  *  5. An access (T, n) is dead once n <= floor[T] = min(host[T],
  *     state[S][T] for every S): clocks only grow and new streams copy the
  *     host, so no later access can conflict with it. Dead reads are dropped
- *     when a read list grows, a dead last write when its hist gains a read.
+ *     when a read list grows, a dead last write when its hist gains a read
+ *     and every dead last write at a host sync.
  *     Past READS_COALESCE live reads on one range, older reads that repeat
  *     a newer read's stream, operator and stack are merged into it: that
  *     bounds memory in loops that never synchronize, and can only lower
