@@ -322,6 +322,7 @@ struct engine {
 	int64_t *host;
 	int64_t *floor; /* DESIGN 5 */
 	bool floor_stale;
+	uint64_t swept_at; /* launches at the last history__drop_dead_writes() */
 	struct u64map stream_ids;
 	uint64_t last_stream_id; /* one-entry cache in front of stream_ids */
 	uint16_t last_sidx;

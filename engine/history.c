@@ -481,8 +481,15 @@ static void history_segs_drop_dead_writes(struct engine *e,
 
 void history__drop_dead_writes(struct engine *e)
 {
-	const int64_t *floor = sync__floor(e);
+	const int64_t *floor;
 
+	/* It walks every allocation and segment: only once the launches
+	 * since the last walk outnumber them, so that a job syncing after
+	 * every launch pays O(1) per launch for it. */
+	if (e->st.launches - e->swept_at < e->st.live_allocs + e->st.segments)
+		return;
+	e->swept_at = e->st.launches;
+	floor = sync__floor(e);
 	assert(!e->hist_local);
 	history_segs_drop_dead_writes(e, &e->outside, floor);
 	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n)) {
