@@ -59,13 +59,14 @@ static void check_access_ref(struct check *c, const struct access *a)
 
 static void check_hist(struct check *c, const struct hist *h)
 {
-	struct access *const *r = h->cap == 0 ? &h->rd.one : h->rd.many;
+	struct access *const *r = history__reads(h);
+	const struct reads *m = history__many(h);
 
-	if (h->cap == 0 ? h->nreads > 1 : h->nreads > h->cap)
+	if (m != NULL && m->n > m->cap)
 		check_fail(c, "a read list holds more than its capacity");
 	if (h->write != NULL)
 		check_access_ref(c, h->write);
-	for (uint32_t i = 0; i < h->nreads; i++) {
+	for (uint32_t i = 0; i < history__nreads(h); i++) {
 		if (r[i] == NULL) {
 			check_fail(c, "a read list holds a null access");
 			continue;

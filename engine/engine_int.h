@@ -52,7 +52,8 @@
  *  5. An access (T, n) is dead once n <= floor[T] = min(host[T],
  *     state[S][T] for every S): clocks only grow and new streams copy the
  *     host, so no later access can conflict with it. Dead reads are dropped
- *     when a read list grows, a dead last write when its hist gains a read.
+ *     when a read list grows, a dead last write when its hist gains a read
+ *     and every dead last write at a host sync.
  *     Past READS_COALESCE live reads on one range, older reads that repeat
  *     a newer read's stream, operator and stack are merged into it: that
  *     bounds memory in loops that never synchronize, and can only lower
@@ -125,16 +126,28 @@ struct access {
 _Static_assert(sizeof(struct access) == 24, "access records stay small");
 _Static_assert(ENGINE_MAX_STREAMS <= (1 << 15), "stream numbers fit sidx");
 
-/* The history of some bytes: their last write and the reads since. */
+/* A read list of more than one read, or one that had more (DESIGN 2). */
+struct reads {
+	uint32_t n;
+	uint32_t cap;
+	struct access *v[];
+};
+
+/*
+ * The history of some bytes: their last write and the reads since. 16
+ * bytes, since every allocation and segment holds one: the reads are
+ * either one record (`one`, NULL for none) or, with the low bit of `many`
+ * set, a struct reads, which access records' alignment leaves apart.
+ */
 struct hist {
 	struct access *write;
 	union {
-		struct access *one;   /* cap == 0 */
-		struct access **many; /* cap > 0 */
+		struct access *one;
+		uintptr_t many;
 	} rd;
-	uint32_t nreads;
-	uint32_t cap;
 };
+
+_Static_assert(sizeof(struct hist) == 16, "a history is two words");
 
 /* The history of the bytes [start, last], in a tree of such ranges. */
 struct seg {
@@ -178,7 +191,7 @@ static inline void usage__set_seq(struct usage *u, uint64_t seq)
 }
 
 /*
- * One per live allocation, so every byte counts: 96 bytes, the numbers
+ * One per live allocation, so every byte counts: 88 bytes, the numbers
  * packed into two words. A stream number needs 11 bits (STREAM_NONE
  * included), a serial 48 (2^48 allocations outlast any process, as
  * SEQ_MAX's launches do) and a place in e->pending 21: past 2^21 pending
@@ -209,7 +222,7 @@ struct alloc {
 #define ALLOC_SERIAL_MAX ((UINT64_C(1) << 48) - 1)
 #define ALLOC_PENDING_MAX (UINT32_C(1) << 21)
 
-_Static_assert(sizeof(struct alloc) == 96, "one per live allocation");
+_Static_assert(sizeof(struct alloc) == 88, "one per live allocation");
 _Static_assert(STREAM_NONE < (1 << 11), "stream numbers fit sidx");
 _Static_assert(ENGINE_MAX_STREAMS < (1 << 11), "usage count fits nusage");
 
@@ -313,6 +326,7 @@ struct engine {
 	int64_t *host;
 	int64_t *floor; /* DESIGN 5 */
 	bool floor_stale;
+	uint64_t swept_at; /* launches at the last history__drop_dead_writes() */
 	struct u64map stream_ids;
 	uint64_t last_stream_id; /* one-entry cache in front of stream_ids */
 	uint16_t last_sidx;
@@ -439,6 +453,7 @@ void alloc__fini(struct engine *e);
 void history__access_put(struct engine *e, struct access *a);
 void history__alloc_clear(struct engine *e, struct alloc *a);
 void history__forget(struct engine *e);
+void history__drop_dead_writes(struct engine *e);
 struct seg *history__seg_first_from(const struct rb_root *root, uint64_t ptr);
 int history__record(struct engine *e, uint64_t start, uint64_t last,
 		    struct alloc *in, struct access *acc);
@@ -521,14 +536,30 @@ static inline struct alloc *alloc__of(struct rb_node *n)
 	return n != NULL ? rb_container_of(n, struct alloc, node) : NULL;
 }
 
-static inline struct access **history__reads(struct hist *h)
+/* The read list of `h` when it is a struct reads, else NULL. */
+static inline struct reads *history__many(const struct hist *h)
 {
-	return h->cap == 0 ? &h->rd.one : h->rd.many;
+	return (h->rd.many & 1) ? (struct reads *)(h->rd.many - 1) : NULL;
+}
+
+static inline uint32_t history__nreads(const struct hist *h)
+{
+	const struct reads *m = history__many(h);
+
+	return m != NULL ? m->n : h->rd.one != NULL;
+}
+
+/* The reads of `h`, history__nreads() of them. */
+static inline struct access **history__reads(const struct hist *h)
+{
+	struct reads *m = history__many(h);
+
+	return m != NULL ? m->v : (struct access **)&h->rd.one;
 }
 
 static inline bool history__empty(const struct hist *h)
 {
-	return h->write == NULL && h->nreads == 0;
+	return h->write == NULL && history__nreads(h) == 0;
 }
 
 static inline struct seg *history__seg_of(struct rb_node *n)

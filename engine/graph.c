@@ -345,13 +345,13 @@ static void graph_check_elem(struct engine *e, const struct capture *c,
 		for (; g != NULL && g->start <= b; g = history__seg_next(g)) {
 			struct access **rd = history__reads(&g->h);
 			struct access *w = g->h.write;
+			uint32_t nreads = history__nreads(&g->h);
 
-			for (uint32_t j = 0; cur->write && j < g->h.nreads;
-			     j++) {
+			for (uint32_t j = 0; cur->write && j < nreads; j++) {
 				if (!graph_ordered(e, c, m, rd[j]))
 					graph_report_race(e, el, rd[j], cur);
 			}
-			if ((!cur->write || g->h.nreads == 0) && w != NULL &&
+			if ((!cur->write || nreads == 0) && w != NULL &&
 			    !graph_ordered(e, c, m, w))
 				graph_report_race(e, el, w, cur);
 		}

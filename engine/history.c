@@ -28,16 +28,27 @@ void history__access_put(struct engine *e, struct access *a)
 	}
 }
 
+static size_t history_reads_size(uint32_t cap)
+{
+	return sizeof(struct reads) + cap * sizeof(struct access *);
+}
+
+static void history_set_many(struct hist *h, struct reads *m)
+{
+	assert(((uintptr_t)m & 1) == 0);
+	h->rd.many = (uintptr_t)m | 1;
+}
+
 static void history_hist_clear_reads(struct engine *e, struct hist *h)
 {
+	struct reads *m = history__many(h);
 	struct access **r = history__reads(h);
+	uint32_t n = history__nreads(h);
 
-	for (uint32_t i = 0; i < h->nreads; i++)
+	for (uint32_t i = 0; i < n; i++)
 		history__access_put(e, r[i]);
-	if (h->cap > 0)
-		pool__free(e, h->rd.many, h->cap * sizeof(*h->rd.many));
-	h->cap = 0;
-	h->nreads = 0;
+	if (m != NULL)
+		pool__free(e, m, history_reads_size(m->cap));
 	h->rd.one = NULL;
 }
 
@@ -63,17 +74,20 @@ static int history_hist_copy(struct engine *e, struct hist *dst,
 			     struct hist *src)
 {
 	struct access **r = history__reads(src);
+	uint32_t n = history__nreads(src);
 
 	memset(dst, 0, sizeof(*dst));
-	if (src->nreads > 1) {
-		dst->rd.many = pool__realloc(
-			e, NULL, 0, src->nreads * sizeof(*dst->rd.many));
-		if (dst->rd.many == NULL)
+	if (n > 1) {
+		struct reads *m =
+			pool__realloc(e, NULL, 0, history_reads_size(n));
+
+		if (m == NULL)
 			return -ENOMEM;
-		dst->cap = src->nreads;
+		m->n = n;
+		m->cap = n;
+		history_set_many(dst, m);
 	}
-	dst->nreads = src->nreads;
-	for (uint32_t i = 0; i < src->nreads; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		history__reads(dst)[i] = r[i];
 		r[i]->refs++;
 	}
@@ -90,35 +104,35 @@ static bool history_same_site(const struct access *a, const struct access *b)
 
 /* DESIGN 5: makes room in a full read list by dropping dead reads, then,
  * past READS_COALESCE, older repeats of a newer read's site. */
-static void history_hist_prune_reads(struct engine *e, struct hist *h)
+static void history_reads_prune(struct engine *e, struct reads *m)
 {
-	struct access **r = history__reads(h);
+	struct access **r = m->v;
 	const int64_t *floor = e->hist_local ? NULL : sync__floor(e);
 	uint32_t n = 0;
 
 	/* A capture's reads carry capture-local numbers: the eager floor
 	 * says nothing of them. */
-	for (uint32_t i = 0; i < h->nreads; i++) {
+	for (uint32_t i = 0; i < m->n; i++) {
 		if (floor != NULL && (int64_t)r[i]->seq <= floor[r[i]->sidx])
 			history__access_put(e, r[i]);
 		else
 			r[n++] = r[i];
 	}
-	h->nreads = n;
+	m->n = n;
 	if (n < READS_COALESCE)
 		return;
 	n = 0;
-	for (uint32_t i = 0; i < h->nreads; i++) {
+	for (uint32_t i = 0; i < m->n; i++) {
 		bool repeated = false;
 
-		for (uint32_t j = i + 1; j < h->nreads && !repeated; j++)
+		for (uint32_t j = i + 1; j < m->n && !repeated; j++)
 			repeated = history_same_site(r[i], r[j]);
 		if (repeated)
 			history__access_put(e, r[i]);
 		else
 			r[n++] = r[i];
 	}
-	h->nreads = n;
+	m->n = n;
 }
 
 /* DESIGN 5 for a last write: once dead, no later read or write can race
@@ -138,40 +152,49 @@ static void history_hist_drop_dead_write(struct engine *e, struct hist *h)
 	}
 }
 
+/* Room for one more read in a read list of more than one; 0 or -ENOMEM
+ * with `h` unchanged. */
+static int history_reads_make_room(struct engine *e, struct hist *h)
+{
+	struct reads *m = history__many(h);
+
+	if (m != NULL && m->n >= 4 && m->n == m->cap)
+		history_reads_prune(e, m);
+	if (m == NULL) {
+		m = pool__realloc(e, NULL, 0, history_reads_size(2));
+		if (m == NULL)
+			return -ENOMEM;
+		m->v[0] = h->rd.one;
+		m->n = 1;
+		m->cap = 2;
+		history_set_many(h, m);
+	} else if (m->n == m->cap) {
+		m = pool__realloc(e, m, history_reads_size(m->cap),
+				  history_reads_size(2 * m->cap));
+		if (m == NULL)
+			return -ENOMEM;
+		m->cap *= 2;
+		history_set_many(h, m);
+	}
+	return 0;
+}
+
 static int history_hist_add_read(struct engine *e, struct hist *h,
 				 struct access *acc)
 {
+	struct reads *m;
+
 	assert(!acc->write && acc->refs > 0);
 	history_hist_drop_dead_write(e, h);
-	assert(h->cap == 0 ? h->nreads <= 1 : h->nreads <= h->cap);
-	if (h->cap == 0 && h->nreads == 0) {
+	if (history__many(h) == NULL && h->rd.one == NULL) {
 		h->rd.one = acc;
 	} else {
-		if (h->nreads >= 4 && h->nreads == h->cap)
-			history_hist_prune_reads(e, h);
-		if (h->cap == 0) {
-			struct access *one = h->nreads ? h->rd.one : NULL;
-			struct access **many =
-				pool__realloc(e, NULL, 0, 2 * sizeof(*many));
-
-			if (many == NULL)
-				return -ENOMEM;
-			many[0] = one;
-			h->rd.many = many;
-			h->cap = 2;
-		} else if (h->nreads == h->cap) {
-			struct access **many = pool__realloc(
-				e, h->rd.many, h->cap * sizeof(*many),
-				2 * h->cap * sizeof(*many));
-
-			if (many == NULL)
-				return -ENOMEM;
-			h->rd.many = many;
-			h->cap *= 2;
-		}
-		h->rd.many[h->nreads] = acc;
+		if (history_reads_make_room(e, h) < 0)
+			return -ENOMEM;
+		m = history__many(h);
+		assert(m->n < m->cap);
+		m->v[m->n++] = acc;
 	}
-	h->nreads++;
 	acc->refs++;
 	return 0;
 }
@@ -180,20 +203,24 @@ static int history_hist_add_read(struct engine *e, struct hist *h,
 static bool history_hist_drop_starting_at(struct engine *e, struct hist *h,
 					  uint64_t p)
 {
+	struct reads *m = history__many(h);
 	struct access **r = history__reads(h);
-	uint32_t n = 0;
+	uint32_t n = 0, nreads = history__nreads(h);
 
 	if (h->write != NULL && h->write->ptr == p) {
 		history__access_put(e, h->write);
 		h->write = NULL;
 	}
-	for (uint32_t i = 0; i < h->nreads; i++) {
+	for (uint32_t i = 0; i < nreads; i++) {
 		if (r[i]->ptr == p)
 			history__access_put(e, r[i]);
 		else
 			r[n++] = r[i];
 	}
-	h->nreads = n;
+	if (m != NULL)
+		m->n = n;
+	else if (n == 0)
+		h->rd.one = NULL;
 	return history__empty(h);
 }
 
@@ -419,6 +446,59 @@ void history__forget(struct engine *e)
 		history__alloc_clear(e, a);
 		alloc__usages_free(e, a);
 		a->exempt = 1;
+	}
+}
+
+/*
+ * DESIGN 5 at a host sync, the one op that can make many accesses dead at
+ * once: every dead last write goes, and a segment left empty with it. A
+ * dead write can never race, and while reads follow it they alone are
+ * checked; its reads stay, since a read list's length decides when it is
+ * pruned and coalesced (the occurrence counts depend on that).
+ */
+static void history_drop_dead_write_in(struct engine *e, struct hist *h,
+				       const int64_t *floor)
+{
+	if (h->write != NULL && (int64_t)h->write->seq <= floor[h->write->sidx]) {
+		history__access_put(e, h->write);
+		h->write = NULL;
+	}
+}
+
+static void history_segs_drop_dead_writes(struct engine *e,
+					  struct rb_root *root,
+					  const int64_t *floor)
+{
+	struct seg *g = history__seg_of(rb_first(root)), *next;
+
+	for (; g != NULL; g = next) {
+		next = history__seg_next(g);
+		history_drop_dead_write_in(e, &g->h, floor);
+		if (history__empty(&g->h))
+			history_seg_remove(e, root, g);
+	}
+}
+
+void history__drop_dead_writes(struct engine *e)
+{
+	const int64_t *floor;
+
+	/* It walks every allocation and segment: only once the launches
+	 * since the last walk outnumber them, so that a job syncing after
+	 * every launch pays O(1) per launch for it. */
+	if (e->st.launches - e->swept_at < e->st.live_allocs + e->st.segments)
+		return;
+	e->swept_at = e->st.launches;
+	floor = sync__floor(e);
+	assert(!e->hist_local);
+	history_segs_drop_dead_writes(e, &e->outside, floor);
+	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n)) {
+		struct alloc *a = alloc__of(n);
+
+		if (a->tree)
+			history_segs_drop_dead_writes(e, &a->segs, floor);
+		else
+			history_drop_dead_write_in(e, &a->whole, floor);
 	}
 }
 

@@ -171,12 +171,13 @@ static void launch_check_write(struct engine *e, uint16_t s,
 	while (history__walk_next(&w, &r)) {
 		history__for_each_hist (e, &r, h, cursor) {
 			struct access **rd = history__reads(h);
+			uint32_t nreads = history__nreads(h);
 
-			for (uint32_t i = 0; i < h->nreads; i++) {
+			for (uint32_t i = 0; i < nreads; i++) {
 				if (!launch_ordered(e, s, rd[i]))
 					launch_report_race(e, el, rd[i], tmpl);
 			}
-			if (h->nreads == 0 && h->write != NULL &&
+			if (nreads == 0 && h->write != NULL &&
 			    !launch_ordered(e, s, h->write))
 				launch_report_race(e, el, h->write, tmpl);
 		}

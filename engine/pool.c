@@ -185,9 +185,10 @@ void pool__put(struct engine *e, struct pool *p, void *o)
 		pool_partial_add(p, c);
 	if (c->nfree < c->cap)
 		return;
-	/* Keep one empty chunk so that a free/alloc pair at a chunk's edge
-	 * does not call malloc every time. */
-	if (p->empty == NULL)
+	/* Keep an empty chunk only while no other has room, so that a
+	 * free/alloc pair at a full pool's edge does not call malloc every
+	 * time, yet a pool with room elsewhere gives its memory back. */
+	if (p->empty == NULL && p->partial == c && c->pnext == NULL)
 		p->empty = c;
 	else
 		pool_chunk_release(e, p, c);

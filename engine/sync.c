@@ -234,6 +234,7 @@ static void sync_all_streams_merge(struct engine *e, const int64_t *src,
 		sync__merge(e->streams[s].state, src, n);
 	sync__merge(e->host, src, n);
 	sync_clocks_raised(e);
+	history__drop_dead_writes(e);
 }
 
 /* ---- sync operations --------------------------------------------------- */
