@@ -95,18 +95,19 @@ static int run_as(const char *bin, char **out, char **err, ...)
 START_TEST(session_run_without_a_daemon_to_start)
 {
 	char *dir = tu_tmpdir(), bin[512], npusand[512], marker[512];
-	char lib[512], *out, *err;
+	char lib[512], report[512], *out, *err;
 	struct tu_daemon d;
 
 	tu_daemon_init(&d);
+	snprintf(report, sizeof(report), "%s/report.txt", dir);
 	snprintf(bin, sizeof(bin), "%s/npusanctl", dir);
 	snprintf(npusand, sizeof(npusand), "%s/npusand", dir);
 	snprintf(marker, sizeof(marker), "%s/ran", dir);
 	snprintf(lib, sizeof(lib), "%s", tu_bin("agent/libnpusan.so"));
 	copy_file(tu_bin("npusanctl"), bin, 0755);
 	unsetenv("NPUSAN_LIBRARY");
-	ck_assert_int_eq(run_as(bin, &out, &err, "--", "/bin/touch", marker,
-				NULL), 2);
+	ck_assert_int_eq(run_as(bin, &out, &err, "--output", report, "--",
+				"/bin/touch", marker, NULL), 2);
 	ck_assert_msg(strstr(err, "cannot find the agent library (looked "
 				  "for ") != NULL && strstr(err, "NPUSAN_LIBRARY=") !=
 			      NULL, "%s", err);
@@ -126,6 +127,14 @@ START_TEST(session_run_without_a_daemon_to_start)
 					  "for ") != NULL &&
 			      strstr(err, npusand) != NULL, "%s", err);
 	free(err);
+	/* One that cannot be executed at all. */
+	write_script(npusand, "not a program\n");
+	ck_assert_int_eq(run_as(bin, NULL, &err, "--", "/bin/touch", marker,
+				NULL), 3);
+	ck_assert_msg(strstr(err, "cannot run ") != NULL &&
+			      strstr(err, strerror(ENOEXEC)) != NULL &&
+			      strstr(err, ": it exited") != NULL, "%s", err);
+	free(err);
 	write_script(npusand, "#!/bin/sh\n"
 			      "echo 'npusand: fails as it starts' >&2\n"
 			      "exit 1\n");
@@ -138,6 +147,116 @@ START_TEST(session_run_without_a_daemon_to_start)
 	ck_assert_msg(access(marker, F_OK) < 0, "the command ran");
 	unsetenv("NPUSAN_LIBRARY");
 	free(dir);
+	free(d.dir);
+}
+END_TEST
+
+/*
+ * A daemon that never says it is ready (READY=1) is given 15 s, then
+ * stopped rather than left behind; run exits 3 without running the
+ * command.
+ */
+START_TEST(session_run_daemon_that_never_gets_ready)
+{
+	char *dir = tu_tmpdir(), bin[512], npusand[512], marker[512];
+	char pidfile[512], script[1200], *err, *pid;
+	struct tu_daemon d;
+
+	tu_daemon_init(&d);
+	snprintf(bin, sizeof(bin), "%s/npusanctl", dir);
+	snprintf(npusand, sizeof(npusand), "%s/npusand", dir);
+	snprintf(marker, sizeof(marker), "%s/ran", dir);
+	snprintf(pidfile, sizeof(pidfile), "%s/npusand.pid", dir);
+	copy_file(tu_bin("npusanctl"), bin, 0755);
+	snprintf(script, sizeof(script), "#!/bin/sh\necho $$ >'%s'\n"
+		 "exec sleep 60\n", pidfile);
+	write_script(npusand, script);
+	setenv("NPUSAN_LIBRARY", tu_bin("agent/libnpusan.so"), 1);
+	ck_assert_int_eq(run_as(bin, NULL, &err, "--", "/bin/touch", marker,
+				NULL), 3);
+	unsetenv("NPUSAN_LIBRARY");
+	ck_assert_msg(strstr(err, "it did not become ready in time") != NULL,
+		      "%s", err);
+	ck_assert_msg(access(marker, F_OK) < 0, "the command ran");
+	pid = slurp(pidfile);
+	ck_assert_msg(proc_state((pid_t)atoi(pid)) == 0 ||
+			      proc_state((pid_t)atoi(pid)) == 'Z',
+		      "the daemon that never got ready is left running");
+	free(pid);
+	free(err);
+	free(dir);
+	free(d.dir);
+}
+END_TEST
+
+/* `run ARGS...` as a user other than root: as ourselves, or, for root,
+ * as uid 1000 in a user namespace of our own (whose files are still
+ * root's outside it), so that no test touches root's system socket. */
+static int run_as_user(char **out, char **err, const char *const *args)
+{
+	const char *argv[24];
+	char *bin = strdup(tu_bin("npusanctl"));
+	size_t n = 0;
+	int st;
+
+	if (geteuid() == 0) {
+		argv[n++] = "/usr/bin/unshare";
+		argv[n++] = "--map-user=1000";
+		argv[n++] = "--map-group=1000";
+	}
+	argv[n++] = bin;
+	argv[n++] = "run";
+	for (; *args != NULL; args++) {
+		ck_assert_uint_lt(n, 23);
+		argv[n++] = *args;
+	}
+	argv[n] = NULL;
+	st = tu_run(argv, NULL, out, err);
+	free(bin);
+	return st;
+}
+
+/*
+ * With no socket named, run starts the user's own daemon where npusand
+ * binds by default, under $XDG_RUNTIME_DIR, and stops it afterwards; an
+ * $XDG_RUNTIME_DIR too long for a socket path is a usage error saying so.
+ */
+START_TEST(session_run_starts_the_users_default_daemon)
+{
+	char *race = tu_write_file("race.trace", race_trace);
+	char *rep = strdup(tu_bin("agent/npusan-replay"));
+	const char *const job[] = { "--job", "dflt", "--", rep, race, NULL };
+	const char *const none[] = { "--", "/bin/true", NULL };
+	char xdg[512], sockdir[600], sock[700], longdir[400], *out, *err;
+	struct tu_daemon d;
+
+	tu_daemon_init(&d);
+	unsetenv("NPUSAN_SOCKET");
+	snprintf(xdg, sizeof(xdg), "%s/xdg", d.dir);
+	ck_assert_int_eq(mkdir(xdg, 0700), 0);
+	snprintf(sockdir, sizeof(sockdir), "%s/npusan", xdg);
+	snprintf(sock, sizeof(sock), "%s/npusand.sock", sockdir);
+	setenv("XDG_RUNTIME_DIR", xdg, 1);
+	ck_assert_int_eq(run_as_user(&out, &err, job), 1);
+	ck_assert_msg(strstr(out, "npusan: job dflt: 1 finding") != NULL,
+		      "%s%s", out, err);
+	/* Where npusand made its socket's directory. */
+	ck_assert_msg(access(sockdir, F_OK) == 0, "no %s", sockdir);
+	ck_assert_msg(!tu_sock_answers(sock), "the daemon at %s still "
+		      "answers", sock);
+	free(out);
+	free(err);
+	memset(longdir, 'x', sizeof(longdir) - 1);
+	longdir[0] = '/';
+	longdir[sizeof(longdir) - 1] = '\0';
+	setenv("XDG_RUNTIME_DIR", longdir, 1);
+	ck_assert_int_eq(run_as_user(NULL, &err, none), 2);
+	ck_assert_msg(strstr(err, "$XDG_RUNTIME_DIR is too long for a socket "
+				  "path; use --socket") != NULL, "%s", err);
+	free(err);
+	unsetenv("XDG_RUNTIME_DIR");
+	free(rep);
+	free(race);
 	free(d.dir);
 }
 END_TEST
@@ -264,6 +383,12 @@ START_TEST(session_run_statuses_of_the_command)
 	char *race = tu_write_file("race.trace", race_trace);
 	char *text = tu_write_file("notes.txt", "not a program\n");
 	char *rep = strdup(tu_bin("agent/npusan-replay")), *out, *err;
+	char *bin = strdup(tu_bin("npusanctl"));
+	const char *const ulimited[] = {
+		"/bin/sh", "-c",
+		"for fd in 3 4 5 6 7 8 9; do eval \"exec $fd>&-\"; done; "
+		"ulimit -n 4 && exec \"$0\" run -- /bin/true", bin, NULL
+	};
 	struct tu_daemon d;
 
 	tu_daemon_init(&d);
@@ -289,7 +414,18 @@ START_TEST(session_run_statuses_of_the_command)
 	ck_assert_int_eq(ctl(NULL, &err, "run", "--job", "", "--", rep, race,
 			     NULL), 2);
 	free(err);
+	ck_assert_int_eq(ctl(NULL, &err, "run", "--print-limit", "many", "--",
+			     rep, race, NULL), 2);
+	ck_assert_ptr_nonnull(strstr(err, "--print-limit"));
+	free(err);
+	/* No descriptors left to start the command with (4: the standard
+	 * ones and one for the daemon's socket): said, and 3. */
+	ck_assert_msg(tu_run(ulimited, NULL, NULL, &err) == 3, "%s", err);
+	ck_assert_msg(strstr(err, "cannot start /bin/true: ") != NULL, "%s",
+		      err);
+	free(err);
 	tu_daemon_stop(&d, SIGTERM);
+	free(bin);
 	free(rep);
 	free(text);
 	free(race);
@@ -300,6 +436,8 @@ END_TEST
 void test_session_run_daemon_add(TCase *run)
 {
 	tcase_add_test(run, session_run_without_a_daemon_to_start);
+	tcase_add_test(run, session_run_daemon_that_never_gets_ready);
+	tcase_add_test(run, session_run_starts_the_users_default_daemon);
 	tcase_add_test(run, session_run_daemon_going_away_is_no_clean_verdict);
 	tcase_add_test(run, session_run_leaves_its_daemon_to_other_jobs);
 	tcase_add_test(run, session_run_statuses_of_the_command);
