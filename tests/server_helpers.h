@@ -148,5 +148,6 @@ void server_hostile_add(TCase *tc);
 void server_root_add(TCase *tc);
 void server_users_add(TCase *tc);
 void server_isolation_add(TCase *tc);
+void server_sweep_add(TCase *tc);
 
 #endif

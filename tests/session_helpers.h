@@ -76,4 +76,7 @@ char *pause_arg(unsigned n);
 /* The tests of test_session_run.c, added to the TCase `run`. */
 void test_session_run_add(TCase *run);
 
+/* The tests of test_session_run_daemon.c, added to the TCase `run`. */
+void test_session_run_daemon_add(TCase *run);
+
 #endif

@@ -391,6 +391,18 @@ static Suite *root_suite(void)
 	return s;
 }
 
+/* The sweep's timeouts, waited out: over a minute. */
+static Suite *sweep_suite(void)
+{
+	Suite *s = suite_create("sweep");
+	TCase *tc = tcase_create("sweep");
+
+	tcase_set_timeout(tc, 180);
+	server_sweep_add(tc);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
 /* The tests that need root, to be root and nobody. */
 static Suite *isolation_suite(void)
 {
@@ -436,6 +448,11 @@ static const char *users_group_missing(void)
 	return users_missing(geteuid() == 0 ? 65534 : geteuid());
 }
 
+static const char *sweep_missing(void)
+{
+	return NULL;
+}
+
 static const char *root_missing(void)
 {
 	return geteuid() != 0 ? "needs root, whose view it checks" : NULL;
@@ -465,6 +482,7 @@ int main(int argc, char **argv)
 		{ "users", users_suite, users_group_missing },
 		{ "root", root_suite, root_missing },
 		{ "isolation", isolation_suite, isolation_missing },
+		{ "sweep", sweep_suite, sweep_missing },
 	};
 	const char *why;
 

@@ -223,6 +223,46 @@ START_TEST(server_register_on_a_query_connection_closes)
 }
 END_TEST
 
+/* A Register of `pid` (0: none given) in protocol `version` (0: none). */
+static void send_bare_register(int fd, uint32_t version, uint32_t pid,
+			       int ring_fd)
+{
+	Npusan__ToDaemon m = NPUSAN__TO_DAEMON__INIT;
+	Npusan__Register r = NPUSAN__REGISTER__INIT;
+
+	r.has_protocol_version = version != 0;
+	r.protocol_version = version;
+	r.has_pid = pid != 0;
+	r.pid = pid;
+	m.msg_case = NPUSAN__TO_DAEMON__MSG_REGISTER;
+	m.register_ = &r;
+	send_env(fd, &m, ring_fd);
+}
+
+/* A registration that lacks what it must say is refused, saying what. */
+START_TEST(server_register_malformed_refused)
+{
+	struct td t;
+	int fd, memfd = memfd_create("not-a-ring", MFD_CLOEXEC);
+
+	ck_assert_int_ge(memfd, 0);
+	td_init(&t);
+	td_start(&t, NULL);
+	fd = td_connect(&t);
+	send_bare_register(fd, 0, (uint32_t)getpid(), memfd);
+	expect_refused(fd, "unsupported protocol version");
+	fd = td_connect(&t);
+	send_bare_register(fd, 2, (uint32_t)getpid(), memfd);
+	expect_refused(fd, "unsupported protocol version");
+	fd = td_connect(&t);
+	send_bare_register(fd, 1, 0, memfd);
+	expect_refused(fd, "no pid");
+	expect_serving(&t);
+	close(memfd);
+	td_stop(&t);
+}
+END_TEST
+
 void server_frames_add(TCase *tc)
 {
 	tcase_add_test(tc, server_garbage_frame_closes);
@@ -234,4 +274,5 @@ void server_frames_add(TCase *tc)
 	tcase_add_test(tc, server_register_without_ring_refused);
 	tcase_add_test(tc, server_register_accepted_then_second_register_closes);
 	tcase_add_test(tc, server_register_on_a_query_connection_closes);
+	tcase_add_test(tc, server_register_malformed_refused);
 }

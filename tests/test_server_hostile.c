@@ -148,9 +148,55 @@ START_TEST(server_refuses_a_database_others_can_read)
 }
 END_TEST
 
+#define HOGS 30
+
+/*
+ * A daemon out of descriptors (40: connections each hold a socket and a
+ * pidfd until their first frame) stops accepting for a while rather than
+ * spin on its listener; a client that connects then waits in the backlog,
+ * and is answered once descriptors are free again.
+ */
+START_TEST(server_accept_waits_for_free_descriptors)
+{
+	struct td_how h = { .nofile = 40 };
+	int hogs[HOGS], waiting;
+	Npusan__FromDaemon *m;
+	bool paused = false;
+	struct td t;
+	char *log;
+
+	td_init(&t);
+	td_start(&t, &h);
+	for (size_t i = 0; i < HOGS; i++)
+		hogs[i] = td_connect(&t);
+	for (int64_t until = now_ms() + 10000; !paused && now_ms() < until;) {
+		log = td_log(&t);
+		paused = strstr(log, "accept: Too many open files; pausing") !=
+			 NULL;
+		free(log);
+		if (!paused)
+			tu_nap_ms(50);
+	}
+	ck_assert_msg(paused, "%d connections did not use up 40 descriptors",
+		      HOGS);
+	waiting = td_connect(&t);
+	send_stats_query(waiting);
+	for (size_t i = 0; i < HOGS; i++)
+		close(hogs[i]);
+	m = recv_msg(waiting);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_int_eq(m->msg_case, NPUSAN__FROM_DAEMON__MSG_STATS);
+	npusan__from_daemon__free_unpacked(m, NULL);
+	close(waiting);
+	expect_serving(&t);
+	td_stop(&t);
+}
+END_TEST
+
 void server_hostile_add(TCase *tc)
 {
 	tcase_add_test(tc, server_register_from_a_dead_connector_refused);
 	tcase_add_test(tc, server_state_private_under_umask_022);
 	tcase_add_test(tc, server_refuses_a_database_others_can_read);
+	tcase_add_test(tc, server_accept_waits_for_free_descriptors);
 }

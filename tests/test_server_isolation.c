@@ -346,6 +346,62 @@ START_TEST(isolation_one_user_cannot_lock_out_others)
 }
 END_TEST
 
+/* Whether the daemon answers a registration on `fd` as `accepted` says,
+ * and a refusal with `why`. */
+static bool iso_registered(int fd, bool accepted, const char *why)
+{
+	Npusan__FromDaemon *m = recv_msg(fd);
+	bool ok;
+
+	ok = m != NULL &&
+	     m->msg_case == NPUSAN__FROM_DAEMON__MSG_REGISTER_REPLY &&
+	     m->register_reply->accepted == accepted &&
+	     (accepted || (m->register_reply->error != NULL &&
+			   strstr(m->register_reply->error, why) != NULL));
+	if (m != NULL)
+		npusan__from_daemon__free_unpacked(m, NULL);
+	return ok;
+}
+
+/* Nobody, limited to 1 agent: a second registration is refused, saying
+ * why, and its ring is not kept. */
+static int iso_two_agents(const struct td *t)
+{
+	struct ring *ring;
+	int first, second, rc = 0;
+
+	if (ring_create(RING_MIN_CAPACITY, 0, 0, &ring) < 0)
+		return 2;
+	first = td_connect(t);
+	send_register(first, (uint32_t)getpid(), ring_fd(ring), 0);
+	if (!iso_registered(first, true, NULL))
+		rc = 3;
+	second = td_connect(t);
+	send_register(second, (uint32_t)getpid(), ring_fd(ring), 0);
+	if (rc == 0 && !iso_registered(second, false, "too many agents of "
+				       "uid 65534: 1 connected"))
+		rc = 4;
+	close(second);
+	ring_destroy(ring);
+	return rc;
+}
+
+/* Agents count against a user's own limit (--max-agents-per-user). */
+START_TEST(isolation_agents_per_user_capped)
+{
+	static const char *const args[] = { "--max-agents-per-user", "1",
+					     NULL };
+	struct td_how h = { .args = args };
+	struct td t;
+
+	td_init(&t);
+	td_start(&t, &h);
+	ck_assert_int_eq(chmod(t.dir, 0755), 0);
+	iso_as_nobody(&t, iso_two_agents, iso_root_served);
+	td_stop(&t);
+}
+END_TEST
+
 /* Nobody takes every connection it may: 68 at most, 16 of them root's. */
 static int iso_flood_all(const struct td *t)
 {
@@ -376,6 +432,7 @@ void server_isolation_add(TCase *tc)
 	tcase_add_test(tc, server_user_sees_only_its_own);
 	tcase_add_test(tc, isolation_stored_process_never_changes_owner);
 	tcase_add_test(tc, isolation_one_user_cannot_lock_out_others);
+	tcase_add_test(tc, isolation_agents_per_user_capped);
 	tcase_add_test(tc, isolation_root_keeps_a_reserve);
 	tcase_add_test(tc, server_user_refuses_someone_elses_tmp_dir);
 }

@@ -1,6 +1,6 @@
 /*
  * test_server_query.c - test_server's queries: an empty database, queries
- * answered off the loop and in order, and follow.
+ * answered off the loop and in order, follow, and an attach of nothing.
  */
 #include <check.h>
 #include <errno.h>
@@ -218,10 +218,43 @@ START_TEST(server_follow_pushes_new_findings)
 }
 END_TEST
 
+/* An attach that names neither pids nor a job gets an Error saying what it
+ * needs, and the connection stays: the next request is answered. */
+START_TEST(server_attach_of_nothing_is_said)
+{
+	Npusan__Query q = NPUSAN__QUERY__INIT;
+	Npusan__AttachRequest ar = NPUSAN__ATTACH_REQUEST__INIT;
+	Npusan__FromDaemon *m;
+	struct td t;
+	int fd;
+
+	td_init(&t);
+	td_start(&t, NULL);
+	fd = td_connect(&t);
+	q.q_case = NPUSAN__QUERY__Q_ATTACH;
+	q.attach = &ar;
+	send_query(fd, 1, &q);
+	m = recv_msg(fd);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_int_eq(m->msg_case, NPUSAN__FROM_DAEMON__MSG_ERROR);
+	ck_assert_int_eq(m->error->code, EINVAL);
+	ck_assert_str_eq(m->error->message, "attach needs pids or a job");
+	npusan__from_daemon__free_unpacked(m, NULL);
+	send_stats_query(fd);
+	m = recv_msg(fd);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_int_eq(m->msg_case, NPUSAN__FROM_DAEMON__MSG_STATS);
+	npusan__from_daemon__free_unpacked(m, NULL);
+	close(fd);
+	td_stop(&t);
+}
+END_TEST
+
 void server_query_add(TCase *tc)
 {
 	tcase_add_test(tc, server_queries_on_an_empty_database);
 	tcase_add_test(tc, server_queries_off_the_loop_in_order_and_stop_clean);
 	tcase_add_test(tc, server_follow_answers_then_waits);
 	tcase_add_test(tc, server_follow_pushes_new_findings);
+	tcase_add_test(tc, server_attach_of_nothing_is_said);
 }

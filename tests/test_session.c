@@ -732,6 +732,7 @@ static Suite *session_suite(void)
 		       session_findings_follow_shows_updates_across_restarts);
 	suite_add_tcase(s, ov);
 	test_session_run_add(run);
+	test_session_run_daemon_add(run);
 	suite_add_tcase(s, run);
 	return s;
 }
