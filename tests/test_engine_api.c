@@ -205,6 +205,10 @@ void engine_api_add(TCase *tc)
 	tcase_add_test(tc, engine_rejects_malformed_ops);
 	tcase_add_test(tc, engine_stream_limit_is_an_error_not_a_crash);
 	tcase_add_test(tc, engine_feed_or_skip_puts_a_gap_where_it_skips);
+}
+
+void engine_api_long_add(TCase *tc)
+{
 	tcase_add_test(tc, engine_out_of_memory_forgets_and_goes_on);
 	tcase_add_test(tc, engine_memory_bounded_in_long_run);
 }

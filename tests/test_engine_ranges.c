@@ -150,6 +150,22 @@ START_TEST(engine_read_pieces_between_writes)
 }
 END_TEST
 
+/* A read whose head its own launch writes keeps the rest as a read, also
+ * where the rest lies in the next allocation: a later unordered write there
+ * races it. */
+START_TEST(engine_read_rest_past_own_write_races_in_next_allocation)
+{
+	run("alloc ptr=0x1000 size=64\n"
+	    "alloc ptr=0x1040 size=64\n"
+	    "launch stream=1 op=k read=0x1000+128 write=0x1000+64\n"
+	    "launch stream=2 op=w write=0x1060+8\n");
+	assert_findings(1, 0);
+	assert_race(0, 2, true, 1, false);
+	ck_assert_str_eq(tu_op(&F, 0, true), "k");
+	ck_assert_uint_eq(F.v[0].ptr, 0x1060);
+}
+END_TEST
+
 /* Reads from one site repeat at every step of a loop. Below
  * READS_COALESCE live reads of a byte every one of them stays, so a write
  * unordered with them races each (DESIGN 5 merges repeats only past it). */
@@ -182,4 +198,5 @@ void engine_ranges_add(TCase *tc)
 	tcase_add_test(tc, engine_ranges_at_top_of_address_space);
 	tcase_add_test(tc, engine_read_pieces_between_writes);
 	tcase_add_test(tc, engine_repeated_reads_of_one_site_each_race_a_write);
+	tcase_add_test(tc, engine_read_rest_past_own_write_races_in_next_allocation);
 }
