@@ -211,6 +211,25 @@ START_TEST(engine_graph_no_edge_from_outside_the_capture)
 }
 END_TEST
 
+/* An eager stream that waits on an event last recorded in a capture joins
+ * the capture and gets no edge from the event's eager record: after the
+ * capture it is still unordered with the eager work before it. */
+START_TEST(engine_graph_wait_that_joins_a_capture_takes_no_eager_edge)
+{
+	run("stream_create stream=1\n"
+	    "stream_create stream=2\n"
+	    "launch stream=0 op=w write=0x1000\n"
+	    "event_record event=1 stream=0\n"
+	    "capture_begin stream=1 graph=1\n"
+	    "event_record event=1 stream=1\n"
+	    "event_wait event=1 stream=2\n"
+	    "capture_end stream=1 graph=1\n"
+	    "launch stream=2 op=r read=0x1000\n");
+	assert_counts(1, 0, 0, 0);
+	assert_access(&F.v[0].previous, 0, 1, true, false, 0);
+}
+END_TEST
+
 /* ---- unjoined work ----------------------------------------------------- */
 
 START_TEST(engine_graph_unjoined_branch_at_capture_end)
@@ -805,6 +824,7 @@ static Suite *graph_suite(void)
 	tcase_add_test(cap, engine_graph_captured_work_changes_no_eager_state);
 	tcase_add_test(cap, engine_graph_captured_record_keeps_eager_record);
 	tcase_add_test(cap, engine_graph_no_edge_from_outside_the_capture);
+	tcase_add_test(cap, engine_graph_wait_that_joins_a_capture_takes_no_eager_edge);
 	tcase_add_test(cap, engine_graph_unjoined_branch_at_capture_end);
 	tcase_add_test(cap, engine_graph_branch_joined_by_event);
 	tcase_add_test(cap, engine_graph_unjoined_points_at_first_write_else_read);
