@@ -65,8 +65,19 @@ START_TEST(engine_stream_limit_is_an_error_not_a_crash)
 	ck_assert_int_eq(engine_feed(e, &op), -E2BIG);
 	op = (struct op){ .kind = OP_DEVICE_SYNC };
 	ck_assert_int_eq(engine_feed(e, &op), 0);
+	/* every op that would name one more stream fails the same way and
+	 * leaves nothing behind */
+	op = (struct op){ .kind = OP_ALLOC, .ptr = 0x1000, .size = 16,
+			  .stream = 2, .has_stream = true };
+	ck_assert_int_eq(engine_feed(e, &op), -E2BIG);
+	op = (struct op){ .kind = OP_RECORD_STREAM, .ptr = 0x1000,
+			  .stream = 2 };
+	ck_assert_int_eq(engine_feed(e, &op), -E2BIG);
+	op = (struct op){ .kind = OP_STREAM_SYNC, .stream = 2 };
+	ck_assert_int_eq(engine_feed(e, &op), -E2BIG);
 	engine_get_stats(e, &st);
 	ck_assert_uint_eq(st.streams, ENGINE_MAX_STREAMS);
+	ck_assert_uint_eq(st.live_allocs, 0);
 	engine_free(e);
 }
 END_TEST

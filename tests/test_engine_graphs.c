@@ -230,6 +230,36 @@ START_TEST(engine_graph_wait_that_joins_a_capture_takes_no_eager_edge)
 }
 END_TEST
 
+/* Two captures at once stay apart: their kernels never race each other at
+ * capture time, whichever ends first, and each graph replays on its own. */
+START_TEST(engine_graph_two_captures_at_once_stay_apart)
+{
+	run("stream_create stream=1\n"
+	    "stream_create stream=2\n"
+	    "capture_begin stream=1 graph=1\n"
+	    "capture_begin stream=2 graph=2\n"
+	    "launch stream=1 op=a write=0x1000+16\n"
+	    "launch stream=2 op=b write=0x1000+16\n"
+	    "capture_end stream=1 graph=1\n"
+	    "launch stream=2 op=c read=0x1000+16\n"
+	    "capture_end stream=2 graph=2\n");
+	assert_clean();
+	/* replayed on two streams without an edge, a and b race */
+	run("stream_create stream=1\n"
+	    "stream_create stream=2\n"
+	    "capture_begin stream=1 graph=1\n"
+	    "capture_begin stream=2 graph=2\n"
+	    "launch stream=1 op=a write=0x1000+16\n"
+	    "launch stream=2 op=b write=0x1000+16\n"
+	    "capture_end stream=1 graph=1\n"
+	    "capture_end stream=2 graph=2\n"
+	    "graph_replay graph=1 stream=1\n"
+	    "graph_replay graph=2 stream=2\n");
+	assert_counts(1, 0, 0, 0);
+	ck_assert_int_eq(F.v[0].detected_at, DETECTED_AT_REPLAY);
+}
+END_TEST
+
 /* ---- unjoined work ----------------------------------------------------- */
 
 START_TEST(engine_graph_unjoined_branch_at_capture_end)
@@ -825,6 +855,7 @@ static Suite *graph_suite(void)
 	tcase_add_test(cap, engine_graph_captured_record_keeps_eager_record);
 	tcase_add_test(cap, engine_graph_no_edge_from_outside_the_capture);
 	tcase_add_test(cap, engine_graph_wait_that_joins_a_capture_takes_no_eager_edge);
+	tcase_add_test(cap, engine_graph_two_captures_at_once_stay_apart);
 	tcase_add_test(cap, engine_graph_unjoined_branch_at_capture_end);
 	tcase_add_test(cap, engine_graph_branch_joined_by_event);
 	tcase_add_test(cap, engine_graph_unjoined_points_at_first_write_else_read);
