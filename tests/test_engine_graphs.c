@@ -379,6 +379,35 @@ START_TEST(engine_graph_stale_write_after_overlapping_alloc)
 }
 END_TEST
 
+/* A launch that reads a freed allocation and writes bytes reaching into it
+ * from outside wrote it: the stale finding says "write" exactly when one of
+ * its writes shares a byte with the allocation. */
+static bool stale_write_for(const char *writes)
+{
+	char body[512];
+
+	snprintf(body, sizeof(body),
+		 "alloc ptr=0x1000 size=256 stream=0\n"
+		 "capture_begin stream=0 graph=2\n"
+		 "launch stream=0 op=k read=0x1010+16 write=%s\n"
+		 "capture_end stream=0 graph=2\n"
+		 "free ptr=0x1000\n"
+		 "graph_replay graph=2 stream=0\n",
+		 writes);
+	run(body);
+	assert_counts(0, 0, 1, 0);
+	return F.v[0].access.write;
+}
+
+START_TEST(engine_graph_stale_write_by_a_write_reaching_into_it)
+{
+	ck_assert(stale_write_for("0x0ff0+17"));
+	ck_assert(!stale_write_for("0x0ff0+16"));
+	ck_assert(stale_write_for("0x10ff+8"));
+	ck_assert(!stale_write_for("0x1100+8"));
+}
+END_TEST
+
 /* A graph pool's memory is never stale, freed or not. */
 START_TEST(engine_graph_pool_memory_is_never_stale)
 {
@@ -865,6 +894,7 @@ static Suite *graph_suite(void)
 	tcase_add_test(rep, engine_graph_spec_example_is_one_stale_address);
 	tcase_add_test(rep, engine_graph_live_addresses_are_not_stale);
 	tcase_add_test(rep, engine_graph_stale_write_after_overlapping_alloc);
+	tcase_add_test(rep, engine_graph_stale_write_by_a_write_reaching_into_it);
 	tcase_add_test(rep, engine_graph_pool_memory_is_never_stale);
 	tcase_add_test(rep, engine_graph_stale_once_per_graph_and_allocation);
 	tcase_add_test(rep, engine_graph_eager_work_races_a_replay);
