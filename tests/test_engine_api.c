@@ -82,6 +82,36 @@ START_TEST(engine_stream_limit_is_an_error_not_a_crash)
 }
 END_TEST
 
+/* Reads every stream has synchronized past can race nothing any more: the
+ * next read of their bytes lets them go, and the engine keeps only the
+ * reads that still can (DESIGN 5). */
+START_TEST(engine_reads_every_stream_synced_past_are_let_go)
+{
+	struct engine_opts o = { .finding_cb = count_cb };
+	struct op_range x = { 0x1000, 4 };
+	struct op op = { .kind = OP_LAUNCH, .reads = &x, .nreads = 1 };
+	struct engine_stats st;
+	struct engine *e;
+	size_t n = 0;
+
+	o.arg = &n;
+	ck_assert_int_eq(engine_new(&o, &e), 0);
+	for (int round = 0; round < 2; round++) {
+		for (uint64_t s = 1; s <= 4; s++) {
+			op.stream = s;
+			ck_assert_int_eq(engine_feed(e, &op), 0);
+		}
+		ck_assert_int_eq(engine_feed(e, &(struct op){
+						    .kind = OP_DEVICE_SYNC }),
+				 0);
+	}
+	engine_get_stats(e, &st);
+	ck_assert_uint_eq(st.accesses, 4);
+	ck_assert_uint_eq(n, 0);
+	engine_free(e);
+}
+END_TEST
+
 /* Skipped past the limit: one gap for a run of skipped ops, a new one
  * after an op analysed in between, and no race across the gap. */
 START_TEST(engine_feed_or_skip_puts_a_gap_where_it_skips)
@@ -216,6 +246,7 @@ void engine_api_add(TCase *tc)
 	tcase_add_test(tc, engine_rejects_malformed_ops);
 	tcase_add_test(tc, engine_stream_limit_is_an_error_not_a_crash);
 	tcase_add_test(tc, engine_feed_or_skip_puts_a_gap_where_it_skips);
+	tcase_add_test(tc, engine_reads_every_stream_synced_past_are_let_go);
 }
 
 void engine_api_long_add(TCase *tc)
