@@ -82,10 +82,10 @@ START_TEST(engine_stream_limit_is_an_error_not_a_crash)
 }
 END_TEST
 
-/* Reads every stream has synchronized past can race nothing any more: the
- * next read of their bytes lets them go, and the engine keeps only the
- * reads that still can (DESIGN 5). */
-START_TEST(engine_reads_every_stream_synced_past_are_let_go)
+/* Accesses every stream has synchronized past can race nothing any more:
+ * the next read of their bytes lets them go, and the engine keeps only the
+ * accesses that still can (DESIGN 5). */
+START_TEST(engine_accesses_every_stream_synced_past_are_let_go)
 {
 	struct engine_opts o = { .finding_cb = count_cb };
 	struct op_range x = { 0x1000, 4 };
@@ -107,6 +107,17 @@ START_TEST(engine_reads_every_stream_synced_past_are_let_go)
 	}
 	engine_get_stats(e, &st);
 	ck_assert_uint_eq(st.accesses, 4);
+	/* so does a last write, once every stream synchronized past it */
+	op = (struct op){ .kind = OP_LAUNCH, .stream = 1, .writes = &x,
+			  .nwrites = 1 };
+	ck_assert_int_eq(engine_feed(e, &op), 0);
+	ck_assert_int_eq(engine_feed(e, &(struct op){ .kind = OP_DEVICE_SYNC }),
+			 0);
+	op = (struct op){ .kind = OP_LAUNCH, .stream = 2, .reads = &x,
+			  .nreads = 1 };
+	ck_assert_int_eq(engine_feed(e, &op), 0);
+	engine_get_stats(e, &st);
+	ck_assert_uint_eq(st.accesses, 1);
 	ck_assert_uint_eq(n, 0);
 	engine_free(e);
 }
@@ -246,7 +257,7 @@ void engine_api_add(TCase *tc)
 	tcase_add_test(tc, engine_rejects_malformed_ops);
 	tcase_add_test(tc, engine_stream_limit_is_an_error_not_a_crash);
 	tcase_add_test(tc, engine_feed_or_skip_puts_a_gap_where_it_skips);
-	tcase_add_test(tc, engine_reads_every_stream_synced_past_are_let_go);
+	tcase_add_test(tc, engine_accesses_every_stream_synced_past_are_let_go);
 }
 
 void engine_api_long_add(TCase *tc)
