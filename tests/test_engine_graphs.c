@@ -946,6 +946,31 @@ START_TEST(engine_out_of_memory_in_a_read_over_many_writes_goes_on)
 }
 END_TEST
 
+/* Without memory to list an allocation as pending, the next flush checks
+ * every allocation instead: the use is reported all the same. */
+START_TEST(engine_flush_without_memory_for_its_list_still_reports)
+{
+	const char *body = "alloc ptr=0x1000 size=64 stream=0\n"
+			   "launch stream=1 op=u read=0x1000+64\n"
+			   "flush\n"
+			   "launch stream=1 op=u2 read=0x1000+64\n"
+			   "flush\n";
+	size_t full[FINDING_KIND_COUNT] = { 0 };
+	struct engine_stats st;
+
+	feed_limited(body, 0, full, &st);
+	ck_assert_uint_eq(full[FINDING_MISSING_RECORD_STREAM], 1);
+	for (size_t max = 1024; max < st.peak_bytes; max += 8) {
+		size_t n[FINDING_KIND_COUNT] = { 0 };
+
+		if (feed_limited(body, max, n, NULL) == 0)
+			ck_assert_msg(n[FINDING_MISSING_RECORD_STREAM] == 1,
+				      "max_bytes %zu: %zu", max,
+				      n[FINDING_MISSING_RECORD_STREAM]);
+	}
+}
+END_TEST
+
 /* A graph replayed every step holds its footprint, not its replays: the
  * engine's memory after 400 steps is what it was after 40. */
 static size_t replay_steps(int steps)
@@ -1025,6 +1050,7 @@ static Suite *graph_suite(void)
 	tcase_add_test(life, engine_graph_out_of_memory_never_invents);
 	tcase_add_test(life, engine_out_of_memory_in_a_v1_job_never_invents);
 	tcase_add_test(life, engine_out_of_memory_in_a_read_over_many_writes_goes_on);
+	tcase_add_test(life, engine_flush_without_memory_for_its_list_still_reports);
 	tcase_add_test(life, engine_graph_memory_follows_footprint_not_replays);
 	/* the sweeps of memory limits run a job hundreds of times */
 	tcase_set_timeout(life, 60);
