@@ -51,7 +51,8 @@ static void launch_seen_insert(struct engine *e, const struct access *a)
 	e->seen_set[i] = a;
 }
 
-/* Rehashes the list into a set at most half full. */
+/* Rehashes the list into a set at most half full. Without memory for it
+ * there is no set: the list, which holds every pair, is searched instead. */
 static int launch_seen_rebuild(struct engine *e)
 {
 	size_t size = 64, old = e->seen_set ? e->seen_mask + 1 : 0;
@@ -63,8 +64,12 @@ static int launch_seen_rebuild(struct engine *e)
 			pool__realloc(e, e->seen_set, old * sizeof(*set),
 				      size * sizeof(*set));
 
-		if (set == NULL)
+		if (set == NULL) {
+			pool__free(e, e->seen_set, old * sizeof(*set));
+			e->seen_set = NULL;
+			e->seen_mask = 0;
 			return -ENOMEM;
+		}
 		e->seen_set = set;
 		e->seen_mask = size - 1;
 	}
@@ -77,7 +82,7 @@ static int launch_seen_rebuild(struct engine *e)
 /* Starts the pairs of a new current access. */
 void launch__seen_reset(struct engine *e)
 {
-	if (e->nseen > SEEN_LIST)
+	if (e->nseen > SEEN_LIST && e->seen_set != NULL)
 		memset(e->seen_set, 0,
 		       (e->seen_mask + 1) * sizeof(*e->seen_set));
 	e->nseen = 0;
@@ -87,11 +92,12 @@ void launch__seen_reset(struct engine *e)
  * Whether `prev` was paired with the current access already; records it.
  * A short list covers the usual zero to few pairs, a hash set the access
  * that spans thousands of segments. When memory runs out the pair is
- * reported again rather than missed.
+ * reported again rather than missed (no room in the list), or found by
+ * searching the list (no room for the set).
  */
 bool launch__pair_seen(struct engine *e, const struct access *prev)
 {
-	bool hashed = e->nseen > SEEN_LIST;
+	bool hashed = e->nseen > SEEN_LIST && e->seen_set != NULL;
 
 	if (hashed) {
 		if (launch_seen_lookup(e, prev))

@@ -46,5 +46,7 @@ void engine_csan_add(TCase *tc);
 void engine_memory_add(TCase *tc);
 void engine_ranges_add(TCase *tc);
 void engine_api_add(TCase *tc);
+/* The API tests that take seconds each (tagged "slow"). */
+void engine_api_long_add(TCase *tc);
 
 #endif

@@ -492,6 +492,7 @@ static Suite *engine_suite(void)
 	TCase *mem = tcase_create("memory");
 	TCase *ranges = tcase_create("ranges");
 	TCase *api = tcase_create("api");
+	TCase *api_long = tcase_create("api_long");
 
 	tcase_add_checked_fixture(seed, NULL, teardown);
 	tcase_add_test(seed, engine_seed_six_steps_need_record_stream);
@@ -532,8 +533,15 @@ static Suite *engine_suite(void)
 	suite_add_tcase(s, ranges);
 
 	engine_api_add(api);
-	tcase_set_timeout(api, 120);
 	suite_add_tcase(s, api);
+
+	/* 90% of the suite's time: tagged so that a run that repeats the
+	 * suite many times (tools/mutate.py) may leave them out with
+	 * CK_EXCLUDE_TAGS=slow. */
+	engine_api_long_add(api_long);
+	tcase_set_tags(api_long, "slow");
+	tcase_set_timeout(api_long, 120);
+	suite_add_tcase(s, api_long);
 	return s;
 }
 

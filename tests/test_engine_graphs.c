@@ -7,6 +7,7 @@
  * tu_analyze(), which checks the engine's invariants after each op.
  */
 #include <check.h>
+#include <stdarg.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -211,6 +212,55 @@ START_TEST(engine_graph_no_edge_from_outside_the_capture)
 }
 END_TEST
 
+/* An eager stream that waits on an event last recorded in a capture joins
+ * the capture and gets no edge from the event's eager record: after the
+ * capture it is still unordered with the eager work before it. */
+START_TEST(engine_graph_wait_that_joins_a_capture_takes_no_eager_edge)
+{
+	run("stream_create stream=1\n"
+	    "stream_create stream=2\n"
+	    "launch stream=0 op=w write=0x1000\n"
+	    "event_record event=1 stream=0\n"
+	    "capture_begin stream=1 graph=1\n"
+	    "event_record event=1 stream=1\n"
+	    "event_wait event=1 stream=2\n"
+	    "capture_end stream=1 graph=1\n"
+	    "launch stream=2 op=r read=0x1000\n");
+	assert_counts(1, 0, 0, 0);
+	assert_access(&F.v[0].previous, 0, 1, true, false, 0);
+}
+END_TEST
+
+/* Two captures at once stay apart: their kernels never race each other at
+ * capture time, whichever ends first, and each graph replays on its own. */
+START_TEST(engine_graph_two_captures_at_once_stay_apart)
+{
+	run("stream_create stream=1\n"
+	    "stream_create stream=2\n"
+	    "capture_begin stream=1 graph=1\n"
+	    "capture_begin stream=2 graph=2\n"
+	    "launch stream=1 op=a write=0x1000+16\n"
+	    "launch stream=2 op=b write=0x1000+16\n"
+	    "capture_end stream=1 graph=1\n"
+	    "launch stream=2 op=c read=0x1000+16\n"
+	    "capture_end stream=2 graph=2\n");
+	assert_clean();
+	/* replayed on two streams without an edge, a and b race */
+	run("stream_create stream=1\n"
+	    "stream_create stream=2\n"
+	    "capture_begin stream=1 graph=1\n"
+	    "capture_begin stream=2 graph=2\n"
+	    "launch stream=1 op=a write=0x1000+16\n"
+	    "launch stream=2 op=b write=0x1000+16\n"
+	    "capture_end stream=1 graph=1\n"
+	    "capture_end stream=2 graph=2\n"
+	    "graph_replay graph=1 stream=1\n"
+	    "graph_replay graph=2 stream=2\n");
+	assert_counts(1, 0, 0, 0);
+	ck_assert_int_eq(F.v[0].detected_at, DETECTED_AT_REPLAY);
+}
+END_TEST
+
 /* ---- unjoined work ----------------------------------------------------- */
 
 START_TEST(engine_graph_unjoined_branch_at_capture_end)
@@ -327,6 +377,35 @@ START_TEST(engine_graph_stale_write_after_overlapping_alloc)
 	    "alloc ptr=0x1100 size=256 stream=0\n"
 	    "graph_replay graph=2 stream=0\n");
 	assert_clean();
+}
+END_TEST
+
+/* A launch that reads a freed allocation and writes bytes reaching into it
+ * from outside wrote it: the stale finding says "write" exactly when one of
+ * its writes shares a byte with the allocation. */
+static bool stale_write_for(const char *writes)
+{
+	char body[512];
+
+	snprintf(body, sizeof(body),
+		 "alloc ptr=0x1000 size=256 stream=0\n"
+		 "capture_begin stream=0 graph=2\n"
+		 "launch stream=0 op=k read=0x1010+16 write=%s\n"
+		 "capture_end stream=0 graph=2\n"
+		 "free ptr=0x1000\n"
+		 "graph_replay graph=2 stream=0\n",
+		 writes);
+	run(body);
+	assert_counts(0, 0, 1, 0);
+	return F.v[0].access.write;
+}
+
+START_TEST(engine_graph_stale_write_by_a_write_reaching_into_it)
+{
+	ck_assert(stale_write_for("0x0ff0+17"));
+	ck_assert(!stale_write_for("0x0ff0+16"));
+	ck_assert(stale_write_for("0x10ff+8"));
+	ck_assert(!stale_write_for("0x1100+8"));
 }
 END_TEST
 
@@ -758,6 +837,140 @@ START_TEST(engine_graph_out_of_memory_never_invents)
 }
 END_TEST
 
+/* Appends a printf-style line to *body. */
+static void append(char **body, const char *fmt, ...)
+{
+	char *line, *next;
+	va_list ap;
+
+	va_start(ap, fmt);
+	ck_assert_int_gt(vasprintf(&line, fmt, ap), 0);
+	va_end(ap);
+	ck_assert_int_gt(asprintf(&next, "%s%s", *body, line), 0);
+	free(line);
+	free(*body);
+	*body = next;
+}
+
+/* A version 1 job with a bit of everything: more streams than a short
+ * scan covers, views, reads over many pieces and over bytes of no
+ * allocation, events, record_stream, flush, frees of what was allocated and
+ * of what was not. */
+static char *v1_job(void)
+{
+	char *body = strdup("");
+
+	for (int s = 1; s <= 10; s++)
+		append(&body, "stream_create stream=%d\n", s);
+	for (int i = 0; i < 24; i++)
+		append(&body, "alloc ptr=0x%x size=192 stream=%d\n",
+		       0x10000 + 0x100 * i, i % 3);
+	for (int i = 0; i < 24; i++)
+		append(&body, "launch stream=%d op=w write=0x%x+16 read=0x%x+8\n",
+		       i % 10, 0x10000 + 0x100 * i + 16 * (i % 4),
+		       0x10000 + 0x100 * i + 4);
+	append(&body, "launch stream=4 op=all read=0x10000+0x1800\n"
+		      "launch stream=1 op=out write=0x20+8\n"
+		      "event_record event=1 stream=2\n"
+		      "event_wait event=1 stream=5\n"
+		      "event_sync event=1\n"
+		      "stream_wait stream=6 on=7\n"
+		      "record_stream ptr=0x10010 stream=1\n"
+		      "flush\n"
+		      "free ptr=0x20\n");
+	for (int i = 0; i < 24; i += 2)
+		append(&body, "free ptr=0x%x\n", 0x10000 + 0x100 * i);
+	append(&body, "launch stream=9 op=all2 write=0x10000+0x1800\n"
+		      "device_sync\n"
+		      "launch stream=8 op=r read=0x10100+0x400\n");
+	for (int i = 1; i < 24; i += 2)
+		append(&body, "free ptr=0x%x\n", 0x10000 + 0x100 * i);
+	return body;
+}
+
+/* The same for version 1's ops: out of memory at any point of a job keeps
+ * the engine consistent and never adds a finding. */
+START_TEST(engine_out_of_memory_in_a_v1_job_never_invents)
+{
+	size_t full[FINDING_KIND_COUNT] = { 0 }, failures = 0;
+	struct engine_stats st;
+	char *body = v1_job();
+
+	feed_limited(body, 0, full, &st);
+	ck_assert_uint_gt(full[FINDING_DATA_RACE], 0);
+	ck_assert_uint_gt(full[FINDING_MISSING_RECORD_STREAM], 0);
+	for (size_t max = 1024; max < st.peak_bytes; max += max / 8) {
+		size_t n[FINDING_KIND_COUNT] = { 0 };
+		size_t nomem = feed_limited(body, max, n, NULL);
+
+		if (nomem == SIZE_MAX)
+			continue;
+		failures += nomem > 0;
+		for (int k = 0; k < FINDING_KIND_COUNT; k++)
+			ck_assert_msg(n[k] <= full[k], "max_bytes %zu: kind "
+				      "%d: %zu findings, %zu with no limit",
+				      max, k, n[k], full[k]);
+	}
+	ck_assert_uint_gt(failures, 0);
+	free(body);
+}
+END_TEST
+
+/* A read racing many writes, where memory runs out as its pairs outgrow
+ * their short list: no crash, the engine consistent, no other finding. A
+ * pair may come twice where even the list cannot grow (launch.c reports
+ * it again rather than miss it). */
+START_TEST(engine_out_of_memory_in_a_read_over_many_writes_goes_on)
+{
+	size_t full[FINDING_KIND_COUNT] = { 0 };
+	struct engine_stats st;
+	char *body = strdup("launch stream=1 op=big write=0x1000+80\n");
+
+	for (int i = 0; i < 20; i++)
+		append(&body, "launch stream=1 op=w%d write=0x%x+2\n", i,
+		       0x1000 + 4 * i);
+	append(&body, "launch stream=2 op=r read=0x1000+80\n");
+	feed_limited(body, 0, full, &st);
+	ck_assert_uint_eq(full[FINDING_DATA_RACE], 21);
+	/* the pairs' set comes last, near the peak: every limit below it */
+	for (size_t max = st.peak_bytes - 2048; max < st.peak_bytes; max += 16) {
+		size_t n[FINDING_KIND_COUNT] = { 0 };
+
+		feed_limited(body, max, n, NULL);
+		ck_assert_uint_eq(n[FINDING_MISSING_RECORD_STREAM] +
+					  n[FINDING_STALE_GRAPH_ADDRESS] +
+					  n[FINDING_UNJOINED_CAPTURE],
+				  0);
+	}
+	free(body);
+}
+END_TEST
+
+/* Without memory to list an allocation as pending, the next flush checks
+ * every allocation instead: the use is reported all the same. */
+START_TEST(engine_flush_without_memory_for_its_list_still_reports)
+{
+	const char *body = "alloc ptr=0x1000 size=64 stream=0\n"
+			   "launch stream=1 op=u read=0x1000+64\n"
+			   "flush\n"
+			   "launch stream=1 op=u2 read=0x1000+64\n"
+			   "flush\n";
+	size_t full[FINDING_KIND_COUNT] = { 0 };
+	struct engine_stats st;
+
+	feed_limited(body, 0, full, &st);
+	ck_assert_uint_eq(full[FINDING_MISSING_RECORD_STREAM], 1);
+	for (size_t max = 1024; max < st.peak_bytes; max += 8) {
+		size_t n[FINDING_KIND_COUNT] = { 0 };
+
+		if (feed_limited(body, max, n, NULL) == 0)
+			ck_assert_msg(n[FINDING_MISSING_RECORD_STREAM] == 1,
+				      "max_bytes %zu: %zu", max,
+				      n[FINDING_MISSING_RECORD_STREAM]);
+	}
+}
+END_TEST
+
 /* A graph replayed every step holds its footprint, not its replays: the
  * engine's memory after 400 steps is what it was after 40. */
 static size_t replay_steps(int steps)
@@ -805,6 +1018,8 @@ static Suite *graph_suite(void)
 	tcase_add_test(cap, engine_graph_captured_work_changes_no_eager_state);
 	tcase_add_test(cap, engine_graph_captured_record_keeps_eager_record);
 	tcase_add_test(cap, engine_graph_no_edge_from_outside_the_capture);
+	tcase_add_test(cap, engine_graph_wait_that_joins_a_capture_takes_no_eager_edge);
+	tcase_add_test(cap, engine_graph_two_captures_at_once_stay_apart);
 	tcase_add_test(cap, engine_graph_unjoined_branch_at_capture_end);
 	tcase_add_test(cap, engine_graph_branch_joined_by_event);
 	tcase_add_test(cap, engine_graph_unjoined_points_at_first_write_else_read);
@@ -814,6 +1029,7 @@ static Suite *graph_suite(void)
 	tcase_add_test(rep, engine_graph_spec_example_is_one_stale_address);
 	tcase_add_test(rep, engine_graph_live_addresses_are_not_stale);
 	tcase_add_test(rep, engine_graph_stale_write_after_overlapping_alloc);
+	tcase_add_test(rep, engine_graph_stale_write_by_a_write_reaching_into_it);
 	tcase_add_test(rep, engine_graph_pool_memory_is_never_stale);
 	tcase_add_test(rep, engine_graph_stale_once_per_graph_and_allocation);
 	tcase_add_test(rep, engine_graph_eager_work_races_a_replay);
@@ -832,7 +1048,12 @@ static Suite *graph_suite(void)
 	tcase_add_test(life, engine_graph_dedup_key_has_the_graphs);
 	tcase_add_test(life, engine_graph_conformance_traces_keep_invariants);
 	tcase_add_test(life, engine_graph_out_of_memory_never_invents);
+	tcase_add_test(life, engine_out_of_memory_in_a_v1_job_never_invents);
+	tcase_add_test(life, engine_out_of_memory_in_a_read_over_many_writes_goes_on);
+	tcase_add_test(life, engine_flush_without_memory_for_its_list_still_reports);
 	tcase_add_test(life, engine_graph_memory_follows_footprint_not_replays);
+	/* the sweeps of memory limits run a job hundreds of times */
+	tcase_set_timeout(life, 60);
 	suite_add_tcase(s, life);
 	return s;
 }

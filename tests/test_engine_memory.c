@@ -258,6 +258,31 @@ START_TEST(engine_record_stream_write_without_own_access_is_no_use)
 }
 END_TEST
 
+/* An allocation used from a dozen streams without record_stream: its free
+ * reports every one of them, once each, in the order they first used it. */
+START_TEST(engine_free_reports_each_of_many_using_streams)
+{
+	char body[2048] = "alloc ptr=0x1000 size=64 stream=0\n";
+	char line[80];
+
+	for (int s = 1; s <= 12; s++) {
+		snprintf(line, sizeof(line),
+			 "launch stream=%d op=u%d read=0x%x+4\n", s, s,
+			 0x1000 + 4 * s);
+		strcat(body, line);
+	}
+	strcat(body, "record_stream ptr=0x1000 stream=5\n"
+		     "free ptr=0x1000\n");
+	run(body);
+	assert_findings(0, 11);
+	for (size_t i = 0; i < 11; i++) {
+		uint64_t s = i < 4 ? i + 1 : i + 2;
+
+		assert_mrs(i, 0x1000, 0, s, s);
+	}
+}
+END_TEST
+
 void engine_memory_add(TCase *tc)
 {
 	tcase_add_test(tc, engine_free_drops_history);
@@ -275,4 +300,5 @@ void engine_memory_add(TCase *tc)
 	tcase_add_test(tc, engine_record_stream_write_from_other_allocation);
 	tcase_add_test(tc, engine_record_stream_write_from_no_allocation);
 	tcase_add_test(tc, engine_record_stream_write_without_own_access_is_no_use);
+	tcase_add_test(tc, engine_free_reports_each_of_many_using_streams);
 }

@@ -150,6 +150,50 @@ START_TEST(engine_read_pieces_between_writes)
 }
 END_TEST
 
+/* A read whose head its own launch writes keeps the rest as a read, also
+ * where the rest lies in the next allocation: a later unordered write there
+ * races it. */
+START_TEST(engine_read_rest_past_own_write_races_in_next_allocation)
+{
+	run("alloc ptr=0x1000 size=64\n"
+	    "alloc ptr=0x1040 size=64\n"
+	    "launch stream=1 op=k read=0x1000+128 write=0x1000+64\n"
+	    "launch stream=2 op=w write=0x1060+8\n");
+	assert_findings(1, 0);
+	assert_race(0, 2, true, 1, false);
+	ck_assert_str_eq(tu_op(&F, 0, true), "k");
+	ck_assert_uint_eq(F.v[0].ptr, 0x1060);
+}
+END_TEST
+
+/* A read that spans many earlier writes reports each once, however many
+ * pieces each shares with it; the next access's pairs start afresh. */
+START_TEST(engine_read_over_many_writes_reports_each_pair_once)
+{
+	char body[2048] = "launch stream=1 op=big write=0x1000+80\n";
+	char line[80];
+
+	/* twenty writes over parts of big: big stays the last write of the
+	 * bytes between them, twenty pieces apart */
+	for (int i = 0; i < 20; i++) {
+		snprintf(line, sizeof(line),
+			 "launch stream=1 op=w%d write=0x%x+2\n", i,
+			 0x1000 + 4 * i);
+		strcat(body, line);
+	}
+	strcat(body, "launch stream=2 op=r read=0x1000+80\n"
+		     "launch stream=3 op=r2 read=0x1000+80\n");
+	run(body);
+	assert_findings(42, 0);
+	for (size_t i = 0; i < 42; i++)
+		assert_race(i, i < 21 ? 2 : 3, false, 1, true);
+	ck_assert_str_eq(tu_op(&F, 0, true), "w0");
+	ck_assert_str_eq(tu_op(&F, 1, true), "big");
+	ck_assert_str_eq(tu_op(&F, 20, true), "w19");
+	ck_assert_str_eq(tu_op(&F, 22, true), "big");
+}
+END_TEST
+
 /* Reads from one site repeat at every step of a loop. Below
  * READS_COALESCE live reads of a byte every one of them stays, so a write
  * unordered with them races each (DESIGN 5 merges repeats only past it). */
@@ -182,4 +226,6 @@ void engine_ranges_add(TCase *tc)
 	tcase_add_test(tc, engine_ranges_at_top_of_address_space);
 	tcase_add_test(tc, engine_read_pieces_between_writes);
 	tcase_add_test(tc, engine_repeated_reads_of_one_site_each_race_a_write);
+	tcase_add_test(tc, engine_read_rest_past_own_write_races_in_next_allocation);
+	tcase_add_test(tc, engine_read_over_many_writes_reports_each_pair_once);
 }
