@@ -735,6 +735,96 @@ START_TEST(ingest_findings_the_store_refuses_count_as_lost)
 }
 END_TEST
 
+/* Polls the daemon's statistics until `done` holds of them or 10 s pass. */
+static void wait_stats(struct fixture *fx,
+		       bool (*done)(const struct ingest_stats *),
+		       struct ingest_stats *is)
+{
+	struct timespec nap = { 0, 10000000 };
+
+	for (int i = 0; i < 1000; i++) {
+		ingest_get_stats(fx->ingest, is);
+		if (done(is))
+			return;
+		nanosleep(&nap, NULL);
+	}
+}
+
+static bool stats_held_up(const struct ingest_stats *is)
+{
+	return is->ring_fill > 0 && is->lag_s >= 0.2;
+}
+
+static bool stats_caught_up(const struct ingest_stats *is)
+{
+	return is->ring_fill == 0 && is->lag_s == 0;
+}
+
+/* A ring whose producer reserved a record and has not committed it yet
+ * cannot be drained past it: the metrics show that ring's fill and a lag
+ * that grows, and both fall back to 0 once it is committed and drained. */
+START_TEST(ingest_ring_fill_and_lag_show_a_held_up_ring)
+{
+	struct ingest_stats is = { 0 };
+	struct ring_slot slot;
+	struct ring_op *op;
+	struct fixture fx;
+
+	fx_open(&fx);
+	fx_register(&fx, (uint32_t)getpid(), NULL);
+	push_op(fx.ring, OP_STREAM_CREATE, 7, 0);
+	ck_assert_int_eq(ring_reserve(fx.ring, RING_REC_OP, sizeof(*op),
+				      &slot), 0);
+	op = slot.payload;
+	memset(op, 0, sizeof(*op));
+	op->kind = OP_DEVICE_SYNC;
+	wait_stats(&fx, stats_held_up, &is);
+	ck_assert_double_gt(is.ring_fill, 0);
+	ck_assert_double_lt(is.ring_fill, 0.01);
+	ck_assert_double_ge(is.lag_s, 0.2);
+	ck_assert_uint_eq(is.events, 1);
+	ring_commit(&slot);
+	wait_stats(&fx, stats_caught_up, &is);
+	ck_assert_double_eq(is.ring_fill, 0);
+	ck_assert_double_eq(is.lag_s, 0);
+	ck_assert_uint_eq(is.events, 2);
+	fx_close(&fx);
+}
+END_TEST
+
+static bool stats_idle(const struct ingest_stats *is)
+{
+	return is->events_per_s == 0;
+}
+
+/* Operations/s is a rate over the latest second or so: above 0 while a
+ * process pushes, back to 0 once nothing more comes. */
+START_TEST(ingest_events_per_second_rise_then_fall_to_zero_when_idle)
+{
+	struct timespec nap = { 0, 10000000 };
+	struct ingest_stats is = { 0 };
+	struct fixture fx;
+	uint64_t pushed = 0;
+
+	fx_open(&fx);
+	fx_register(&fx, (uint32_t)getpid(), NULL);
+	/* A process pushing all along, until a rate sample covered some. */
+	for (int i = 0; i < 1000 && is.events_per_s == 0; i++) {
+		for (int k = 0; k < 5; k++)
+			push_op(fx.ring, OP_STREAM_CREATE, ++pushed, 0);
+		nanosleep(&nap, NULL);
+		ingest_get_stats(fx.ingest, &is);
+	}
+	ck_assert_double_gt(is.events_per_s, 0);
+	/* Sampled over 1 s at least. */
+	ck_assert_double_le(is.events_per_s, (double)pushed);
+	wait_stats(&fx, stats_idle, &is);
+	ck_assert_double_eq(is.events_per_s, 0);
+	ck_assert_uint_eq(is.events, pushed);
+	fx_close(&fx);
+}
+END_TEST
+
 static Suite *ingest_suite(void)
 {
 	Suite *s = suite_create("ingest");
@@ -753,6 +843,9 @@ static Suite *ingest_suite(void)
 	tcase_add_test(tc, ingest_exited_process_flooded_holds_no_thread);
 	tcase_add_test(tc, ingest_handle_outlives_each_connection_but_the_last);
 	tcase_add_test(tc, ingest_findings_the_store_refuses_count_as_lost);
+	tcase_add_test(tc, ingest_ring_fill_and_lag_show_a_held_up_ring);
+	tcase_add_test(tc,
+		       ingest_events_per_second_rise_then_fall_to_zero_when_idle);
 	suite_add_tcase(s, tc);
 	return s;
 }
