@@ -825,6 +825,48 @@ START_TEST(ingest_events_per_second_rise_then_fall_to_zero_when_idle)
 }
 END_TEST
 
+/* Registers `pid` of user `uid` with the fixture's ring: ingest_register's
+ * result; the fd is closed when it is refused. */
+static int fx_register_as(struct fixture *fx, uint32_t pid, uint32_t uid,
+			  struct ingest_proc **p)
+{
+	struct store_process sp = { .pid = pid, .uid = uid, .host = "test",
+				    .has_rank = true, .rank = 0 };
+	const char *why = NULL;
+	int fd = dup(ring_fd(fx->ring));
+	int err;
+
+	ck_assert_int_ge(fd, 0);
+	err = ingest_register(fx->ingest, &sp, fd, p, &why);
+	if (err < 0)
+		close(fd);
+	return err;
+}
+
+/* A process that registers again (a new connection) gets the handle it
+ * has, but only as the user it first registered as: the same pid and
+ * start time from another user is refused, so that no user can take
+ * over another's analysis. */
+START_TEST(ingest_process_registering_again_must_be_the_same_user)
+{
+	struct ingest_proc *p, *again = NULL;
+	struct fixture fx;
+
+	fx_open(&fx);
+	ck_assert_int_eq(fx_register_as(&fx, (uint32_t)getpid(), 1000, &p), 0);
+	ck_assert_int_eq(fx_register_as(&fx, (uint32_t)getpid(), 1000, &again),
+			 0);
+	ck_assert_ptr_eq(again, p);
+	again = NULL;
+	ck_assert_int_eq(fx_register_as(&fx, (uint32_t)getpid(), 1001, &again),
+			 -EPERM);
+	ck_assert_ptr_null(again);
+	ingest_disconnect(fx.ingest, p);
+	ingest_disconnect(fx.ingest, p);
+	fx_close(&fx);
+}
+END_TEST
+
 static Suite *ingest_suite(void)
 {
 	Suite *s = suite_create("ingest");
@@ -846,6 +888,8 @@ static Suite *ingest_suite(void)
 	tcase_add_test(tc, ingest_ring_fill_and_lag_show_a_held_up_ring);
 	tcase_add_test(tc,
 		       ingest_events_per_second_rise_then_fall_to_zero_when_idle);
+	tcase_add_test(tc,
+		       ingest_process_registering_again_must_be_the_same_user);
 	suite_add_tcase(s, tc);
 	return s;
 }
