@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine.h"
 #include "ingest.h"
 #include "ring.h"
 #include "ringread.h"
@@ -811,7 +812,8 @@ START_TEST(ingest_events_per_second_rise_then_fall_to_zero_when_idle)
 	/* A process pushing all along, until a rate sample covered some. */
 	for (int i = 0; i < 1000 && is.events_per_s == 0; i++) {
 		for (int k = 0; k < 5; k++)
-			push_op(fx.ring, OP_STREAM_CREATE, ++pushed, 0);
+			push_op(fx.ring, OP_DEVICE_SYNC, 0, 0);
+		pushed += 5;
 		nanosleep(&nap, NULL);
 		ingest_get_stats(fx.ingest, &is);
 	}
@@ -867,6 +869,44 @@ START_TEST(ingest_process_registering_again_must_be_the_same_user)
 }
 END_TEST
 
+/* Operations naming streams past the engine's limit are skipped and
+ * counted lost, each run of them one gap (as `analyze` counts them), so
+ * that the process's verdict cannot claim to be complete. */
+START_TEST(ingest_streams_past_the_engine_limit_are_lost_in_gaps)
+{
+	struct store_filter f = { 0 };
+	struct timespec nap = { 0, 10000000 };
+	struct ingest_stats is = { 0 };
+	struct fixture fx;
+	struct listed l = { 0 };
+
+	fx_open(&fx);
+	fx_register(&fx, (uint32_t)getpid(), NULL);
+	for (uint64_t s = 1; s < ENGINE_MAX_STREAMS; s++)
+		push_op(fx.ring, OP_STREAM_CREATE, s, 0);
+	push_op(fx.ring, OP_STREAM_CREATE, 5000, 0);
+	push_op(fx.ring, OP_STREAM_CREATE, 5001, 0);
+	push_op(fx.ring, OP_DEVICE_SYNC, 0, 0);
+	push_op(fx.ring, OP_STREAM_CREATE, 5002, 0);
+	for (int i = 0; i < 1000 && is.events + is.lost < ENGINE_MAX_STREAMS + 3;
+	     i++) {
+		nanosleep(&nap, NULL);
+		ingest_get_stats(fx.ingest, &is);
+	}
+	ck_assert_uint_eq(is.events, ENGINE_MAX_STREAMS);
+	ck_assert_uint_eq(is.lost, 3);
+	ingest_free(fx.ingest);
+	fx.ingest = NULL;
+	ck_assert_int_eq(store_flush(fx.store), 0);
+	ck_assert_int_eq(store_list(fx.store, &f, list_cb, &l), 0);
+	ck_assert_uint_eq(l.n, 1);
+	ck_assert_uint_eq(l.events, ENGINE_MAX_STREAMS);
+	ck_assert_uint_eq(l.lost, 3);
+	ck_assert_uint_eq(l.gaps, 2);
+	fx_close(&fx);
+}
+END_TEST
+
 static Suite *ingest_suite(void)
 {
 	Suite *s = suite_create("ingest");
@@ -890,6 +930,7 @@ static Suite *ingest_suite(void)
 		       ingest_events_per_second_rise_then_fall_to_zero_when_idle);
 	tcase_add_test(tc,
 		       ingest_process_registering_again_must_be_the_same_user);
+	tcase_add_test(tc, ingest_streams_past_the_engine_limit_are_lost_in_gaps);
 	suite_add_tcase(s, tc);
 	return s;
 }
