@@ -238,6 +238,8 @@ START_TEST(store_refuses_what_is_not_a_database)
 	ck_assert_int_eq(store_open(&o, &s, &err), -EIO);
 	ck_assert_ptr_nonnull(err);
 	ck_assert_ptr_nonnull(strstr(err, path));
+	/* The error says what is wrong with the file. */
+	ck_assert_msg(strstr(err, "not a database") != NULL, "%s", err);
 	free(err);
 	free(path);
 
