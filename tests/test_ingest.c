@@ -5,6 +5,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <pthread.h>
@@ -907,6 +908,33 @@ START_TEST(ingest_streams_past_the_engine_limit_are_lost_in_gaps)
 }
 END_TEST
 
+/* A registration refused (its fd is no ring) leaves the fd to its caller
+ * and closes nothing else, fd 0 included: the daemon's own files stay
+ * open. */
+START_TEST(ingest_refused_ring_closes_no_file)
+{
+	struct store_process sp = { .pid = (uint32_t)getpid(),
+				    .uid = (uint32_t)getuid(), .host = "test" };
+	struct ingest_proc *p = NULL;
+	const char *why = NULL;
+	struct fixture fx;
+	int pfd[2];
+
+	if (fcntl(0, F_GETFD) < 0)
+		ck_assert_int_eq(open("/dev/null", O_RDONLY), 0);
+	fx_open(&fx);
+	ck_assert_int_eq(pipe(pfd), 0);
+	ck_assert_int_eq(ingest_register(fx.ingest, &sp, pfd[0], &p, &why),
+			 -EINVAL);
+	ck_assert_ptr_nonnull(why);
+	ck_assert_int_ge(fcntl(0, F_GETFD), 0);
+	ck_assert_int_ge(fcntl(pfd[0], F_GETFD), 0);
+	close(pfd[0]);
+	close(pfd[1]);
+	fx_close(&fx);
+}
+END_TEST
+
 static Suite *ingest_suite(void)
 {
 	Suite *s = suite_create("ingest");
@@ -931,6 +959,7 @@ static Suite *ingest_suite(void)
 	tcase_add_test(tc,
 		       ingest_process_registering_again_must_be_the_same_user);
 	tcase_add_test(tc, ingest_streams_past_the_engine_limit_are_lost_in_gaps);
+	tcase_add_test(tc, ingest_refused_ring_closes_no_file);
 	suite_add_tcase(s, tc);
 	return s;
 }
