@@ -223,6 +223,31 @@ START_TEST(store_refuses_a_newer_schema)
 }
 END_TEST
 
+/* A migration the database refuses (here schema 4's columns are there
+ * already) fails the open, saying where and why, and leaves the file at
+ * the version it had: nothing half migrated. */
+START_TEST(store_refuses_a_migration_that_fails_leaving_the_file)
+{
+	char *path = db_path();
+	struct store_opts o = { .path = path };
+	struct store *s = open_store(path, 0);
+	char *err = NULL;
+
+	store_close(s);
+	s = NULL;
+	sql_exec(path, "PRAGMA user_version = 3");
+	ck_assert_int_eq(store_open(&o, &s, &err), -EIO);
+	ck_assert_ptr_null(s);
+	ck_assert_ptr_nonnull(err);
+	ck_assert_ptr_nonnull(strstr(err, path));
+	ck_assert_msg(strstr(err, "migrate") != NULL &&
+		      strstr(err, "duplicate column") != NULL, "%s", err);
+	free(err);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 3);
+	free(path);
+}
+END_TEST
+
 START_TEST(store_refuses_what_is_not_a_database)
 {
 	char *path = db_path();
@@ -259,4 +284,5 @@ void store_schema_add(TCase *tc)
 	tcase_add_test(tc, store_keeps_graphs_and_merges_by_the_engines_key);
 	tcase_add_test(tc, store_refuses_a_newer_schema);
 	tcase_add_test(tc, store_refuses_what_is_not_a_database);
+	tcase_add_test(tc, store_refuses_a_migration_that_fails_leaving_the_file);
 }
