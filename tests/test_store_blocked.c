@@ -263,10 +263,55 @@ START_TEST(store_waiting_writes_are_bounded_and_counted)
 }
 END_TEST
 
+/* Findings past the bound are refused only while the ones before them
+ * wait: once those are stored the bound is free again, and as many are
+ * taken as the first time (issue 17: a count that never dropped would
+ * refuse every finding for good). */
+START_TEST(store_takes_findings_again_once_the_waiting_ones_are_stored)
+{
+	struct store_opts o = { .max_queue_bytes = 16 * 1024 };
+	char *path = db_path();
+	struct store *s = NULL;
+	struct store_process p = proc(3, "j", 0, 0);
+	struct store_stats ss;
+	struct store_finding f;
+	sqlite3 *other;
+	int64_t id;
+	int accepted = 0;
+
+	o.path = path;
+	ck_assert_int_eq(store_open(&o, &s, NULL), 0);
+	id = reg(s, &p);
+	for (int round = 0; round < 3; round++) {
+		other = lock_db(path);
+		for (int i = 0; i < 1000; i++) {
+			f = race(id);
+			f.v.access.stream = (uint64_t)(round * 1000 + i);
+			if (store_finding_submit(s, &f) != 0)
+				break;
+			if (round == 0)
+				accepted++;
+			else if (i >= accepted)
+				ck_abort_msg("round %d took more than %d",
+					     round, accepted);
+		}
+		ck_assert_int_gt(accepted, 0);
+		unlock_db(other);
+		ck_assert_int_eq(store_flush(s), 0);
+		ck_assert_int_eq(store_stats(s, &ss), 0);
+		ck_assert_uint_eq(ss.findings, (uint64_t)(round + 1) * accepted);
+	}
+	store_close(s);
+	free(path);
+}
+END_TEST
+
 void store_blocked_add(TCase *tc)
 {
 	tcase_add_test(tc, store_full_disk_keeps_the_queue);
 	tcase_add_test(tc, store_register_async_while_locked_stored_once_released);
 	tcase_add_test(tc, store_full_disk_stores_what_fits);
 	tcase_add_test(tc, store_waiting_writes_are_bounded_and_counted);
+	tcase_add_test(tc,
+		       store_takes_findings_again_once_the_waiting_ones_are_stored);
 }
