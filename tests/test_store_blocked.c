@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "store.h"
 #include "store_helpers.h"
 #include "testutil.h"
@@ -306,9 +307,65 @@ START_TEST(store_takes_findings_again_once_the_waiting_ones_are_stored)
 }
 END_TEST
 
+/* The log file at `path`, NUL-terminated (caller frees). */
+static char *read_text(const char *path)
+{
+	static char buf[65536];
+	FILE *fp = fopen(path, "r");
+	size_t n;
+
+	ck_assert_ptr_nonnull(fp);
+	n = fread(buf, 1, sizeof(buf) - 1, fp);
+	fclose(fp);
+	buf[n] = '\0';
+	return strdup(buf);
+}
+
+/* A full disk is logged as a full disk, once, with what is kept: the
+ * operator reads why nothing is stored (issue 17: the line once named
+ * another error than SQLite's). */
+START_TEST(store_full_disk_is_logged_as_a_full_disk)
+{
+	char *path = db_path(), *log, *text, *line;
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(1, "j", 0, 0);
+	struct store_finding f;
+	int64_t id = reg(s, &p);
+
+	ck_assert_int_ne(asprintf(&log, "%s.log", path), -1);
+	ck_assert_int_eq(log_open(LOG_WARN, log), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	store__max_pages(s, 1); /* no page more than it has */
+	for (int i = 0; i < 50; i++) {
+		f = race(id);
+		f.v.access.stream = (uint64_t)i;
+		ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	}
+	ck_assert_int_eq(store_flush(s), -EIO);
+	ck_assert_int_eq(store_flush(s), -EIO);
+	text = read_text(log);
+	line = strstr(text, "commit failed (");
+	ck_assert_msg(line != NULL, "%s", text);
+	ck_assert_msg(strncmp(line, "commit failed (database or disk is full)",
+			      40) == 0, "%s", text);
+	ck_assert_ptr_null(strstr(line + 1, "commit failed ("));
+	free(text);
+	store__max_pages(s, 1u << 30);
+	ck_assert_int_eq(store_flush(s), 0);
+	text = read_text(log);
+	ck_assert_ptr_nonnull(strstr(text, "commits work again"));
+	free(text);
+	store_close(s);
+	log_close();
+	free(log);
+	free(path);
+}
+END_TEST
+
 void store_blocked_add(TCase *tc)
 {
 	tcase_add_test(tc, store_full_disk_keeps_the_queue);
+	tcase_add_test(tc, store_full_disk_is_logged_as_a_full_disk);
 	tcase_add_test(tc, store_register_async_while_locked_stored_once_released);
 	tcase_add_test(tc, store_full_disk_stores_what_fits);
 	tcase_add_test(tc, store_waiting_writes_are_bounded_and_counted);
