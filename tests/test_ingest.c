@@ -801,7 +801,7 @@ static bool stats_idle(const struct ingest_stats *is)
 
 /* Operations/s is a rate over the latest second or so: above 0 while a
  * process pushes, back to 0 once nothing more comes. */
-START_TEST(ingest_events_per_second_rise_then_fall_to_zero_when_idle)
+START_TEST(ingest_rate_rises_then_falls_to_zero_idle)
 {
 	struct timespec nap = { 0, 10000000 };
 	struct ingest_stats is = { 0 };
@@ -873,7 +873,7 @@ END_TEST
 /* Operations naming streams past the engine's limit are skipped and
  * counted lost, each run of them one gap (as `analyze` counts them), so
  * that the process's verdict cannot claim to be complete. */
-START_TEST(ingest_streams_past_the_engine_limit_are_lost_in_gaps)
+START_TEST(ingest_streams_past_engine_limit_lost_in_gaps)
 {
 	struct store_filter f = { 0 };
 	struct timespec nap = { 0, 10000000 };
@@ -889,8 +889,8 @@ START_TEST(ingest_streams_past_the_engine_limit_are_lost_in_gaps)
 	push_op(fx.ring, OP_STREAM_CREATE, 5001, 0);
 	push_op(fx.ring, OP_DEVICE_SYNC, 0, 0);
 	push_op(fx.ring, OP_STREAM_CREATE, 5002, 0);
-	for (int i = 0; i < 1000 && is.events + is.lost < ENGINE_MAX_STREAMS + 3;
-	     i++) {
+	for (int i = 0;
+	     i < 1000 && is.events + is.lost < ENGINE_MAX_STREAMS + 3; i++) {
 		nanosleep(&nap, NULL);
 		ingest_get_stats(fx.ingest, &is);
 	}
@@ -954,11 +954,10 @@ static Suite *ingest_suite(void)
 	tcase_add_test(tc, ingest_handle_outlives_each_connection_but_the_last);
 	tcase_add_test(tc, ingest_findings_the_store_refuses_count_as_lost);
 	tcase_add_test(tc, ingest_ring_fill_and_lag_show_a_held_up_ring);
-	tcase_add_test(tc,
-		       ingest_events_per_second_rise_then_fall_to_zero_when_idle);
+	tcase_add_test(tc, ingest_rate_rises_then_falls_to_zero_idle);
 	tcase_add_test(tc,
 		       ingest_process_registering_again_must_be_the_same_user);
-	tcase_add_test(tc, ingest_streams_past_the_engine_limit_are_lost_in_gaps);
+	tcase_add_test(tc, ingest_streams_past_engine_limit_lost_in_gaps);
 	tcase_add_test(tc, ingest_refused_ring_closes_no_file);
 	suite_add_tcase(s, tc);
 	return s;

@@ -134,7 +134,7 @@ END_TEST
 /* A process registering again (with a restarted daemon) gets back the
  * counters last stored for it, which the daemon then adds to (DESIGN 6);
  * a new process gets zeros. */
-START_TEST(store_register_again_returns_the_counters_last_stored)
+START_TEST(store_register_again_returns_stored_counters)
 {
 	char *path = db_path();
 	struct store *s = open_store(path, 0);
@@ -431,7 +431,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, store_register_never_changes_owner);
 	tcase_add_test(tc, store_register_after_queued_update_stays_running);
 	tcase_add_test(tc, store_process_ranks_come_back_present_or_absent);
-	tcase_add_test(tc, store_register_again_returns_the_counters_last_stored);
+	tcase_add_test(tc, store_register_again_returns_stored_counters);
 	tcase_add_test(tc, store_update_visible_after_flush);
 	tcase_add_test(tc, store_dedup_equal_keys_add_counts);
 	tcase_add_test(tc, store_dedup_distinct_keys_stay_distinct);

@@ -268,7 +268,7 @@ END_TEST
  * wait: once those are stored the bound is free again, and as many are
  * taken as the first time (issue 17: a count that never dropped would
  * refuse every finding for good). */
-START_TEST(store_takes_findings_again_once_the_waiting_ones_are_stored)
+START_TEST(store_takes_findings_again_once_waiting_stored)
 {
 	struct store_opts o = { .max_queue_bytes = 16 * 1024 };
 	char *path = db_path();
@@ -300,7 +300,8 @@ START_TEST(store_takes_findings_again_once_the_waiting_ones_are_stored)
 		unlock_db(other);
 		ck_assert_int_eq(store_flush(s), 0);
 		ck_assert_int_eq(store_stats(s, &ss), 0);
-		ck_assert_uint_eq(ss.findings, (uint64_t)(round + 1) * accepted);
+		ck_assert_uint_eq(ss.findings,
+				  (uint64_t)(round + 1) * accepted);
 	}
 	store_close(s);
 	free(path);
@@ -310,15 +311,14 @@ END_TEST
 /* The log file at `path`, NUL-terminated (caller frees). */
 static char *read_text(const char *path)
 {
-	static char buf[65536];
+	char *buf = calloc(1, 65536);
 	FILE *fp = fopen(path, "r");
-	size_t n;
 
+	ck_assert_ptr_nonnull(buf);
 	ck_assert_ptr_nonnull(fp);
-	n = fread(buf, 1, sizeof(buf) - 1, fp);
+	(void)fread(buf, 1, 65535, fp);
 	fclose(fp);
-	buf[n] = '\0';
-	return strdup(buf);
+	return buf;
 }
 
 /* A full disk is logged as a full disk, once, with what is kept: the
@@ -369,6 +369,5 @@ void store_blocked_add(TCase *tc)
 	tcase_add_test(tc, store_register_async_while_locked_stored_once_released);
 	tcase_add_test(tc, store_full_disk_stores_what_fits);
 	tcase_add_test(tc, store_waiting_writes_are_bounded_and_counted);
-	tcase_add_test(tc,
-		       store_takes_findings_again_once_the_waiting_ones_are_stored);
+	tcase_add_test(tc, store_takes_findings_again_once_waiting_stored);
 }
