@@ -935,6 +935,27 @@ START_TEST(ingest_refused_ring_closes_no_file)
 }
 END_TEST
 
+/* Asked for more drain threads than it runs at most, ingest runs its
+ * most and drains as ever; stopping joins each thread it started, and
+ * only those. */
+START_TEST(ingest_more_threads_than_its_limit_still_drains)
+{
+	struct fixture fx;
+	struct collected c;
+
+	fx_open_threads(&fx, 100000);
+	fx_register(&fx, (uint32_t)getpid(), "many");
+	push_string(fx.ring, 1, "w");
+	push_string(fx.ring, 2, "r");
+	push_op(fx.ring, OP_STREAM_CREATE, 7, 0);
+	push_race(fx.ring, 0x1000);
+	wait_findings(&fx, 1, 1, &c);
+	ck_assert_uint_eq(c.n, 1);
+	ck_assert_str_eq(c.job, "many");
+	fx_close(&fx);
+}
+END_TEST
+
 static Suite *ingest_suite(void)
 {
 	Suite *s = suite_create("ingest");
@@ -959,6 +980,7 @@ static Suite *ingest_suite(void)
 		       ingest_process_registering_again_must_be_the_same_user);
 	tcase_add_test(tc, ingest_streams_past_engine_limit_lost_in_gaps);
 	tcase_add_test(tc, ingest_refused_ring_closes_no_file);
+	tcase_add_test(tc, ingest_more_threads_than_its_limit_still_drains);
 	suite_add_tcase(s, tc);
 	return s;
 }
