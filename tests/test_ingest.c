@@ -224,6 +224,7 @@ END_TEST
 
 struct listed {
 	unsigned n;
+	int64_t id;
 	char state[16];
 	uint64_t events, lost, gaps;
 };
@@ -233,6 +234,7 @@ static int list_cb(void *arg, const struct store_process *p)
 	struct listed *l = arg;
 
 	l->n++;
+	l->id = p->id;
 	snprintf(l->state, sizeof(l->state), "%s",
 		 store_state_name(p->state));
 	l->events = p->events;
@@ -764,15 +766,25 @@ static bool stats_caught_up(const struct ingest_stats *is)
 
 /* A ring whose producer reserved a record and has not committed it yet
  * cannot be drained past it: the metrics show that ring's fill and a lag
- * that grows, and both fall back to 0 once it is committed and drained. */
+ * that grows, whichever drain thread has it (here the second: an idle
+ * process took the first), and both fall back to 0 once it is committed
+ * and drained. */
 START_TEST(ingest_ring_fill_and_lag_show_a_held_up_ring)
 {
+	struct store_process sp = { .pid = (uint32_t)getppid(),
+				    .uid = (uint32_t)getuid(), .host = "test" };
 	struct ingest_stats is = { 0 };
+	struct ingest_proc *idle_p;
+	const char *why = NULL;
 	struct ring_slot slot;
+	struct ring *idle;
 	struct ring_op *op;
 	struct fixture fx;
 
 	fx_open(&fx);
+	ck_assert_int_eq(ring_create(RING_MIN_CAPACITY, 0, 1000, &idle), 0);
+	ck_assert_int_eq(ingest_register(fx.ingest, &sp, dup(ring_fd(idle)),
+					 &idle_p, &why), 0);
 	fx_register(&fx, (uint32_t)getpid(), NULL);
 	push_op(fx.ring, OP_STREAM_CREATE, 7, 0);
 	ck_assert_int_eq(ring_reserve(fx.ring, RING_REC_OP, sizeof(*op),
@@ -791,6 +803,7 @@ START_TEST(ingest_ring_fill_and_lag_show_a_held_up_ring)
 	ck_assert_double_eq(is.lag_s, 0);
 	ck_assert_uint_eq(is.events, 2);
 	fx_close(&fx);
+	ring_destroy(idle);
 }
 END_TEST
 
@@ -956,6 +969,32 @@ START_TEST(ingest_more_threads_than_its_limit_still_drains)
 }
 END_TEST
 
+/* A process's handle names its row once the store has it: the id the
+ * daemon answers with is the one queries list. */
+START_TEST(ingest_proc_id_is_its_stored_row)
+{
+	struct store_filter f = { 0 };
+	struct timespec nap = { 0, 10000000 };
+	struct ingest_proc *p;
+	struct fixture fx;
+	struct listed l = { 0 };
+
+	fx_open(&fx);
+	p = fx_register(&fx, (uint32_t)getpid(), NULL);
+	for (int i = 0; i < 1000 && (l.n == 0 || ingest_proc_id(p) == 0);
+	     i++) {
+		memset(&l, 0, sizeof(l));
+		ck_assert_int_eq(store_flush(fx.store), 0);
+		ck_assert_int_eq(store_list(fx.store, &f, list_cb, &l), 0);
+		nanosleep(&nap, NULL);
+	}
+	ck_assert_uint_eq(l.n, 1);
+	ck_assert_int_gt(l.id, 0);
+	ck_assert_int_eq(ingest_proc_id(p), l.id);
+	fx_close(&fx);
+}
+END_TEST
+
 static Suite *ingest_suite(void)
 {
 	Suite *s = suite_create("ingest");
@@ -981,6 +1020,7 @@ static Suite *ingest_suite(void)
 	tcase_add_test(tc, ingest_streams_past_engine_limit_lost_in_gaps);
 	tcase_add_test(tc, ingest_refused_ring_closes_no_file);
 	tcase_add_test(tc, ingest_more_threads_than_its_limit_still_drains);
+	tcase_add_test(tc, ingest_proc_id_is_its_stored_row);
 	suite_add_tcase(s, tc);
 	return s;
 }
