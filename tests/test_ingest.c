@@ -5,6 +5,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <pthread.h>
@@ -17,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine.h"
 #include "ingest.h"
 #include "ring.h"
 #include "ringread.h"
@@ -222,6 +224,7 @@ END_TEST
 
 struct listed {
 	unsigned n;
+	int64_t id;
 	char state[16];
 	uint64_t events, lost, gaps;
 };
@@ -231,6 +234,7 @@ static int list_cb(void *arg, const struct store_process *p)
 	struct listed *l = arg;
 
 	l->n++;
+	l->id = p->id;
 	snprintf(l->state, sizeof(l->state), "%s",
 		 store_state_name(p->state));
 	l->events = p->events;
@@ -735,6 +739,262 @@ START_TEST(ingest_findings_the_store_refuses_count_as_lost)
 }
 END_TEST
 
+/* Polls the daemon's statistics until `done` holds of them or 10 s pass. */
+static void wait_stats(struct fixture *fx,
+		       bool (*done)(const struct ingest_stats *),
+		       struct ingest_stats *is)
+{
+	struct timespec nap = { 0, 10000000 };
+
+	for (int i = 0; i < 1000; i++) {
+		ingest_get_stats(fx->ingest, is);
+		if (done(is))
+			return;
+		nanosleep(&nap, NULL);
+	}
+}
+
+static bool stats_held_up(const struct ingest_stats *is)
+{
+	return is->ring_fill > 0 && is->lag_s >= 0.2;
+}
+
+static bool stats_caught_up(const struct ingest_stats *is)
+{
+	return is->ring_fill == 0 && is->lag_s == 0;
+}
+
+/* A ring whose producer reserved a record and has not committed it yet
+ * cannot be drained past it: the metrics show that ring's fill and a lag
+ * that grows, whichever drain thread has it (here the second: an idle
+ * process took the first), and both fall back to 0 once it is committed
+ * and drained. */
+START_TEST(ingest_ring_fill_and_lag_show_a_held_up_ring)
+{
+	struct store_process sp = { .pid = (uint32_t)getppid(),
+				    .uid = (uint32_t)getuid(), .host = "test" };
+	struct ingest_stats is = { 0 };
+	struct ingest_proc *idle_p;
+	const char *why = NULL;
+	struct ring_slot slot;
+	struct ring *idle;
+	struct ring_op *op;
+	struct fixture fx;
+
+	fx_open(&fx);
+	ck_assert_int_eq(ring_create(RING_MIN_CAPACITY, 0, 1000, &idle), 0);
+	ck_assert_int_eq(ingest_register(fx.ingest, &sp, dup(ring_fd(idle)),
+					 &idle_p, &why), 0);
+	fx_register(&fx, (uint32_t)getpid(), NULL);
+	push_op(fx.ring, OP_STREAM_CREATE, 7, 0);
+	ck_assert_int_eq(ring_reserve(fx.ring, RING_REC_OP, sizeof(*op),
+				      &slot), 0);
+	op = slot.payload;
+	memset(op, 0, sizeof(*op));
+	op->kind = OP_DEVICE_SYNC;
+	wait_stats(&fx, stats_held_up, &is);
+	ck_assert_double_gt(is.ring_fill, 0);
+	ck_assert_double_lt(is.ring_fill, 0.01);
+	ck_assert_double_ge(is.lag_s, 0.2);
+	ck_assert_uint_eq(is.events, 1);
+	ring_commit(&slot);
+	wait_stats(&fx, stats_caught_up, &is);
+	ck_assert_double_eq(is.ring_fill, 0);
+	ck_assert_double_eq(is.lag_s, 0);
+	ck_assert_uint_eq(is.events, 2);
+	fx_close(&fx);
+	ring_destroy(idle);
+}
+END_TEST
+
+static bool stats_idle(const struct ingest_stats *is)
+{
+	return is->events_per_s == 0;
+}
+
+/* Operations/s is a rate over the latest second or so: above 0 while a
+ * process pushes, back to 0 once nothing more comes. */
+START_TEST(ingest_rate_rises_then_falls_to_zero_idle)
+{
+	struct timespec nap = { 0, 10000000 };
+	struct ingest_stats is = { 0 };
+	struct fixture fx;
+	uint64_t pushed = 0;
+
+	fx_open(&fx);
+	fx_register(&fx, (uint32_t)getpid(), NULL);
+	/* A process pushing all along, until a rate sample covered some. */
+	for (int i = 0; i < 1000 && is.events_per_s == 0; i++) {
+		for (int k = 0; k < 5; k++)
+			push_op(fx.ring, OP_DEVICE_SYNC, 0, 0);
+		pushed += 5;
+		nanosleep(&nap, NULL);
+		ingest_get_stats(fx.ingest, &is);
+	}
+	ck_assert_double_gt(is.events_per_s, 0);
+	/* Sampled over 1 s at least. */
+	ck_assert_double_le(is.events_per_s, (double)pushed);
+	wait_stats(&fx, stats_idle, &is);
+	ck_assert_double_eq(is.events_per_s, 0);
+	ck_assert_uint_eq(is.events, pushed);
+	fx_close(&fx);
+}
+END_TEST
+
+/* Registers `pid` of user `uid` with the fixture's ring: ingest_register's
+ * result; the fd is closed when it is refused. */
+static int fx_register_as(struct fixture *fx, uint32_t pid, uint32_t uid,
+			  struct ingest_proc **p)
+{
+	struct store_process sp = { .pid = pid, .uid = uid, .host = "test",
+				    .has_rank = true, .rank = 0 };
+	const char *why = NULL;
+	int fd = dup(ring_fd(fx->ring));
+	int err;
+
+	ck_assert_int_ge(fd, 0);
+	err = ingest_register(fx->ingest, &sp, fd, p, &why);
+	if (err < 0)
+		close(fd);
+	return err;
+}
+
+/* A process that registers again (a new connection) gets the handle it
+ * has, but only as the user it first registered as: the same pid and
+ * start time from another user is refused, so that no user can take
+ * over another's analysis. */
+START_TEST(ingest_process_registering_again_must_be_the_same_user)
+{
+	struct ingest_proc *p, *again = NULL;
+	struct fixture fx;
+
+	fx_open(&fx);
+	ck_assert_int_eq(fx_register_as(&fx, (uint32_t)getpid(), 1000, &p), 0);
+	ck_assert_int_eq(fx_register_as(&fx, (uint32_t)getpid(), 1000, &again),
+			 0);
+	ck_assert_ptr_eq(again, p);
+	again = NULL;
+	ck_assert_int_eq(fx_register_as(&fx, (uint32_t)getpid(), 1001, &again),
+			 -EPERM);
+	ck_assert_ptr_null(again);
+	ingest_disconnect(fx.ingest, p);
+	ingest_disconnect(fx.ingest, p);
+	fx_close(&fx);
+}
+END_TEST
+
+/* Operations naming streams past the engine's limit are skipped and
+ * counted lost, each run of them one gap (as `analyze` counts them), so
+ * that the process's verdict cannot claim to be complete. */
+START_TEST(ingest_streams_past_engine_limit_lost_in_gaps)
+{
+	struct store_filter f = { 0 };
+	struct timespec nap = { 0, 10000000 };
+	struct ingest_stats is = { 0 };
+	struct fixture fx;
+	struct listed l = { 0 };
+
+	fx_open(&fx);
+	fx_register(&fx, (uint32_t)getpid(), NULL);
+	for (uint64_t s = 1; s < ENGINE_MAX_STREAMS; s++)
+		push_op(fx.ring, OP_STREAM_CREATE, s, 0);
+	push_op(fx.ring, OP_STREAM_CREATE, 5000, 0);
+	push_op(fx.ring, OP_STREAM_CREATE, 5001, 0);
+	push_op(fx.ring, OP_DEVICE_SYNC, 0, 0);
+	push_op(fx.ring, OP_STREAM_CREATE, 5002, 0);
+	for (int i = 0;
+	     i < 1000 && is.events + is.lost < ENGINE_MAX_STREAMS + 3; i++) {
+		nanosleep(&nap, NULL);
+		ingest_get_stats(fx.ingest, &is);
+	}
+	ck_assert_uint_eq(is.events, ENGINE_MAX_STREAMS);
+	ck_assert_uint_eq(is.lost, 3);
+	ingest_free(fx.ingest);
+	fx.ingest = NULL;
+	ck_assert_int_eq(store_flush(fx.store), 0);
+	ck_assert_int_eq(store_list(fx.store, &f, list_cb, &l), 0);
+	ck_assert_uint_eq(l.n, 1);
+	ck_assert_uint_eq(l.events, ENGINE_MAX_STREAMS);
+	ck_assert_uint_eq(l.lost, 3);
+	ck_assert_uint_eq(l.gaps, 2);
+	fx_close(&fx);
+}
+END_TEST
+
+/* A registration refused (its fd is no ring) leaves the fd to its caller
+ * and closes nothing else, fd 0 included: the daemon's own files stay
+ * open. */
+START_TEST(ingest_refused_ring_closes_no_file)
+{
+	struct store_process sp = { .pid = (uint32_t)getpid(),
+				    .uid = (uint32_t)getuid(), .host = "test" };
+	struct ingest_proc *p = NULL;
+	const char *why = NULL;
+	struct fixture fx;
+	int pfd[2];
+
+	if (fcntl(0, F_GETFD) < 0)
+		ck_assert_int_eq(open("/dev/null", O_RDONLY), 0);
+	fx_open(&fx);
+	ck_assert_int_eq(pipe(pfd), 0);
+	ck_assert_int_eq(ingest_register(fx.ingest, &sp, pfd[0], &p, &why),
+			 -EINVAL);
+	ck_assert_ptr_nonnull(why);
+	ck_assert_int_ge(fcntl(0, F_GETFD), 0);
+	ck_assert_int_ge(fcntl(pfd[0], F_GETFD), 0);
+	close(pfd[0]);
+	close(pfd[1]);
+	fx_close(&fx);
+}
+END_TEST
+
+/* Asked for more drain threads than it runs at most, ingest runs its
+ * most and drains as ever; stopping joins each thread it started, and
+ * only those. */
+START_TEST(ingest_more_threads_than_its_limit_still_drains)
+{
+	struct fixture fx;
+	struct collected c;
+
+	fx_open_threads(&fx, 100000);
+	fx_register(&fx, (uint32_t)getpid(), "many");
+	push_string(fx.ring, 1, "w");
+	push_string(fx.ring, 2, "r");
+	push_op(fx.ring, OP_STREAM_CREATE, 7, 0);
+	push_race(fx.ring, 0x1000);
+	wait_findings(&fx, 1, 1, &c);
+	ck_assert_uint_eq(c.n, 1);
+	ck_assert_str_eq(c.job, "many");
+	fx_close(&fx);
+}
+END_TEST
+
+/* A process's handle names its row once the store has it: the id the
+ * daemon answers with is the one queries list. */
+START_TEST(ingest_proc_id_is_its_stored_row)
+{
+	struct store_filter f = { 0 };
+	struct timespec nap = { 0, 10000000 };
+	struct ingest_proc *p;
+	struct fixture fx;
+	struct listed l = { 0 };
+
+	fx_open(&fx);
+	p = fx_register(&fx, (uint32_t)getpid(), NULL);
+	for (int i = 0; i < 1000 && (l.n == 0 || ingest_proc_id(p) == 0);
+	     i++) {
+		memset(&l, 0, sizeof(l));
+		ck_assert_int_eq(store_flush(fx.store), 0);
+		ck_assert_int_eq(store_list(fx.store, &f, list_cb, &l), 0);
+		nanosleep(&nap, NULL);
+	}
+	ck_assert_uint_eq(l.n, 1);
+	ck_assert_int_gt(l.id, 0);
+	ck_assert_int_eq(ingest_proc_id(p), l.id);
+	fx_close(&fx);
+}
+END_TEST
+
 static Suite *ingest_suite(void)
 {
 	Suite *s = suite_create("ingest");
@@ -753,6 +1013,14 @@ static Suite *ingest_suite(void)
 	tcase_add_test(tc, ingest_exited_process_flooded_holds_no_thread);
 	tcase_add_test(tc, ingest_handle_outlives_each_connection_but_the_last);
 	tcase_add_test(tc, ingest_findings_the_store_refuses_count_as_lost);
+	tcase_add_test(tc, ingest_ring_fill_and_lag_show_a_held_up_ring);
+	tcase_add_test(tc, ingest_rate_rises_then_falls_to_zero_idle);
+	tcase_add_test(tc,
+		       ingest_process_registering_again_must_be_the_same_user);
+	tcase_add_test(tc, ingest_streams_past_engine_limit_lost_in_gaps);
+	tcase_add_test(tc, ingest_refused_ring_closes_no_file);
+	tcase_add_test(tc, ingest_more_threads_than_its_limit_still_drains);
+	tcase_add_test(tc, ingest_proc_id_is_its_stored_row);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -98,6 +98,73 @@ START_TEST(store_register_after_queued_update_stays_running)
 }
 END_TEST
 
+/* A process's ranks come back as registered: each present with its
+ * value, or absent (a process launched without them), never 0 for
+ * absent. */
+START_TEST(store_process_ranks_come_back_present_or_absent)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(100, "job1", 5, 1000);
+	struct store_process q = proc(200, NULL, 0, 1000);
+	struct procs v;
+	int64_t a, b;
+
+	p.has_local_rank = true;
+	p.local_rank = 1;
+	q.has_rank = q.has_world_size = false;
+	q.last_ms = NOW_MS - 1; /* listed after p */
+	a = reg(s, &p);
+	b = reg(s, &q);
+	list(s, NULL, &v);
+	ck_assert_uint_eq(v.n, 2);
+	ck_assert_int_eq(v.p[0].id, a);
+	ck_assert(v.p[0].has_rank && v.p[0].rank == 5);
+	ck_assert(v.p[0].has_local_rank && v.p[0].local_rank == 1);
+	ck_assert(v.p[0].has_world_size && v.p[0].world_size == 8);
+	ck_assert_int_eq(v.p[1].id, b);
+	ck_assert(!v.p[1].has_rank);
+	ck_assert(!v.p[1].has_local_rank);
+	ck_assert(!v.p[1].has_world_size);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* A process registering again (with a restarted daemon) gets back the
+ * counters last stored for it, which the daemon then adds to (DESIGN 6);
+ * a new process gets zeros. */
+START_TEST(store_register_again_returns_stored_counters)
+{
+	char *path = db_path();
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(100, "job1", 0, 1000);
+	struct store_counters c = { .events = 10, .lost = 3, .gaps = 2,
+				    .ring_ops = 50 };
+	struct store_counters was;
+	int64_t a, b;
+
+	memset(&was, 0xff, sizeof(was));
+	ck_assert_int_eq(store_process_register(s, &p, &a, &was), 0);
+	ck_assert_uint_eq(was.events, 0);
+	ck_assert_uint_eq(was.lost, 0);
+	ck_assert_uint_eq(was.gaps, 0);
+	ck_assert_uint_eq(was.ring_ops, 0);
+	ck_assert_int_eq(store_process_update(s, a, &c, NOW_MS + 5,
+					      STORE_RUNNING), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	memset(&was, 0xff, sizeof(was));
+	ck_assert_int_eq(store_process_register(s, &p, &b, &was), 0);
+	ck_assert_int_eq(b, a);
+	ck_assert_uint_eq(was.events, 10);
+	ck_assert_uint_eq(was.lost, 3);
+	ck_assert_uint_eq(was.gaps, 2);
+	ck_assert_uint_eq(was.ring_ops, 50);
+	store_close(s);
+	free(path);
+}
+END_TEST
+
 START_TEST(store_update_visible_after_flush)
 {
 	char *path = db_path();
@@ -363,6 +430,8 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, store_register_returns_same_row_again);
 	tcase_add_test(tc, store_register_never_changes_owner);
 	tcase_add_test(tc, store_register_after_queued_update_stays_running);
+	tcase_add_test(tc, store_process_ranks_come_back_present_or_absent);
+	tcase_add_test(tc, store_register_again_returns_stored_counters);
 	tcase_add_test(tc, store_update_visible_after_flush);
 	tcase_add_test(tc, store_dedup_equal_keys_add_counts);
 	tcase_add_test(tc, store_dedup_distinct_keys_stay_distinct);

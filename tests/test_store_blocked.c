@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "store.h"
 #include "store_helpers.h"
 #include "testutil.h"
@@ -263,10 +264,110 @@ START_TEST(store_waiting_writes_are_bounded_and_counted)
 }
 END_TEST
 
+/* Findings past the bound are refused only while the ones before them
+ * wait: once those are stored the bound is free again, and as many are
+ * taken as the first time (issue 17: a count that never dropped would
+ * refuse every finding for good). */
+START_TEST(store_takes_findings_again_once_waiting_stored)
+{
+	struct store_opts o = { .max_queue_bytes = 16 * 1024 };
+	char *path = db_path();
+	struct store *s = NULL;
+	struct store_process p = proc(3, "j", 0, 0);
+	struct store_stats ss;
+	struct store_finding f;
+	sqlite3 *other;
+	int64_t id;
+	int accepted = 0;
+
+	o.path = path;
+	ck_assert_int_eq(store_open(&o, &s, NULL), 0);
+	id = reg(s, &p);
+	for (int round = 0; round < 3; round++) {
+		other = lock_db(path);
+		for (int i = 0; i < 1000; i++) {
+			f = race(id);
+			f.v.access.stream = (uint64_t)(round * 1000 + i);
+			if (store_finding_submit(s, &f) != 0)
+				break;
+			if (round == 0)
+				accepted++;
+			else if (i >= accepted)
+				ck_abort_msg("round %d took more than %d",
+					     round, accepted);
+		}
+		ck_assert_int_gt(accepted, 0);
+		unlock_db(other);
+		ck_assert_int_eq(store_flush(s), 0);
+		ck_assert_int_eq(store_stats(s, &ss), 0);
+		ck_assert_uint_eq(ss.findings,
+				  (uint64_t)(round + 1) * accepted);
+	}
+	store_close(s);
+	free(path);
+}
+END_TEST
+
+/* The log file at `path`, NUL-terminated (caller frees). */
+static char *read_text(const char *path)
+{
+	char *buf = calloc(1, 65536);
+	FILE *fp = fopen(path, "r");
+
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_ptr_nonnull(fp);
+	(void)fread(buf, 1, 65535, fp);
+	fclose(fp);
+	return buf;
+}
+
+/* A full disk is logged as a full disk, once, with what is kept: the
+ * operator reads why nothing is stored (issue 17: the line once named
+ * another error than SQLite's). */
+START_TEST(store_full_disk_is_logged_as_a_full_disk)
+{
+	char *path = db_path(), *log, *text, *line;
+	struct store *s = open_store(path, 0);
+	struct store_process p = proc(1, "j", 0, 0);
+	struct store_finding f;
+	int64_t id = reg(s, &p);
+
+	ck_assert_int_ne(asprintf(&log, "%s.log", path), -1);
+	ck_assert_int_eq(log_open(LOG_WARN, log), 0);
+	ck_assert_int_eq(store_flush(s), 0);
+	store__max_pages(s, 1); /* no page more than it has */
+	for (int i = 0; i < 50; i++) {
+		f = race(id);
+		f.v.access.stream = (uint64_t)i;
+		ck_assert_int_eq(store_finding_submit(s, &f), 0);
+	}
+	ck_assert_int_eq(store_flush(s), -EIO);
+	ck_assert_int_eq(store_flush(s), -EIO);
+	text = read_text(log);
+	line = strstr(text, "commit failed (");
+	ck_assert_msg(line != NULL, "%s", text);
+	ck_assert_msg(strncmp(line, "commit failed (database or disk is full)",
+			      40) == 0, "%s", text);
+	ck_assert_ptr_null(strstr(line + 1, "commit failed ("));
+	free(text);
+	store__max_pages(s, 1u << 30);
+	ck_assert_int_eq(store_flush(s), 0);
+	text = read_text(log);
+	ck_assert_ptr_nonnull(strstr(text, "commits work again"));
+	free(text);
+	store_close(s);
+	log_close();
+	free(log);
+	free(path);
+}
+END_TEST
+
 void store_blocked_add(TCase *tc)
 {
 	tcase_add_test(tc, store_full_disk_keeps_the_queue);
+	tcase_add_test(tc, store_full_disk_is_logged_as_a_full_disk);
 	tcase_add_test(tc, store_register_async_while_locked_stored_once_released);
 	tcase_add_test(tc, store_full_disk_stores_what_fits);
 	tcase_add_test(tc, store_waiting_writes_are_bounded_and_counted);
+	tcase_add_test(tc, store_takes_findings_again_once_waiting_stored);
 }

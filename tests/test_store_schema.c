@@ -375,6 +375,31 @@ START_TEST(store_refuses_a_newer_schema)
 }
 END_TEST
 
+/* A migration the database refuses (here schema 4's columns are there
+ * already) fails the open, saying where and why, and leaves the file at
+ * the version it had: nothing half migrated. */
+START_TEST(store_failed_migration_leaves_the_file)
+{
+	char *path = db_path();
+	struct store_opts o = { .path = path };
+	struct store *s = open_store(path, 0);
+	char *err = NULL;
+
+	store_close(s);
+	s = NULL;
+	sql_exec(path, "PRAGMA user_version = 3");
+	ck_assert_int_eq(store_open(&o, &s, &err), -EIO);
+	ck_assert_ptr_null(s);
+	ck_assert_ptr_nonnull(err);
+	ck_assert_ptr_nonnull(strstr(err, path));
+	ck_assert_msg(strstr(err, "migrate") != NULL &&
+		      strstr(err, "duplicate column") != NULL, "%s", err);
+	free(err);
+	ck_assert_int_eq(sql_int(path, "PRAGMA user_version"), 3);
+	free(path);
+}
+END_TEST
+
 START_TEST(store_refuses_what_is_not_a_database)
 {
 	char *path = db_path();
@@ -390,6 +415,8 @@ START_TEST(store_refuses_what_is_not_a_database)
 	ck_assert_int_eq(store_open(&o, &s, &err), -EIO);
 	ck_assert_ptr_nonnull(err);
 	ck_assert_ptr_nonnull(strstr(err, path));
+	/* The error says what is wrong with the file. */
+	ck_assert_msg(strstr(err, "not a database") != NULL, "%s", err);
 	free(err);
 	free(path);
 
@@ -412,4 +439,5 @@ void store_schema_add(TCase *tc)
 	tcase_add_test(tc, store_migrates_version_5_findings_without_free_or_args);
 	tcase_add_test(tc, store_refuses_a_newer_schema);
 	tcase_add_test(tc, store_refuses_what_is_not_a_database);
+	tcase_add_test(tc, store_failed_migration_leaves_the_file);
 }
