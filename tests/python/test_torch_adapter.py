@@ -64,6 +64,9 @@ class FakeAgent:
         # The argument names of each launch: (read names, write names),
         # None for a launch made without them.
         self.args = []
+        # A library without npusan_free_at(): frees are recorded as
+        # ("free", ptr) on both paths (the e2e tests check the stack).
+        self.free_at = None
 
     def intern(self, text: bytes) -> int:
         return self.strings.setdefault(text.decode(), len(self.strings) + 1)

@@ -61,7 +61,7 @@ def missing_record_stream():
     side.wait_stream(dev.current_stream())
     with dev.stream(side):
         y = x.sum()  # line: mrs-use
-    del x
+    del x  # line: mrs-free
     dev.synchronize()
     return y
 

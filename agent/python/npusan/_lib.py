@@ -73,10 +73,12 @@ _GRAPH_SIGNATURES = {
 
 
 # NPUSAN_1.3's calls: an older library lacks them, and then launches name
-# no arguments (Agent.launch_args is None), the rest works as before.
+# no arguments and frees no stack (Agent.launch_args and Agent.free_at are
+# None), the rest works as before.
 _ARGS_SIGNATURES = {
     "npusan_launch_args": (None, (_u64, _u32, _ptr, _ptr, _size, _ptr, _ptr,
                                   _size, _u32)),
+    "npusan_free_at": (None, (_u64, _u32)),
 }
 
 
@@ -104,13 +106,12 @@ class Agent:
             fn.restype = restype
             fn.argtypes = argtypes
             setattr(self, name[len("npusan_"):], fn)
-        self.launch_args = None
-        fn = getattr(fast, "npusan_launch_args", None)
-        if fn is not None:
-            restype, argtypes = _ARGS_SIGNATURES["npusan_launch_args"]
-            fn.restype = restype
-            fn.argtypes = argtypes
-            self.launch_args = fn
+        for name, (restype, argtypes) in _ARGS_SIGNATURES.items():
+            fn = getattr(fast, name, None)
+            if fn is not None:
+                fn.restype = restype
+                fn.argtypes = argtypes
+            setattr(self, name[len("npusan_"):], fn)
         wait = blocking.npusan_wait_drained
         wait.restype = ctypes.c_int
         wait.argtypes = (ctypes.c_uint,)
@@ -124,11 +125,12 @@ class Agent:
         until a daemon attaches it."""
         return self._state.value != 0
 
-    def pointers(self) -> Tuple[int, int, int, int]:
-        """The addresses of npusan_launch, npusan_alloc, npusan_free and
-        npusan_launch_args (0 when the library lacks it), for
-        npusan._speedups to call directly."""
-        fns = (self.launch, self.alloc, self.free, self.launch_args)
+    def pointers(self) -> Tuple[int, int, int, int, int]:
+        """The addresses of npusan_launch, npusan_alloc, npusan_free,
+        npusan_launch_args and npusan_free_at (0 where the library lacks
+        one), for npusan._speedups to call directly."""
+        fns = (self.launch, self.alloc, self.free, self.launch_args,
+               self.free_at)
         return tuple(ctypes.cast(fn, ctypes.c_void_p).value or 0
                      if fn is not None else 0 for fn in fns)
 

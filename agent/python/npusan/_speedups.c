@@ -66,6 +66,7 @@ typedef void (*launch_fn)(uint64_t, uint32_t, const struct npusan_range *,
 			  uint32_t);
 typedef void (*alloc_fn)(uint64_t, uint64_t, uint64_t, uint32_t);
 typedef void (*free_fn)(uint64_t);
+typedef void (*free_at_fn)(uint64_t, uint32_t);
 typedef void (*launch_args_fn)(uint64_t, uint32_t, const struct npusan_range *,
 			       const uint32_t *, size_t,
 			       const struct npusan_range *, const uint32_t *,
@@ -159,6 +160,7 @@ typedef struct {
 	alloc_fn alloc;
 	free_fn free;
 	launch_args_fn launch_args; /* NULL: the library predates it */
+	free_at_fn free_at;         /* NULL: the library predates it */
 } Core;
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -852,6 +854,27 @@ static PyObject *core_on_memory_allocation(PyObject *self, PyObject *ptr)
 	Py_RETURN_NONE;
 }
 
+/* npusan_free_at() of `ptr` with the stack of the Python code that freed
+ * it (where a missing record_stream's fix goes), or npusan_free() with an
+ * older library. 0; -1 with an exception. */
+static int core_free(Core *c, PyObject *ptr)
+{
+	uint64_t p = PyLong_AsUnsignedLongLong(ptr);
+	int64_t stack;
+
+	if (PyErr_Occurred())
+		return -1;
+	if (c->free_at == NULL) {
+		c->free(p);
+		return 0;
+	}
+	stack = capture(c);
+	if (stack < 0)
+		return -1;
+	c->free_at(p, (uint32_t)stack);
+	return 0;
+}
+
 static PyObject *core_on_memory_deallocation(PyObject *self, PyObject *ptr)
 {
 	Core *c = (Core *)self;
@@ -864,13 +887,8 @@ static PyObject *core_on_memory_deallocation(PyObject *self, PyObject *ptr)
 		r = PyDict_DelItem(c->pending, ptr);
 	} else if (r == 0) {
 		r = PySet_Discard(c->live, ptr);
-		if (r > 0) {
-			uint64_t p = PyLong_AsUnsignedLongLong(ptr);
-
-			r = PyErr_Occurred() ? -1 : 0;
-			if (r == 0)
-				c->free(p);
-		}
+		if (r > 0)
+			r = core_free(c, ptr);
 	}
 	if (r < 0)
 		core_fail(c);
@@ -935,8 +953,9 @@ static void *pointer(PyObject *pointers, Py_ssize_t i)
 	return PyLong_AsVoidPtr(PyTuple_GET_ITEM(pointers, i));
 }
 
-/* Core(adapter, stacks, tensor_type, (launch, alloc, free[, launch_args])),
- * launch_args 0 when the library predates it */
+/* Core(adapter, stacks, tensor_type,
+ *      (launch, alloc, free[, launch_args[, free_at]])),
+ * launch_args and free_at 0 when the library predates them */
 static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 {
 	static char *names[] = { "adapter", "stacks", "tensor_type",
@@ -950,9 +969,9 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 					 &stacks, &PyType_Type, &tensor_type,
 					 &PyTuple_Type, &pointers))
 		return -1;
-	if (PyTuple_GET_SIZE(pointers) < 3 || PyTuple_GET_SIZE(pointers) > 4) {
-		PyErr_SetString(PyExc_ValueError,
-				"pointers: (launch, alloc, free[, launch_args])");
+	if (PyTuple_GET_SIZE(pointers) < 3 || PyTuple_GET_SIZE(pointers) > 5) {
+		PyErr_SetString(PyExc_ValueError, "pointers: (launch, alloc, "
+				"free[, launch_args[, free_at]])");
 		return -1;
 	}
 	core_clear(self);
@@ -1000,8 +1019,10 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 	c->launch = (launch_fn)pointer(pointers, 0);
 	c->alloc = (alloc_fn)pointer(pointers, 1);
 	c->free = (free_fn)pointer(pointers, 2);
-	c->launch_args = (launch_args_fn)(PyTuple_GET_SIZE(pointers) == 4 ?
+	c->launch_args = (launch_args_fn)(PyTuple_GET_SIZE(pointers) >= 4 ?
 					  pointer(pointers, 3) : NULL);
+	c->free_at = (free_at_fn)(PyTuple_GET_SIZE(pointers) >= 5 ?
+				  pointer(pointers, 4) : NULL);
 	if (PyErr_Occurred())
 		return -1;
 	if (!c->launch || !c->alloc || !c->free) {

@@ -93,6 +93,15 @@ class Stacks:
             sid = self._name(k, top, len(key) // 2)
         return sid
 
+    def add_machinery(self, files: Iterable[str]) -> None:
+        """Counts the frames of `files` as machinery too (the trace
+        registries' fire_callbacks, between the code that freed memory and
+        the deallocation callback); forgets what was classified before, in
+        place, since npusan._speedups holds the cache."""
+        self._skip_files += tuple(f for f in files
+                                  if f not in self._skip_files)
+        self._skip.clear()
+
     def _classify(self, code) -> bool:
         machinery = code.co_filename.startswith(self._skip_files)
         self._skip[id(code)] = machinery

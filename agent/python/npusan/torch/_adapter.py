@@ -276,6 +276,8 @@ class Adapter:
                 self.core.on_memory_deallocation)
         for kind, registry in self.backend.registries.items():
             add_callback(registry, handlers[kind])
+        self.stacks.add_machinery(registry_files(
+            self.backend.registries.values()))
         if getattr(self.agent, "graphs", False):
             for cls in self.backend.graph_classes():
                 self.graphs.follow(cls)
@@ -375,7 +377,12 @@ class Adapter:
                     del self.pending[ptr]
                 elif ptr in self.live:
                     self.live.discard(ptr)
-                    self.agent.free(ptr)
+                    if self.agent.free_at is not None:
+                        # Where it was freed: where a missing
+                        # record_stream's fix goes.
+                        self.agent.free_at(ptr, self.stacks.capture(1))
+                    else:
+                        self.agent.free(ptr)
             except Exception as err:
                 self.fail(err)
 
@@ -463,6 +470,18 @@ class _LeaveAtThreadEnd:
         except Exception as err:
             say(f"leaving a thread's dispatch modes: "
                 f"{type(err).__name__}: {err}")
+
+
+def registry_files(registries) -> set:
+    """The files of the registries' fire_callbacks: a callback's caller,
+    machinery, not the user's code that freed the memory."""
+    files = set()
+    for registry in registries:
+        fire = getattr(type(registry), "fire_callbacks", None)
+        code = getattr(fire, "__code__", None)
+        if code is not None:
+            files.add(code.co_filename)
+    return files
 
 
 def mode_stack() -> list:
