@@ -15,7 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -107,6 +112,38 @@ char *td_log(const struct td *t)
 }
 
 /* Starts the daemon of `t` as `h` says; does not wait for READY. */
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+/*
+ * This process, and what it execs, as on a kernel before pidfds (5.3):
+ * pidfd_open() fails with ENOSYS and getsockopt(SO_PEERPIDFD) with
+ * ENOPROTOOPT, through a seccomp filter. 0; -1 where seccomp refuses.
+ */
+static int td_without_pidfds(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+			 offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_open, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getsockopt, 0, 3),
+		/* optname, the low word of the third argument (x86-64 and
+		 * arm64 are little-endian) */
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+			 offsetof(struct seccomp_data, args[2])),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SO_PEERPIDFD, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOPROTOOPT),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { sizeof(f) / sizeof(f[0]), f };
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		return -1;
+	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+}
+
 void td_spawn(struct td *t, const struct td_how *h)
 {
 	const char *argv[64], *envp[256];
@@ -170,6 +207,8 @@ void td_spawn(struct td *t, const struct td_how *h)
 				    setresgid(h->uid, h->uid, h->uid) < 0 ||
 				    setresuid(h->uid, h->uid, h->uid) < 0))
 			_exit(126);
+		if (h->no_pidfd && td_without_pidfds() < 0)
+			_exit(125);
 		execve(argv[0], (char *const *)argv, (char *const *)envp);
 		_exit(127);
 	}

@@ -45,6 +45,7 @@ struct td_how {
 	bool no_socket_arg;        /* no --socket/--db: the defaults */
 	uid_t uid;                 /* with setuid, when not 0 */
 	rlim_t nofile;             /* RLIMIT_NOFILE, when not 0 */
+	bool no_pidfd;             /* as on a kernel before 5.3 (seccomp) */
 };
 
 #define POP_MANY 3000 /* root's process: several frames of findings */

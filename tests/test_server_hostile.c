@@ -27,25 +27,24 @@
  * be believed: the process is the one the kernel showed at accept, with
  * the start time /proc gave then, whatever the message says.
  */
-START_TEST(server_register_from_a_dead_connector_refused)
+/* A Register from a process that connected and exited at once is
+ * refused, and the daemon goes on serving. */
+static void expect_dead_connector_refused(struct td *t)
 {
 	int sv[2], fd = -1;
 	struct ring *ring;
 	uint8_t byte;
 	size_t len;
 	pid_t child;
-	struct td t;
 	int status;
 
 	ck_assert_int_eq(ring_create(RING_MIN_CAPACITY, 0, 0, &ring), 0);
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
 				    sv), 0);
-	td_init(&t);
-	td_start(&t, NULL);
 	child = fork();
 	ck_assert_int_ge(child, 0);
 	if (child == 0) {
-		int c = td_connect(&t);
+		int c = td_connect(t);
 
 		_exit(frame_send(sv[1], "c", 1, c, 5000) == 0 ? 0 : 3);
 	}
@@ -57,9 +56,54 @@ START_TEST(server_register_from_a_dead_connector_refused)
 	send_register(fd, (uint32_t)child, ring_fd(ring), 4242);
 	/* Gone before the daemon accepted it, or its start time not ours. */
 	expect_refused_either(fd, "start time does not match", "has exited");
-	expect_serving(&t);
+	expect_serving(t);
 	close(sv[0]);
 	close(sv[1]);
+	ring_destroy(ring);
+}
+
+START_TEST(server_register_from_a_dead_connector_refused)
+{
+	struct td t;
+
+	td_init(&t);
+	td_start(&t, NULL);
+	expect_dead_connector_refused(&t);
+	td_stop(&t);
+}
+END_TEST
+
+/*
+ * On a kernel without pidfds (before 5.3) the daemon vouches for a sender
+ * by its start time alone, read at accept and again at registration: a
+ * live process registers, another start time and a process gone are
+ * refused.
+ */
+START_TEST(server_without_pidfds_still_verifies_senders)
+{
+	const struct td_how how = { .no_pidfd = true };
+	struct ring *ring;
+	Npusan__FromDaemon *m;
+	struct td t;
+	int fd;
+
+	ck_assert_int_eq(ring_create(RING_MIN_CAPACITY, 0, 0, &ring), 0);
+	td_init(&t);
+	td_start(&t, &how);
+	fd = td_connect(&t);
+	send_register(fd, (uint32_t)getpid(), ring_fd(ring), 0);
+	m = recv_msg(fd);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_int_eq(m->msg_case, NPUSAN__FROM_DAEMON__MSG_REGISTER_REPLY);
+	ck_assert_msg(m->register_reply->accepted, "refused: %s",
+		      m->register_reply->error ? m->register_reply->error
+					       : "(no reason)");
+	npusan__from_daemon__free_unpacked(m, NULL);
+	close(fd);
+	fd = td_connect(&t);
+	send_register(fd, (uint32_t)getpid(), ring_fd(ring), 1);
+	expect_refused(fd, "start time");
+	expect_dead_connector_refused(&t);
 	td_stop(&t);
 	ring_destroy(ring);
 }
@@ -196,6 +240,7 @@ END_TEST
 void server_hostile_add(TCase *tc)
 {
 	tcase_add_test(tc, server_register_from_a_dead_connector_refused);
+	tcase_add_test(tc, server_without_pidfds_still_verifies_senders);
 	tcase_add_test(tc, server_state_private_under_umask_022);
 	tcase_add_test(tc, server_refuses_a_database_others_can_read);
 	tcase_add_test(tc, server_accept_waits_for_free_descriptors);
