@@ -112,29 +112,36 @@ char *td_log(const struct td *t)
 }
 
 /* Starts the daemon of `t` as `h` says; does not wait for READY. */
-#ifndef SO_PEERPIDFD
-#define SO_PEERPIDFD 77
-#endif
+/* A value no system call number or socket option name takes. */
+#define TD_NEVER 0xffffffffu
 
 /*
- * This process, and what it execs, as on a kernel before pidfds (5.3):
- * pidfd_open() fails with ENOSYS and getsockopt(SO_PEERPIDFD) with
- * ENOPROTOOPT, through a seccomp filter. 0; -1 where seccomp refuses.
+ * This process, and what it execs, as `h` says, through a seccomp filter:
+ * with no_pidfd as on a kernel before pidfds (5.3), pidfd_open() failing
+ * with ENOSYS and getsockopt(SO_PEERPIDFD) with ENOPROTOOPT; with
+ * refuse_sockopt, getsockopt() of that name failing with EACCES. 0; -1
+ * where seccomp refuses.
  */
-static int td_without_pidfds(void)
+static int td_filter(const struct td_how *h)
 {
+	uint32_t nopidfd = h->no_pidfd ? SYS_pidfd_open : TD_NEVER;
+	uint32_t peerpidfd = h->no_pidfd ? SO_PEERPIDFD : TD_NEVER;
+	uint32_t refused = h->refuse_sockopt ? (uint32_t)h->refuse_sockopt
+					     : TD_NEVER;
 	struct sock_filter f[] = {
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
 			 offsetof(struct seccomp_data, nr)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_open, 0, 1),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, nopidfd, 0, 1),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getsockopt, 0, 3),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getsockopt, 0, 5),
 		/* optname, the low word of the third argument (x86-64 and
 		 * arm64 are little-endian) */
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
 			 offsetof(struct seccomp_data, args[2])),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SO_PEERPIDFD, 0, 1),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, peerpidfd, 0, 1),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOPROTOOPT),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, refused, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EACCES),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 	};
 	struct sock_fprog prog = { sizeof(f) / sizeof(f[0]), f };
@@ -207,7 +214,7 @@ void td_spawn(struct td *t, const struct td_how *h)
 				    setresgid(h->uid, h->uid, h->uid) < 0 ||
 				    setresuid(h->uid, h->uid, h->uid) < 0))
 			_exit(126);
-		if (h->no_pidfd && td_without_pidfds() < 0)
+		if ((h->no_pidfd || h->refuse_sockopt) && td_filter(h) < 0)
 			_exit(125);
 		execve(argv[0], (char *const *)argv, (char *const *)envp);
 		_exit(127);

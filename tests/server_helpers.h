@@ -17,10 +17,16 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "npusan.pb-c.h"
 #include "paths.h"
+
+/* Linux's, for a libc that predates it (the daemon and the tests agree). */
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
 
 #define TD_READY_TIMEOUT_MS 20000
 #define TD_REPLY_TIMEOUT_MS 10000
@@ -46,6 +52,7 @@ struct td_how {
 	uid_t uid;                 /* with setuid, when not 0 */
 	rlim_t nofile;             /* RLIMIT_NOFILE, when not 0 */
 	bool no_pidfd;             /* as on a kernel before 5.3 (seccomp) */
+	int refuse_sockopt;        /* a getsockopt() name failing EACCES */
 };
 
 #define POP_MANY 3000 /* root's process: several frames of findings */

@@ -27,9 +27,9 @@
  * be believed: the process is the one the kernel showed at accept, with
  * the start time /proc gave then, whatever the message says.
  */
-/* A Register from a process that connected and exited at once is
- * refused, and the daemon goes on serving. */
-static void expect_dead_connector_refused(struct td *t)
+/* A Register from a process that connected and exited, at once or after
+ * `linger_ms`, is refused, and the daemon goes on serving. */
+static void expect_dead_connector_refused(struct td *t, int linger_ms)
 {
 	int sv[2], fd = -1;
 	struct ring *ring;
@@ -45,8 +45,11 @@ static void expect_dead_connector_refused(struct td *t)
 	ck_assert_int_ge(child, 0);
 	if (child == 0) {
 		int c = td_connect(t);
+		int rc = frame_send(sv[1], "c", 1, c, 5000) == 0 ? 0 : 3;
 
-		_exit(frame_send(sv[1], "c", 1, c, 5000) == 0 ? 0 : 3);
+		/* Long enough for the daemon to accept it alive. */
+		usleep((useconds_t)linger_ms * 1000);
+		_exit(rc);
 	}
 	ck_assert_int_eq(waitpid(child, &status, 0), child);
 	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -68,7 +71,7 @@ START_TEST(server_register_from_a_dead_connector_refused)
 
 	td_init(&t);
 	td_start(&t, NULL);
-	expect_dead_connector_refused(&t);
+	expect_dead_connector_refused(&t, 0);
 	td_stop(&t);
 }
 END_TEST
@@ -81,7 +84,7 @@ END_TEST
  */
 START_TEST(server_without_pidfds_still_verifies_senders)
 {
-	const struct td_how how = { .no_pidfd = true };
+	struct td_how how = { .no_pidfd = true };
 	struct ring *ring;
 	Npusan__FromDaemon *m;
 	struct td t;
@@ -103,9 +106,44 @@ START_TEST(server_without_pidfds_still_verifies_senders)
 	fd = td_connect(&t);
 	send_register(fd, (uint32_t)getpid(), ring_fd(ring), 1);
 	expect_refused(fd, "start time");
-	expect_dead_connector_refused(&t);
+	expect_dead_connector_refused(&t, 0);
+	expect_dead_connector_refused(&t, 300);
+	td_stop(&t);
+	/* A kernel that has SO_PEERPIDFD but refuses it: the same. */
+	how.refuse_sockopt = SO_PEERPIDFD;
+	how.no_pidfd = false;
+	td_init(&t);
+	td_start(&t, &how);
+	fd = td_connect(&t);
+	send_register(fd, (uint32_t)getpid(), ring_fd(ring), 0);
+	m = recv_msg(fd);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_msg(m->register_reply != NULL &&
+		      m->register_reply->accepted, "refused");
+	npusan__from_daemon__free_unpacked(m, NULL);
+	close(fd);
 	td_stop(&t);
 	ring_destroy(ring);
+}
+END_TEST
+
+/* A connection whose peer the kernel will not name (SO_PEERCRED fails)
+ * is closed, said in the log, and the daemon goes on. */
+START_TEST(server_unnamed_peer_closed)
+{
+	const struct td_how how = { .refuse_sockopt = SO_PEERCRED };
+	struct td t;
+	char *log;
+
+	td_init(&t);
+	td_start(&t, &how);
+	expect_closed(td_connect(&t));
+	expect_closed(td_connect(&t));
+	ck_assert_int_eq(kill(t.pid, 0), 0);
+	td_stop(&t);
+	log = td_log(&t);
+	ck_assert_msg(strstr(log, "SO_PEERCRED") != NULL, "%s", log);
+	free(log);
 }
 END_TEST
 
@@ -241,6 +279,7 @@ void server_hostile_add(TCase *tc)
 {
 	tcase_add_test(tc, server_register_from_a_dead_connector_refused);
 	tcase_add_test(tc, server_without_pidfds_still_verifies_senders);
+	tcase_add_test(tc, server_unnamed_peer_closed);
 	tcase_add_test(tc, server_state_private_under_umask_022);
 	tcase_add_test(tc, server_refuses_a_database_others_can_read);
 	tcase_add_test(tc, server_accept_waits_for_free_descriptors);
