@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "frame.h"
+#include "ring.h"
 #include "server_helpers.h"
 #include "store.h"
 #include "testutil.h"
@@ -220,9 +222,74 @@ START_TEST(server_connections_capped)
 }
 END_TEST
 
+/*
+ * Without pidfds, a process that connected and exited, whose pid then went
+ * to another process before its Register arrived, is refused: the start
+ * time read at accept is not the new process's. Root makes the pid go
+ * round at once (/proc/sys/kernel/ns_last_pid).
+ */
+START_TEST(server_without_pidfds_refuses_a_reused_pid)
+{
+	const struct td_how how = { .no_pidfd = true };
+	int sv[2], fd = -1, status;
+	struct ring *ring;
+	uint8_t byte;
+	size_t len;
+	pid_t a, b = -1;
+	struct td t;
+
+	ck_assert_int_eq(ring_create(RING_MIN_CAPACITY, 0, 0, &ring), 0);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+				    sv), 0);
+	td_init(&t);
+	td_start(&t, &how);
+	a = fork();
+	ck_assert_int_ge(a, 0);
+	if (a == 0) {
+		int c = td_connect(&t);
+		int rc = frame_send(sv[1], "c", 1, c, 5000) == 0 ? 0 : 3;
+
+		usleep(300 * 1000); /* accepted alive */
+		_exit(rc);
+	}
+	ck_assert_int_eq(waitpid(a, &status, 0), a);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	ck_assert_int_eq(frame_recv(sv[0], &byte, 1, &len, &fd, 5000), 0);
+	for (int i = 0; i < 20 && b != a; i++) {
+		FILE *f;
+
+		if (b > 0) {
+			kill(b, SIGKILL);
+			waitpid(b, NULL, 0);
+		}
+		f = fopen("/proc/sys/kernel/ns_last_pid", "w");
+		ck_assert_ptr_nonnull(f);
+		fprintf(f, "%d", (int)a - 1);
+		fclose(f);
+		b = fork();
+		ck_assert_int_ge(b, 0);
+		if (b == 0) {
+			pause();
+			_exit(0);
+		}
+	}
+	ck_assert_int_eq(b, a);
+	send_register(fd, (uint32_t)a, ring_fd(ring), 0);
+	expect_refused(fd, "has exited");
+	kill(b, SIGKILL);
+	waitpid(b, NULL, 0);
+	expect_serving(&t);
+	close(sv[0]);
+	close(sv[1]);
+	td_stop(&t);
+	ring_destroy(ring);
+}
+END_TEST
+
 void server_root_add(TCase *tc)
 {
 	tcase_add_test(tc, server_findings_answer_spans_frames);
 	tcase_add_test(tc, server_connections_capped);
 	tcase_add_test(tc, server_unread_list_answers_stay_small);
+	tcase_add_test(tc, server_without_pidfds_refuses_a_reused_pid);
 }
