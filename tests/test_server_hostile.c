@@ -27,9 +27,17 @@
  * be believed: the process is the one the kernel showed at accept, with
  * the start time /proc gave then, whatever the message says.
  */
-/* A Register from a process that connected and exited, at once or after
- * `linger_ms`, is refused, and the daemon goes on serving. */
-static void expect_dead_connector_refused(struct td *t, int linger_ms)
+/* When the process that connects exits, against the daemon's accept(). */
+enum exit_at {
+	EXIT_AFTER_ACCEPT, /* accepted alive, gone at its Register */
+	EXIT_ZOMBIE,       /* accepted as a zombie: /proc there, pidfd says gone */
+	EXIT_REAPED,       /* accepted after it was reaped: /proc gone too */
+};
+
+/* A Register from a process that connected and exited (`when`) is refused,
+ * and the daemon goes on serving. The daemon is stopped (SIGSTOP) while
+ * the connector exits before it may accept. */
+static void expect_dead_connector_refused(struct td *t, enum exit_at when)
 {
 	int sv[2], fd = -1;
 	struct ring *ring;
@@ -41,23 +49,29 @@ static void expect_dead_connector_refused(struct td *t, int linger_ms)
 	ck_assert_int_eq(ring_create(RING_MIN_CAPACITY, 0, 0, &ring), 0);
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
 				    sv), 0);
+	if (when != EXIT_AFTER_ACCEPT)
+		ck_assert_int_eq(kill(t->pid, SIGSTOP), 0);
 	child = fork();
 	ck_assert_int_ge(child, 0);
 	if (child == 0) {
 		int c = td_connect(t);
 		int rc = frame_send(sv[1], "c", 1, c, 5000) == 0 ? 0 : 3;
 
-		/* Long enough for the daemon to accept it alive. */
-		usleep((useconds_t)linger_ms * 1000);
+		if (when == EXIT_AFTER_ACCEPT)
+			usleep(300 * 1000); /* accepted alive */
 		_exit(rc);
 	}
 	ck_assert_int_eq(frame_recv(sv[0], &byte, 1, &len, &fd, 5000), 0);
 	ck_assert_int_ge(fd, 0);
-	/* Unreaped a while: the daemon accepts a zombie, whose pidfd says it
-	 * has exited and whose /proc entry is still there. */
-	usleep(300 * 1000);
+	if (when == EXIT_ZOMBIE) {
+		usleep(100 * 1000); /* exited, not reaped */
+		ck_assert_int_eq(kill(t->pid, SIGCONT), 0);
+		usleep(300 * 1000); /* accepted */
+	}
 	ck_assert_int_eq(waitpid(child, &status, 0), child);
 	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	if (when == EXIT_REAPED)
+		ck_assert_int_eq(kill(t->pid, SIGCONT), 0);
 	/* The connector is gone: its pid, any start time. */
 	send_register(fd, (uint32_t)child, ring_fd(ring), 4242);
 	/* Gone before the daemon accepted it, or its start time not ours. */
@@ -74,7 +88,9 @@ START_TEST(server_register_from_a_dead_connector_refused)
 
 	td_init(&t);
 	td_start(&t, NULL);
-	expect_dead_connector_refused(&t, 0);
+	expect_dead_connector_refused(&t, EXIT_AFTER_ACCEPT);
+	expect_dead_connector_refused(&t, EXIT_ZOMBIE);
+	expect_dead_connector_refused(&t, EXIT_REAPED);
 	td_stop(&t);
 }
 END_TEST
@@ -109,8 +125,9 @@ START_TEST(server_without_pidfds_still_verifies_senders)
 	fd = td_connect(&t);
 	send_register(fd, (uint32_t)getpid(), ring_fd(ring), 1);
 	expect_refused(fd, "start time");
-	expect_dead_connector_refused(&t, 0);
-	expect_dead_connector_refused(&t, 300);
+	expect_dead_connector_refused(&t, EXIT_AFTER_ACCEPT);
+	expect_dead_connector_refused(&t, EXIT_ZOMBIE);
+	expect_dead_connector_refused(&t, EXIT_REAPED);
 	td_stop(&t);
 	/* A kernel that has SO_PEERPIDFD but refuses it: the same. */
 	how.refuse_sockopt = SO_PEERPIDFD;
