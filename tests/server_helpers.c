@@ -18,6 +18,7 @@
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sqlite3.h>
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -604,4 +605,39 @@ void mkdir_for(const char *path, uid_t uid)
 {
 	ck_assert_int_eq(mkdir(path, 0700), 0);
 	ck_assert_int_eq(chown(path, uid, uid), 0);
+}
+
+/*
+ * A database at `path` of `n` recent exited processes of `uid`, pids 1 to
+ * n, each with a long path (a list answer of about 200 bytes a process),
+ * their job the SQL expression `job` over the pid x.
+ */
+void populate_exited(const char *path, unsigned n, unsigned uid,
+		     const char *job)
+{
+	struct store_opts o = { .path = path };
+	struct store *st;
+	char *err = NULL, sql[768];
+	struct timespec now;
+	sqlite3 *db;
+
+	/* Recent: the daemon prunes what is older than --retain-days. */
+	clock_gettime(CLOCK_REALTIME, &now);
+	ck_assert_int_eq(store_open(&o, &st, &err), 0);
+	store_close(st);
+	ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE,
+					 NULL), SQLITE_OK);
+	ck_assert_int_lt(snprintf(sql, sizeof(sql),
+		 "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 "
+		 "FROM c WHERE x < %u) INSERT INTO processes (host, pid, "
+		 "start_time, uid, exe, job, state, first_ms, last_ms) "
+		 "SELECT 'node', x, 7, %u, '/opt/a/rather/long/path/to/an/"
+		 "interpreter/in/a/virtual/environment/of/some/project/with/"
+		 "many/directories/bin/python3.11-' || x, %s, 'exited', "
+		 "%lld + x, %lld + x FROM c", n, uid, job,
+		 (long long)now.tv_sec * 1000, (long long)now.tv_sec * 1000),
+		 (int)sizeof(sql));
+	ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	ck_assert_int_eq(chmod(path, 0600), 0);
 }

@@ -148,6 +148,11 @@ size_t read_list(int fd);
 /* A directory of `uid` under the test's directory. */
 void mkdir_for(const char *path, uid_t uid);
 
+/* A database at `path` of `n` recent exited processes of `uid`, each
+ * with a long path, their job the SQL expression `job` over the pid x. */
+void populate_exited(const char *path, unsigned n, unsigned uid,
+		     const char *job);
+
 /* The tests of each test_server_*.c file, added to `tc`. */
 void server_frames_add(TCase *tc);
 void server_query_add(TCase *tc);

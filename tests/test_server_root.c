@@ -24,35 +24,6 @@
 #include "store.h"
 #include "testutil.h"
 
-/* A database of `n` exited processes of root's, each with a long path. */
-static void populate_many(const char *path, unsigned n)
-{
-	struct store_opts o = { .path = path };
-	struct store *st;
-	char *err = NULL, sql[640];
-	struct timespec now;
-	sqlite3 *db;
-
-	/* Recent: the daemon prunes what is older than --retain-days. */
-	clock_gettime(CLOCK_REALTIME, &now);
-	ck_assert_int_eq(store_open(&o, &st, &err), 0);
-	store_close(st);
-	ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE,
-					 NULL), SQLITE_OK);
-	snprintf(sql, sizeof(sql),
-		 "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 "
-		 "FROM c WHERE x < %u) INSERT INTO processes (host, pid, "
-		 "start_time, uid, exe, job, state, first_ms, last_ms) "
-		 "SELECT 'node', x, 7, 0, '/opt/a/rather/long/path/to/an/"
-		 "interpreter/in/a/virtual/environment/of/some/project/with/"
-		 "many/directories/bin/python3.11-' || x, 'job-' || (x %% 50),"
-		 " 'exited', %lld + x, %lld + x FROM c", n,
-		 (long long)now.tv_sec * 1000, (long long)now.tv_sec * 1000);
-	ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-	sqlite3_close(db);
-	ck_assert_int_eq(chmod(path, 0600), 0);
-}
-
 /* The daemon's resident memory, in KiB. */
 static long daemon_rss_kib(pid_t pid)
 {
@@ -93,7 +64,7 @@ START_TEST(server_unread_list_answers_stay_small)
 	struct td t;
 
 	td_init(&t);
-	populate_many(t.db, UNREAD_PROCS);
+	populate_exited(t.db, UNREAD_PROCS, 0, "'job-' || (x % 50)");
 	/* What the daemon holds, not what AddressSanitizer keeps of what it
 	 * freed: its quarantine would count every SQLite sort of the 20
 	 * answers' ids as resident. */

@@ -29,38 +29,6 @@
 /* What the sweep may take beyond them on a loaded machine. */
 #define SLACK_S 15
 
-/* A database of `n` exited processes of ours, each with a long path (a
- * list answer of about 200 bytes a process): the first `mid` of job "mid",
- * the others of job "big". */
-static void populate_own(const char *path, unsigned n, unsigned mid)
-{
-	struct store_opts o = { .path = path };
-	struct store *st;
-	char *err = NULL, sql[640];
-	struct timespec now;
-	sqlite3 *db;
-
-	/* Recent: the daemon prunes what is older than --retain-days. */
-	clock_gettime(CLOCK_REALTIME, &now);
-	ck_assert_int_eq(store_open(&o, &st, &err), 0);
-	store_close(st);
-	ck_assert_int_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE,
-					 NULL), SQLITE_OK);
-	snprintf(sql, sizeof(sql),
-		 "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 "
-		 "FROM c WHERE x < %u) INSERT INTO processes (host, pid, "
-		 "start_time, uid, exe, job, state, first_ms, last_ms) "
-		 "SELECT 'node', x, 7, %u, '/opt/a/rather/long/path/to/an/"
-		 "interpreter/in/a/virtual/environment/of/some/project/with/"
-		 "many/directories/bin/python3.11-' || x, CASE WHEN x <= %u "
-		 "THEN 'mid' ELSE 'big' END, 'exited', %lld + x, %lld + x "
-		 "FROM c", n, (unsigned)geteuid(), mid,
-		 (long long)now.tv_sec * 1000, (long long)now.tv_sec * 1000);
-	ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-	sqlite3_close(db);
-	ck_assert_int_eq(chmod(path, 0600), 0);
-}
-
 /* Whether the daemon has closed its end of `fd`: a hang-up, seen also
  * while answers it sent lie unread. */
 static bool hung_up(int fd)
@@ -111,7 +79,8 @@ START_TEST(server_sweep_closes_what_dawdles)
 	/* Answers of about 1.2 MiB, which fill the socket and the daemon's
 	 * queue of answers (SERVER_OUT_HIGH), and of 300 KiB, which the
 	 * daemon makes whole but the socket cannot take. */
-	populate_own(t.db, 6000, 1500);
+	populate_exited(t.db, 6000, (unsigned)geteuid(),
+			"CASE WHEN x <= 1500 THEN 'mid' ELSE 'big' END");
 	td_start(&t, NULL);
 	start = now_ms();
 	silent = td_connect(&t);
