@@ -18,6 +18,7 @@
 
 #include "cli.h"
 #include "client.h"
+#include "grow.h"
 #include "settle.h"
 #include "table.h"
 #include "u64map.h"
@@ -52,7 +53,9 @@ static const char findings_usage[] =
 	"                       duration back from now (30s, 10m, 2h, 1d, 1w,\n"
 	"                       1h30m) or a timestamp (2024-05-01T10:00:00Z,\n"
 	"                       UTC unless it has an offset such as +02:00)\n"
-	"  --limit N            at most the newest N findings (0: all)\n"
+	"  --limit N            at most the newest N findings of those the\n"
+	"                       other options keep (--op, --exclude-op and\n"
+	"                       suppressions too; 0: all)\n"
 	"  --json               JSON Lines exactly as docs/findings.md\n"
 	"                       defines them, first_seen and last_seen in UTC\n"
 	"  --follow             then print each finding the daemon stores or\n"
@@ -82,6 +85,20 @@ struct findings {
 	 * --since (0: none) and when the latest ask began (Unix ms). */
 	struct u64map shown;
 	int64_t since_ms, asked_ms;
+	/*
+	 * --limit N (0: all), counted here after every filter, the daemon's
+	 * suppressions among them: a limit the daemon applied first would
+	 * let N newer findings the filters leave out hide every older one
+	 * they keep, and exit 0 on them. The first answer is held whole
+	 * (its frames, and a view of each kept finding into them) until
+	 * `done`, then its newest N kept are printed.
+	 */
+	bool has_limit, asked_again;
+	uint64_t limit;
+	Npusan__FromDaemon **held;
+	size_t nheld, capheld;
+	struct finding_view *kept;
+	size_t nkept, capkept;
 };
 
 /* Whether `f` is to be printed: when following, only when new or its
@@ -107,7 +124,7 @@ static void findings_again_cb(void *arg, Npusan__Query *q)
 
 	req->has_since_ms = true;
 	req->since_ms = since > s->since_ms ? since : s->since_ms;
-	req->has_limit = false;
+	s->asked_again = true;
 	s->asked_ms = client_now_ms();
 	s->answered = false;
 }
@@ -156,42 +173,130 @@ static int findings_row(struct table *t, const struct finding_view *f)
 	return err;
 }
 
-static int findings_reply_cb(void *arg, Npusan__FromDaemon *m)
+/* Prints `f`, one the filters kept. 0; -ENOMEM. */
+static int findings_print(struct findings *s, const struct finding_view *f)
 {
-	struct findings *s = arg;
-	const Npusan__FindingsReply *r = m->findings;
-	int err = -EBADMSG;
+	int err = 0;
 
-	if (m->msg_case != NPUSAN__FROM_DAEMON__MSG_FINDINGS)
-		goto out;
+	if (s->json)
+		report_json(stdout, f);
+	else
+		err = findings_row(s->t, f);
+	s->printed += err == 0;
+	return err;
+}
+
+/* Whether the answer is being held for --limit: the first one only, as
+ * following prints what is new since. */
+static bool findings_holding(const struct findings *s)
+{
+	return s->has_limit && s->limit > 0 && !s->asked_again;
+}
+
+/* Holds frame `m` and the view `f` of one of its findings that the
+ * filters kept, for --limit. 0; -ENOMEM. */
+static int findings_keep(struct findings *s, const struct finding_view *f)
+{
+	if (grow_array((void **)&s->kept, &s->capkept, s->nkept + 1,
+		       sizeof(*s->kept)) < 0)
+		return -ENOMEM;
+	s->kept[s->nkept++] = *f;
+	return 0;
+}
+
+/* The held answer's newest --limit kept findings, printed in the order
+ * they came (oldest first, as the daemon sends them). 0; -ENOMEM. */
+static int findings_print_held(struct findings *s)
+{
+	size_t from = s->nkept > s->limit ? s->nkept - (size_t)s->limit : 0;
+	int err = 0;
+
+	for (size_t i = from; i < s->nkept && err == 0; i++)
+		err = findings_print(s, &s->kept[i]);
+	return err;
+}
+
+/* Frees the held frames and views. */
+static void findings_drop_held(struct findings *s)
+{
+	for (size_t i = 0; i < s->nheld; i++)
+		npusan__from_daemon__free_unpacked(s->held[i], NULL);
+	free(s->held);
+	free(s->kept);
+	s->held = NULL;
+	s->kept = NULL;
+	s->nheld = s->capheld = s->nkept = s->capkept = 0;
+}
+
+/* Prints, or holds for --limit, each finding of reply `r` the filters
+ * keep. 0; -EBADMSG; -ENOMEM. */
+static int findings_take(struct findings *s, const Npusan__FindingsReply *r)
+{
 	for (size_t i = 0; i < r->n_findings; i++) {
 		struct finding_view f;
+		int err = client_finding(r->findings[i], &f);
 
-		err = client_finding(r->findings[i], &f);
+		if (err == 0)
+			err = findings_news(s, &f);
 		if (err < 0)
-			goto out;
-		err = findings_news(s, &f);
-		if (err < 0)
-			goto out;
+			return err;
 		if (err == 0 || !cli_print_wanted(&s->pr, &f))
 			continue;
-		if (s->json)
-			report_json(stdout, &f);
-		else if ((err = findings_row(s->t, &f)) < 0)
-			goto out;
-		s->printed++;
+		err = findings_holding(s) ? findings_keep(s, &f) :
+					    findings_print(s, &f);
+		if (err < 0)
+			return err;
 	}
-	if (r->has_done && r->done)
-		s->answered = true;
-	if (!s->json && s->answered) {
+	return 0;
+}
+
+/* Holds frame `m` whose findings are held. 0; -ENOMEM. */
+static int findings_hold(struct findings *s, Npusan__FromDaemon *m)
+{
+	if (grow_array((void **)&s->held, &s->capheld, s->nheld + 1,
+		       sizeof(*s->held)) < 0)
+		return -ENOMEM;
+	s->held[s->nheld++] = m;
+	return 0;
+}
+
+/* The end of an answer: the held findings, then the table. 0; -ENOMEM. */
+static int findings_answered(struct findings *s, bool held)
+{
+	int err = held ? findings_print_held(s) : 0;
+
+	if (held)
+		findings_drop_held(s);
+	if (err == 0 && !s->json) {
 		if (s->printed == 0 && !s->follow)
 			puts("No findings.");
 		else
 			table_flush(s->t, stdout);
 	}
-	err = s->answered ? CLIENT_DONE : CLIENT_MORE;
+	return err;
+}
+
+static int findings_reply_cb(void *arg, Npusan__FromDaemon *m)
+{
+	struct findings *s = arg;
+	bool hold = findings_holding(s);
+	int err = -EBADMSG;
+
+	if (m->msg_case != NPUSAN__FROM_DAEMON__MSG_FINDINGS)
+		goto out;
+	if (hold && (err = findings_hold(s, m)) < 0)
+		goto out;
+	err = findings_take(s, m->findings);
+	s->answered = m->findings->has_done && m->findings->done;
+	if (hold)
+		m = NULL; /* s->held frees it */
+	if (err == 0 && s->answered)
+		err = findings_answered(s, hold);
+	if (err == 0)
+		err = s->answered ? CLIENT_DONE : CLIENT_MORE;
 out:
-	npusan__from_daemon__free_unpacked(m, NULL);
+	if (m != NULL)
+		npusan__from_daemon__free_unpacked(m, NULL);
 	return err;
 }
 
@@ -362,8 +467,8 @@ static int findings_option(int c, char **argv, struct client_opts *co,
 	case 'L':
 		if (client_parse_u64(optarg, 0, UINT32_MAX, &v) < 0)
 			return bad_value("--limit", "a count", optarg);
-		req->has_limit = true;
-		req->limit = (uint32_t)v;
+		s->has_limit = true;
+		s->limit = v;
 		return -1;
 	case CLI_OPT_OP:
 	case CLI_OPT_EXCLUDE_OP:
@@ -485,6 +590,7 @@ int cli_findings(int argc, char **argv)
 	if (status >= 0)
 		return status;
 	status = findings_main(&co, &s, &req);
+	findings_drop_held(&s);
 	cli_print_say(&s.pr);
 	cli_print_free(&s.pr);
 	if (status == CLI_OK && !s.follow && s.printed > 0)

@@ -236,7 +236,8 @@ START_TEST(ctl_findings_sends_every_filter)
 	ck_assert_str_eq(r->kind, "missing_record_stream");
 	ck_assert(r->has_since_ms);
 	ck_assert_int_eq(r->since_ms, T0_MS + 500);
-	ck_assert(r->has_limit && r->limit == 7);
+	/* --limit is applied here, after the filters (next test). */
+	ck_assert(!r->has_limit);
 	ck_assert(!r->follow);
 	fq_free(q);
 
@@ -263,6 +264,65 @@ START_TEST(ctl_findings_sends_every_filter)
 	r = fq_query(q)->findings;
 	ck_assert(r->job == NULL && !r->has_pid && !r->has_rank &&
 		  r->kind == NULL && !r->has_since_ms && !r->has_limit);
+	fq_free(q);
+}
+END_TEST
+
+static int count_lines(const char *s)
+{
+	int n = 0;
+
+	for (; *s != '\0'; s++)
+		n += *s == '\n';
+	return n;
+}
+
+/* Finding `id` of the example race, its access by operator `op`,
+ * suppressed by the daemon's entry `supp` (NULL: not). */
+static void cf_op(struct cf *c, int64_t id, const char *op, const char *supp)
+{
+	cf_spec(c, true);
+	c->f.id = id;
+	c->access.op = (char *)op;
+	c->f.suppressed = (char *)supp;
+}
+
+START_TEST(ctl_findings_limit_counts_after_the_filters)
+{
+	/*
+	 * The newest findings are all left out, by --op or by the daemon's
+	 * suppressions: --limit must still print the newest that are kept,
+	 * and exit 1 on them, not "No findings." and 0.
+	 */
+	struct cf a, b, c, d;
+	struct cf *v[] = { &a, &b, &c, &d };
+	struct fq *q = fq_new();
+	char *out;
+
+	cf_op(&a, 1, "aten::mm", NULL);
+	cf_op(&b, 2, "aten::add.Tensor", NULL);
+	cf_op(&c, 3, "aten::add.Tensor", NULL);
+	cf_op(&d, 4, "aten::mm", "known");
+	fq_findings(q, v, 2, false);
+	fq_findings(q, v + 2, 2, true);
+	ck_assert_int_eq(ctl_fq(q, &out, NULL, "findings", "--json", "--limit",
+				"1", "--op", "aten::add*", NULL),
+			 1);
+	ck_assert_ptr_nonnull(strstr(out, "\"id\":3,"));
+	ck_assert_ptr_null(strstr(out, "\"id\":2,"));
+	free(out);
+	fq_free(q);
+
+	q = fq_new();
+	fq_findings(q, v, 4, true);
+	ck_assert_int_eq(ctl_fq(q, &out, NULL, "findings", "--limit", "1",
+				"--exclude-op", "aten::add*", NULL),
+			 1);
+	/* the table: a header and finding 1, the newest kept */
+	ck_assert_ptr_nonnull(strstr(out, "aten::mm"));
+	ck_assert_ptr_null(strstr(out, "aten::add"));
+	ck_assert_int_eq(count_lines(out), 2);
+	free(out);
 	fq_free(q);
 }
 END_TEST
@@ -408,6 +468,7 @@ void ctl_findings_add(TCase *tc)
 	tcase_add_test(tc, ctl_findings_table_is_aligned);
 	tcase_add_test(tc, ctl_findings_none_exits_0);
 	tcase_add_test(tc, ctl_findings_sends_every_filter);
+	tcase_add_test(tc, ctl_findings_limit_counts_after_the_filters);
 	tcase_add_test(tc, ctl_findings_since_takes_durations_and_timestamps);
 	tcase_add_test(tc, ctl_findings_follow_prints_new_and_updated_until_sigint);
 	tcase_add_test(tc, ctl_findings_follow_table_prints_rows_as_they_come);
