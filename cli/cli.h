@@ -136,6 +136,7 @@ struct cli_print {
 	bool has_limit; /* --print-limit */
 	uint64_t limit;
 	const char *output; /* --output's template, or NULL */
+	char *output_path;  /* its file, once cli_output_open() made it */
 	const char *supp_path;	   /* --suppressions, or NULL */
 	struct suppress_set *supp; /* its entries, once cli_print_load() */
 	bool gen;		   /* --gen-suppressions */
@@ -208,8 +209,16 @@ void cli_print_say(const struct cli_print *p);
 int cli_output_name(const char *cmd, const char *tmpl, char *out, size_t cap);
 
 /* Creates (0644, truncated, close-on-exec) p->output's file into *fd (-1
- * without --output): -1 to go on; CLI_USAGE after saying why it cannot. */
-int cli_output_open(const char *cmd, const struct cli_print *p, int *fd);
+ * without --output), its name into p->output_path: -1 to go on; CLI_USAGE
+ * after saying why it cannot. */
+int cli_output_open(const char *cmd, struct cli_print *p, int *fd);
+
+/*
+ * Removes the --output file when it is a regular file, saying so: no
+ * verdict was reached, and an empty or cut-short report left behind would
+ * read as a clean one.
+ */
+void cli_output_discard(const char *cmd, const struct cli_print *p);
 
 /* From now on standard output is `fd` (none when -1), which is closed:
  * -1 to go on; CLI_USAGE after saying why it cannot. */

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -105,6 +106,8 @@ void cli_print_free(struct cli_print *p)
 	free(p->tally);
 	p->tally = NULL;
 	p->ntally = p->cap_tally = 0;
+	free(p->output_path);
+	p->output_path = NULL;
 }
 
 /* Counts one finding under the daemon's suppression `name`; without
@@ -306,7 +309,7 @@ int cli_output_name(const char *cmd, const char *tmpl, char *out, size_t cap)
 	return -1;
 }
 
-int cli_output_open(const char *cmd, const struct cli_print *p, int *fd)
+int cli_output_open(const char *cmd, struct cli_print *p, int *fd)
 {
 	char name[4096];
 	int status;
@@ -323,7 +326,22 @@ int cli_output_open(const char *cmd, const struct cli_print *p, int *fd)
 			name, strerror(errno));
 		return CLI_USAGE;
 	}
+	/* Without the name the file is only never discarded. */
+	p->output_path = strdup(name);
 	return -1;
+}
+
+void cli_output_discard(const char *cmd, const struct cli_print *p)
+{
+	struct stat st;
+
+	/* A device or a FIFO (--output /dev/stderr) is not ours to remove. */
+	if (p->output_path == NULL || lstat(p->output_path, &st) < 0 ||
+	    !S_ISREG(st.st_mode) || unlink(p->output_path) < 0)
+		return;
+	fprintf(stderr, "%s: removed the --output file '%s': no verdict was "
+			"reached\n",
+		cmd, p->output_path);
 }
 
 int cli_output_to(const char *cmd, int fd)

@@ -112,7 +112,8 @@ static const char run_usage[] =
 	"--allow-incomplete); else 0. 127: CMD was not found (126: not\n"
 	"executable); 2: usage error (or the --output file cannot be\n"
 	"created: CMD is then not run); 3: no daemon could be reached or\n"
-	"started, or it did not answer. Findings left out by --op or\n"
+	"started, or it did not answer (the --output file, a verdict never\n"
+	"reached, is removed). Findings left out by --op or\n"
 	"--exclude-op count as none; the verdict line still counts them.\n"
 	"Suppressed findings count as none, and the verdict says how many.\n";
 
@@ -900,8 +901,10 @@ int cli_run(int argc, char **argv)
 		return status;
 	}
 	status = run_main(&r, &co);
-	cli_print_free(&r.pr);
 	if (r.output_fd >= 0)
 		close(r.output_fd);
+	if (status == CLI_DAEMON)
+		cli_output_discard(RUN_CMD, &r.pr);
+	cli_print_free(&r.pr);
 	return client_end_output(RUN_CMD, status);
 }

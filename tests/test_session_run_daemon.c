@@ -97,6 +97,7 @@ START_TEST(session_run_without_a_daemon_to_start)
 	char *dir = tu_tmpdir(), bin[512], npusand[512], marker[512];
 	char lib[512], report[512], *out, *err;
 	struct tu_daemon d;
+	struct stat st;
 
 	tu_daemon_init(&d);
 	snprintf(report, sizeof(report), "%s/report.txt", dir);
@@ -120,12 +121,22 @@ START_TEST(session_run_without_a_daemon_to_start)
 		      err);
 	free(err);
 	setenv("NPUSAN_LIBRARY", lib, 1);
-	ck_assert_int_eq(run_as(bin, NULL, &err, "--", "/bin/touch", marker,
-				NULL), 3);
+	ck_assert_int_eq(run_as(bin, NULL, &err, "--output", report, "--",
+				"/bin/touch", marker, NULL), 3);
 	ck_assert_msg(strstr(err, "no daemon answers on ") != NULL &&
 			      strstr(err, "there is no npusand to start (looked "
 					  "for ") != NULL &&
 			      strstr(err, npusand) != NULL, "%s", err);
+	/* No verdict: no empty report left to pass for a clean one. */
+	ck_assert_msg(access(report, F_OK) < 0 &&
+			      strstr(err, "removed the --output file") != NULL,
+		      "%s", err);
+	free(err);
+	/* A device given as the file is left alone. */
+	ck_assert_int_eq(run_as(bin, NULL, &err, "--output", "/dev/null",
+				"--", "/bin/touch", marker, NULL), 3);
+	ck_assert(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode));
+	ck_assert_ptr_null(strstr(err, "removed the --output file"));
 	free(err);
 	/* One that cannot be executed at all. */
 	write_script(npusand, "not a program\n");
