@@ -155,7 +155,10 @@ static char *scrape(const struct daemon *d)
 	return body;
 }
 
-static void daemon_start(struct daemon *d)
+/* Starts npusand with its metrics port and textfile; with `fifo` >= 0
+ * the textfile is a FIFO, whose reading end (non-blocking) goes into
+ * *fifo. */
+static void daemon_start_fifo(struct daemon *d, int *fifo)
 {
 	const char *args[5] = { "--metrics-listen", d->listen,
 				"--metrics-textfile", d->prom, NULL };
@@ -163,6 +166,11 @@ static void daemon_start(struct daemon *d)
 
 	tu_daemon_init(&d->t);
 	snprintf(d->prom, sizeof(d->prom), "%s/npusan.prom", d->t.dir);
+	if (fifo != NULL) {
+		ck_assert_int_eq(mkfifo(d->prom, 0600), 0);
+		*fifo = open(d->prom, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+		ck_assert_int_ge(*fifo, 0);
+	}
 	d->port = free_port();
 	snprintf(d->listen, sizeof(d->listen), "127.0.0.1:%u", d->port);
 	tu_daemon_start(&d->t, args);
@@ -173,9 +181,21 @@ static void daemon_start(struct daemon *d)
 	close(fd);
 }
 
+static void daemon_start(struct daemon *d)
+{
+	daemon_start_fifo(d, NULL);
+}
+
+/* Stops the daemon; its directory stays, for the caller to look in and
+ * free. */
+static int daemon_stop_keep(struct daemon *d)
+{
+	return tu_daemon_stop(&d->t, SIGTERM);
+}
+
 static int daemon_stop(struct daemon *d)
 {
-	int status = tu_daemon_stop(&d->t, SIGTERM);
+	int status = daemon_stop_keep(d);
 
 	free(d->t.dir);
 	return status;
@@ -459,6 +479,42 @@ START_TEST(metrics_textfile_never_half_written)
 }
 END_TEST
 
+/*
+ * A textfile that is a FIFO (a collector reading a pipe) is written in
+ * place: renaming a fresh file over it would replace the FIFO, as it once
+ * replaced /dev/null.
+ */
+START_TEST(metrics_textfile_fifo_stays_a_fifo)
+{
+	struct daemon d;
+	char buf[1 << 16] = "", tmp[PATH_MAX + 8];
+	size_t got = 0;
+	struct stat st;
+	int fifo;
+
+	daemon_start_fifo(&d, &fifo);
+	for (int i = 0; i < 500 && !strstr(buf, "npusan_build_info"); i++) {
+		ssize_t n = read(fifo, buf + got, sizeof(buf) - 1 - got);
+
+		if (n > 0)
+			got += (size_t)n;
+		buf[got] = '\0';
+		if (got == sizeof(buf) - 1)
+			got = 0;
+		tu_nap_ms(10);
+	}
+	ck_assert_msg(strstr(buf, "npusan_build_info") != NULL,
+		      "nothing came through the FIFO: '%s'", buf);
+	ck_assert_int_eq(WEXITSTATUS(daemon_stop_keep(&d)), 0);
+	ck_assert_int_eq(lstat(d.prom, &st), 0);
+	ck_assert_msg(S_ISFIFO(st.st_mode), "the FIFO was replaced");
+	snprintf(tmp, sizeof(tmp), "%s.tmp", d.prom);
+	ck_assert_int_eq(access(tmp, F_OK), -1);
+	close(fifo);
+	free(d.t.dir);
+}
+END_TEST
+
 static int ctl_stats(void)
 {
 	char *bin = strdup(tu_bin("npusanctl"));
@@ -606,6 +662,7 @@ static Suite *metrics_suite(void)
 	tcase_add_test(tc, metrics_scrape_rises_with_replay);
 	tcase_add_test(tc, metrics_other_paths_and_methods_refused);
 	tcase_add_test(tc, metrics_textfile_never_half_written);
+	tcase_add_test(tc, metrics_textfile_fifo_stays_a_fifo);
 	tcase_add_test(tc, metrics_bad_requests_leave_daemon_serving);
 	tcase_add_test(tc, metrics_slow_clients_are_cut);
 	suite_add_tcase(s, tc);
