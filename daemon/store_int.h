@@ -63,7 +63,8 @@ struct store_item {
 	struct store_item *next;
 	enum store_item_type type;
 	uint64_t seq;
-	size_t bytes; /* counted in qbytes; 0 for synchronous items */
+	size_t bytes; /* its size (a finding's counts in fbytes); 0 when
+		       * synchronous */
 	/* Synchronous items live on their caller's stack: set `done` under
 	 * the lock, and never touch them afterwards. */
 	bool done;
@@ -118,7 +119,6 @@ struct store {
 	struct store_item *head, **tail;
 	size_t nqueued;         /* items in the queue */
 	size_t ntaken;          /* items the round in progress took */
-	size_t qbytes;          /* bytes queued or being committed */
 	uint64_t seq;           /* the last item's number (DESIGN 3) */
 	uint64_t taken_seq;     /* the last item a round took */
 	uint64_t committed_seq; /* DESIGN 3 */

@@ -80,7 +80,6 @@ static void store__enqueue_locked(struct store *s, struct store_item *it,
 	it->seq = ++s->seq;
 	*s->tail = it;
 	s->tail = &it->next;
-	s->qbytes += it->bytes;
 	if (it->type == STORE_ITEM_REGISTER)
 		s->last_reg_seq = it->seq;
 	if (s->nqueued++ == 0 && !s->failing)
@@ -745,7 +744,7 @@ struct store_round {
 				     settle under the lock */
 	struct store_item *keep, **ktail; /* to retry, after a failure */
 	size_t taken, kept;
-	size_t freed, ffreed; /* bytes freed, of them findings' */
+	size_t ffreed; /* findings' bytes freed */
 	uint64_t round;
 	int rc; /* the commit's SQLite code */
 	bool wrote;
@@ -772,7 +771,6 @@ static void store__w_round_release(struct store *s, struct store_round *r,
 		r->kept++;
 		return;
 	}
-	r->freed += it->bytes;
 	r->ffreed += it->type == STORE_ITEM_FINDING ? it->bytes : 0;
 	free(it);
 }
@@ -813,13 +811,11 @@ static void store__w_round_locked(struct store *s, struct store_round *r)
 				ref->stored = it->rc == 0;
 				ref->rejected = it->rc != 0;
 			}
-			r->freed += it->bytes;
 			free(it);
 			continue;
 		}
 		it->done = true; /* its caller may now return: DESIGN 1 */
 	}
-	s->qbytes -= r->freed;
 	s->fbytes -= r->ffreed;
 	s->ntaken = 0;
 }
@@ -946,7 +942,6 @@ static void *store__writer_main(void *arg)
 			struct store_item *it = s->head;
 
 			s->head = it->next;
-			s->qbytes -= it->bytes;
 			store__item_free(it);
 		}
 		s->tail = &s->head;
