@@ -13,7 +13,9 @@
  *     memory reader parses the caller's bytes directly and no NUL is needed.
  *  2. Every byte of a line passes line_check() before the tokenizer sees it:
  *     from there on the line is valid UTF-8 whose only control character is
- *     tab, which keeps quoted input in messages printable.
+ *     tab, which keeps quoted input in messages printable. The search for
+ *     the line's end notes whether any byte is not printable ASCII; a line
+ *     without such a byte passes line_check() and skips it.
  *  3. Unescaped strings go to `scratch`, which is grown to the line's length
  *     before the first of them, so none of a line's strings moves while the
  *     line is parsed.
@@ -335,9 +337,17 @@ static const struct directive *directive_at(const char *p, const char *end,
 	return find_directive(p, (size_t)(*word_end - p));
 }
 
-/* One line without its ending; 1 with an op, 0 for any other line. */
+static void fields_clear(struct fields *f)
+{
+	f->seen = 0;
+	f->nreads = f->nwrites = f->nframes = 0;
+	f->named_reads = f->named_writes = false;
+}
+
+/* One line without its ending, `plain` when every byte of it is printable
+ * ASCII; 1 with an op, 0 for any other line. */
 static int parse_line(struct trace_reader *r, const char *p, size_t len,
-		      struct op *op)
+		      bool plain, struct op *op)
 {
 	const char *end = p + len, *word_end;
 	const struct directive *d;
@@ -345,7 +355,7 @@ static int parse_line(struct trace_reader *r, const char *p, size_t len,
 	char qb[QUOTE_BUF];
 	int err;
 
-	err = trace__line_check(r, p, len);
+	err = plain ? 0 : trace__line_check(r, p, len);
 	if (err < 0)
 		return err;
 	p = trace__skip_blanks(p, end);
@@ -365,14 +375,15 @@ static int parse_line(struct trace_reader *r, const char *p, size_t len,
 				   "'%s' needs trace format version %u (the "
 				   "header says version %u)",
 				   d->word, d->version, r->version);
-	f.seen = 0;
-	f.nreads = f.nwrites = f.nframes = 0;
-	f.named_reads = f.named_writes = false;
-	r->line_len = len;
-	r->scratch_used = 0;
-	err = trace__parse_fields(r, d, word_end, end, &f);
-	if (err < 0)
-		return err;
+	fields_clear(&f);
+	if (!trace__parse_fast(r, d, word_end, end, &f)) {
+		fields_clear(&f);
+		r->line_len = len;
+		r->scratch_used = 0;
+		err = trace__parse_fields(r, d, word_end, end, &f);
+		if (err < 0)
+			return err;
+	}
 	if (d->cls == DIR_PROCESS)
 		return take_process(r, &f);
 	if (d->cls == DIR_STACK)
@@ -421,17 +432,33 @@ static int too_long(struct trace_reader *r)
 			   TRACE_MAX_LINE);
 }
 
+/* The first '\n' in buf[scan, end), or NULL; notes in `dirty` a byte
+ * before it that is not printable ASCII, for line_check() (DESIGN 2). */
+static const char *next_newline(struct trace_reader *r)
+{
+	const char *end = r->buf + r->end;
+	const char *s = trace__find_special(r->buf + r->scan, end);
+
+	if (s == end)
+		return NULL;
+	if (*s == '\n')
+		return s;
+	r->dirty = true;
+	return memchr(s, '\n', (size_t)(end - s));
+}
+
 /* The next line, its ending removed, in *line; 1, 0 at the end, or an
  * error. Counts the line in r->line. *last: the input ends with this line
- * and no newline. */
-static int next_line(struct trace_reader *r, struct str *line, bool *last)
+ * and no newline. *plain: every byte of the line is printable ASCII. */
+static int next_line(struct trace_reader *r, struct str *line, bool *last,
+		     bool *plain)
 {
 	const char *nl;
 	size_t len;
 	int err;
 
 	for (;;) {
-		nl = memchr(r->buf + r->scan, '\n', r->end - r->scan);
+		nl = next_newline(r);
 		if (nl != NULL || r->eof)
 			break;
 		r->scan = r->end;
@@ -456,6 +483,8 @@ static int next_line(struct trace_reader *r, struct str *line, bool *last)
 	r->start += len + (nl != NULL);
 	r->scan = r->start;
 	*last = nl == NULL;
+	*plain = !r->dirty;
+	r->dirty = false;
 	if (nl != NULL && len > 0 && line->p[len - 1] == '\r')
 		len--;
 	if (len > TRACE_MAX_LINE)
@@ -514,11 +543,11 @@ static int torn_line(struct trace_reader *r)
 int trace_read(struct trace_reader *r, struct op *op)
 {
 	struct str line = { NULL, 0 };
-	bool last = false;
+	bool last = false, plain = false;
 	int rc;
 
 	while (r->err == 0) {
-		rc = next_line(r, &line, &last);
+		rc = next_line(r, &line, &last, &plain);
 		if (rc == 0 && r->version == 0 && r->torn == NULL) {
 			r->line = r->line ? r->line : 1;
 			return trace__fail(r, -EINVAL,
@@ -527,7 +556,7 @@ int trace_read(struct trace_reader *r, struct op *op)
 		}
 		if (rc <= 0)
 			return rc;
-		rc = parse_line(r, line.p, line.len, op);
+		rc = parse_line(r, line.p, line.len, plain, op);
 		if (rc == -EINVAL && last &&
 		    line_starts_well(r, line.p, line.len))
 			rc = torn_line(r);
