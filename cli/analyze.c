@@ -189,18 +189,21 @@ static void analyze_say_skips(const struct trace_reader *r,
 		ENGINE_MAX_STREAMS, sk->gaps, sk->gaps == 1 ? "" : "s");
 }
 
-/* The next op of the trace: from the reader's thread when there is one,
- * else from the reader itself (as trace_read()). */
+/* The next ops of the trace: a batch from the reader's thread when there
+ * is one, else one op from the reader itself (as trace_read()). */
 static int analyze_next(struct analysis *a, struct oppipe *p, struct op *buf,
-			const struct op **op, unsigned long *line)
+			unsigned long *buf_line, const struct op **ops,
+			const unsigned long **lines, size_t *n)
 {
 	int rc;
 
 	if (p != NULL)
-		return oppipe_next(p, op, line);
+		return oppipe_next(p, ops, lines, n);
 	rc = trace_read(a->r, buf);
-	*op = buf;
-	*line = trace_reader_line(a->r);
+	*buf_line = trace_reader_line(a->r);
+	*ops = buf;
+	*lines = buf_line;
+	*n = 1;
 	return rc;
 }
 
@@ -229,17 +232,26 @@ static int analyze_ops(struct analysis *a, struct engine *e, bool regular)
 {
 	struct analyze_skips sk = { 0 };
 	struct oppipe *p = NULL;
-	const struct op *op;
+	const struct op *ops;
+	const unsigned long *lines;
 	struct op buf;
-	unsigned long line = 0;
+	unsigned long buf_line, line = 0;
 	const char *msg;
+	size_t n, i;
 	int rc, fed = 0;
 
 	if (regular && !a->o->every && oppipe_start(a->r, &p) < 0)
 		p = NULL; /* the same, on one thread */
-	while ((rc = analyze_next(a, p, &buf, &op, &line)) == 1 &&
-	       (fed = analyze_feed(a, e, op, &sk)) >= 0)
-		;
+	while ((rc = analyze_next(a, p, &buf, &buf_line, &ops, &lines, &n)) ==
+	       1) {
+		for (i = 0; i < n && (fed = analyze_feed(a, e, &ops[i], &sk)) >= 0;
+		     i++)
+			;
+		if (fed < 0) {
+			line = lines[i];
+			break;
+		}
+	}
 	oppipe_free(p);
 	analyze_say_skips(a->r, &sk);
 	a->lost += sk.lost;
