@@ -100,6 +100,17 @@ struct trace_name {
 	uint32_t id;
 };
 
+/* A "key=" as a word of its bytes (the first in the lowest byte), for
+ * the fast path's one compare; an empty slot matches nothing. */
+struct trace__fast_key {
+	uint64_t word;
+	uint64_t mask;
+	unsigned char key;
+	unsigned char len; /* with the '=' */
+};
+
+#define FAST_KEY_SLOTS 32
+
 struct trace_reader {
 	struct symtab *syms;
 	char *name;
@@ -152,6 +163,7 @@ struct trace_reader {
 	size_t scratch_cap;
 	size_t scratch_used;
 	struct trace_name names[NAME_CACHE];
+	struct trace__fast_key fast_keys[FAST_KEY_SLOTS];
 };
 
 /* Sets the reader's error, "FILE:LINE: " and the message (DESIGN 4 of
@@ -195,6 +207,9 @@ int trace__parse_fields(struct trace_reader *r, const struct directive *d,
  */
 int trace__parse_fast(struct trace_reader *r, const struct directive *d,
 		      const char *p, const char *end, struct fields *f);
+
+/* Fills the reader's fast_keys[]. */
+void trace__index_keys(struct trace_reader *r);
 
 /* Sets the version of the header just read, and the keys it has. */
 void trace__set_version(struct trace_reader *r, unsigned version);

@@ -943,7 +943,7 @@ static inline const char *fast_str_end(const char *p, const char *end,
 				       const char *lim)
 {
 #if TRACE_SSE2
-	if (lim - p >= 16) {
+	while (lim - p >= 16) {
 		__m128i v = _mm_loadu_si128((const __m128i *)p);
 		__m128i hit = _mm_or_si128(
 			_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')),
@@ -960,6 +960,8 @@ static inline const char *fast_str_end(const char *p, const char *end,
 		if (m != 0)
 			return p + __builtin_ctz(m) < end ?
 				       p + __builtin_ctz(m) : end;
+		if (end - p <= 16)
+			return end;
 		p += 16;
 	}
 #else
@@ -1028,23 +1030,78 @@ static bool fast_value(struct trace_reader *r, enum key k, const char **pp,
 	}
 }
 
+/* The slot of fast_keys[] for the word at p: a perfect hash of the first
+ * three bytes of every "key=" (trace__index_keys() asserts it). */
+static inline size_t fast_key_slot(uint64_t w)
+{
+	return (size_t)(((w & 0xffffff) * 0xbcc99ae80f0c8a89ULL) >> 59);
+}
+
+void trace__index_keys(struct trace_reader *r)
+{
+	_Static_assert(FAST_KEY_SLOTS == 32, "fast_key_slot() keeps 5 bits");
+	for (size_t i = 0; i < FAST_KEY_SLOTS; i++)
+		r->fast_keys[i] = (struct trace__fast_key){ 1, 0, 0, 0 };
+	for (int k = 0; k < KEY_COUNT; k++) {
+		struct trace__fast_key *e;
+		size_t len = trace__keys[k].len;
+		uint64_t w = 0;
+
+		assert(len + 1 <= sizeof(w));
+		memcpy(&w, trace__keys[k].name, len);
+		w |= (uint64_t)'=' << 8 * len;
+		e = &r->fast_keys[fast_key_slot(w)];
+		assert(e->mask == 0);
+		*e = (struct trace__fast_key){
+			.word = w,
+			.mask = ~0ULL >> 8 * (7 - len),
+			.key = (unsigned char)k,
+			.len = (unsigned char)(len + 1),
+		};
+	}
+}
+
+/* The key of the "key=" at p and its length with the '=', or -1. */
+static inline int fast_key(const struct trace_reader *r, const char *p,
+			   const char *end, const char *lim, size_t *len)
+{
+	const struct trace__fast_key *e;
+	uint64_t w;
+	int k;
+
+	if (lim - p < 8) {
+		k = key_at(p, end);
+		*len = k < 0 ? 0 : trace__keys[k].len + 1u;
+		return k;
+	}
+	/* Bytes past end may be loaded, never matched: the byte at end
+	 * ends the line ('\n' or '\r'), which no key holds. */
+	w = lex_load8(p);
+	e = &r->fast_keys[fast_key_slot(w)];
+	if ((w & e->mask) != e->word)
+		return -1;
+	*len = e->len;
+	return e->key;
+}
+
 int trace__parse_fast(struct trace_reader *r, const struct directive *d,
 		      const char *p, const char *end, struct fields *f)
 {
 	const char *lim = lex_limit(r);
 	uint32_t keys = d->allowed & r->version_keys & ~BIT(FRAME);
 	uint32_t open = keys;
+	size_t len;
 	int k;
 
 	assert(r->version_keys == version_keys(r->version));
 	while (p < end) {
 		if (*p != ' ' || ++p == end)
 			return 0;
-		k = key_at(p, end);
+		k = fast_key(r, p, end, lim, &len);
 		if (k < 0 || !(open & 1u << k))
 			return 0;
 		open &= ~(1u << k);
-		p += trace__keys[k].len + 1;
+		p += len;
 		if (!fast_value(r, (enum key)k, &p, end, lim, f))
 			return 0;
 	}

@@ -579,6 +579,7 @@ static int reader_new(const char *name, struct symtab *syms,
 	/* Room for the name, a line number and the message (trace__fail()). */
 	r->msg_cap = strlen(name) + 32 + MSG_MAX;
 	r->msg = calloc(1, r->msg_cap);
+	trace__index_keys(r);
 	if (r->name == NULL || r->msg == NULL || u64map_init(&r->stacks) < 0) {
 		trace_reader_close(r);
 		return -ENOMEM;
