@@ -18,8 +18,9 @@
 #include "utf8.h"
 
 /* x86-64 has SSE2 in its baseline: the scans that find line ends and
- * tokens use it there, and portable words of 8 bytes elsewhere. */
-#if defined(__SSE2__)
+ * tokens use it there, and portable words of 8 bytes elsewhere (or where
+ * NPUSAN_TRACE_PORTABLE is defined, to test them on x86-64). */
+#if defined(__SSE2__) && !defined(NPUSAN_TRACE_PORTABLE)
 #include <emmintrin.h>
 #define TRACE_SSE2 1
 #else

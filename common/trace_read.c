@@ -27,6 +27,13 @@
  *     it. It ends the trace (`torn` holds why), and the reader returns 0 as
  *     at a clean end. A last line that parses is the spec's last line
  *     without a newline; any line followed by another is strict.
+ *  6. Lines as the writer writes them (one blank between fields, unquoted
+ *     values, numbers of up to 15 digits, lists without argument names)
+ *     take a fast path, trace__parse_fast(), which gives up at anything
+ *     else before it has changed anything but `f` and the range lists;
+ *     trace__parse_fields() then reads the line and says what is wrong.
+ *     What the fast path accepts, trace__parse_fields() accepts with the
+ *     same fields (test_trace: fast_path_agrees_with_the_full_reader).
  */
 #include "trace_int.h"
 
