@@ -107,6 +107,7 @@ struct trace__fast_key {
 	uint64_t mask;
 	unsigned char key;
 	unsigned char len; /* with the '=' */
+	unsigned char type;
 };
 
 #define FAST_KEY_SLOTS 32

@@ -1006,13 +1006,15 @@ static bool fast_list(struct trace_reader *r, enum key k, const char **pp,
 	return true;
 }
 
-/* The value of key k at *pp, its end into *pp; false to give up. */
-static bool fast_value(struct trace_reader *r, enum key k, const char **pp,
-		       const char *end, const char *lim, struct fields *f)
+/* The value of key k, of `type`, at *pp, its end into *pp; false to give
+ * up. */
+static bool fast_value(struct trace_reader *r, enum key k, unsigned type,
+		       const char **pp, const char *end, const char *lim,
+		       struct fields *f)
 {
 	const char *p = *pp, *q;
 
-	switch (trace__keys[k].type) {
+	switch (type) {
 	case VAL_NUM:
 		if (!fast_num(p, lim, &f->num[k], &q) || q > end ||
 		    (q < end && *q != ' '))
@@ -1042,7 +1044,7 @@ void trace__index_keys(struct trace_reader *r)
 {
 	_Static_assert(FAST_KEY_SLOTS == 32, "fast_key_slot() keeps 5 bits");
 	for (size_t i = 0; i < FAST_KEY_SLOTS; i++)
-		r->fast_keys[i] = (struct trace__fast_key){ 1, 0, 0, 0 };
+		r->fast_keys[i] = (struct trace__fast_key){ .word = 1 };
 	for (int k = 0; k < KEY_COUNT; k++) {
 		struct trace__fast_key *e;
 		size_t len = trace__keys[k].len;
@@ -1058,13 +1060,16 @@ void trace__index_keys(struct trace_reader *r)
 			.mask = ~0ULL >> 8 * (7 - len),
 			.key = (unsigned char)k,
 			.len = (unsigned char)(len + 1),
+			.type = trace__keys[k].type,
 		};
 	}
 }
 
-/* The key of the "key=" at p and its length with the '=', or -1. */
+/* The key of the "key=" at p, its length with the '=' and its value's
+ * type; -1 for none. */
 static inline int fast_key(const struct trace_reader *r, const char *p,
-			   const char *end, const char *lim, size_t *len)
+			   const char *end, const char *lim, size_t *len,
+			   unsigned *type)
 {
 	const struct trace__fast_key *e;
 	uint64_t w;
@@ -1073,6 +1078,7 @@ static inline int fast_key(const struct trace_reader *r, const char *p,
 	if (lim - p < 8) {
 		k = key_at(p, end);
 		*len = k < 0 ? 0 : trace__keys[k].len + 1u;
+		*type = k < 0 ? 0 : trace__keys[k].type;
 		return k;
 	}
 	/* Bytes past end may be loaded, never matched: the byte at end
@@ -1082,6 +1088,7 @@ static inline int fast_key(const struct trace_reader *r, const char *p,
 	if ((w & e->mask) != e->word)
 		return -1;
 	*len = e->len;
+	*type = e->type;
 	return e->key;
 }
 
@@ -1092,18 +1099,19 @@ int trace__parse_fast(struct trace_reader *r, const struct directive *d,
 	uint32_t keys = d->allowed & r->version_keys & ~BIT(FRAME);
 	uint32_t open = keys;
 	size_t len;
+	unsigned type;
 	int k;
 
 	assert(r->version_keys == version_keys(r->version));
 	while (p < end) {
 		if (*p != ' ' || ++p == end)
 			return 0;
-		k = fast_key(r, p, end, lim, &len);
+		k = fast_key(r, p, end, lim, &len, &type);
 		if (k < 0 || !(open & 1u << k))
 			return 0;
 		open &= ~(1u << k);
 		p += len;
-		if (!fast_value(r, (enum key)k, &p, end, lim, f))
+		if (!fast_value(r, (enum key)k, type, &p, end, lim, f))
 			return 0;
 	}
 	f->seen = keys & ~open;

@@ -168,6 +168,25 @@ static size_t name_slot(const char *p, size_t len)
 	return (size_t)(((w ^ len) * 0x9e3779b97f4a7c15ULL) >> 58);
 }
 
+/* Whether the `len` bytes at a and b are the same: 8 at a time, without
+ * a call, for the names of a few dozen bytes that most lines carry. */
+static bool name_same(const char *a, const char *b, size_t len)
+{
+	uint64_t x, y;
+
+	if (len < 8)
+		return memcmp(a, b, len) == 0;
+	for (size_t i = 0; i + 8 < len; i += 8) {
+		memcpy(&x, a + i, 8);
+		memcpy(&y, b + i, 8);
+		if (x != y)
+			return false;
+	}
+	memcpy(&x, a + len - 8, 8);
+	memcpy(&y, b + len - 8, 8);
+	return x == y;
+}
+
 /* symtab_intern() of an operator's name, through names[]; 0 or its
  * error. */
 static int intern_name(struct trace_reader *r, const char *p, size_t len,
@@ -177,7 +196,7 @@ static int intern_name(struct trace_reader *r, const char *p, size_t len,
 	int err;
 
 	_Static_assert(NAME_CACHE == 64, "name_slot() keeps 6 bits");
-	if (n->len == len && memcmp(n->p, p, len) == 0) {
+	if (n->len == len && name_same(n->p, p, len)) {
 		*id = n->id;
 		return 0;
 	}
