@@ -122,7 +122,7 @@ static bool plain32(const unsigned char *p)
 /* The index of the first byte of the 8 at p that is not printable ASCII,
  * or 8. A borrow of the subtraction only runs upwards from a byte below
  * 0x20, so the lowest byte flagged is exact. */
-static unsigned special8(const unsigned char *p)
+static unsigned lex_special8(const unsigned char *p)
 {
 	uint64_t w, m;
 
@@ -134,7 +134,7 @@ static unsigned special8(const unsigned char *p)
 #if TRACE_SSE2
 /* The first special byte of the 32 at p, or NULL: a signed compare
  * below 0x20 flags control characters and every byte from 0x80. */
-static inline const char *special32(const char *p)
+static inline const char *lex_special32(const char *p)
 {
 	const __m128i lim = _mm_set1_epi8(0x20);
 	__m128i a = _mm_cmplt_epi8(_mm_loadu_si128((const __m128i *)p), lim);
@@ -156,14 +156,14 @@ const char *trace__find_special(const char *p, const char *end)
 
 #if TRACE_SSE2
 	for (; end - p >= 32; p += 32) {
-		const char *s = special32(p);
+		const char *s = lex_special32(p);
 
 		if (s != NULL)
 			return s;
 	}
 #endif
 	for (; end - p >= 8; p += 8) {
-		i = special8((const unsigned char *)p);
+		i = lex_special8((const unsigned char *)p);
 		if (i < 8)
 			return p + i;
 	}
@@ -890,7 +890,7 @@ int trace__parse_fields(struct trace_reader *r, const struct directive *d,
  * reader's limit.
  */
 #if TRACE_SSE2
-static inline bool fast_hex(const char *p, uint64_t *out, const char **stop)
+static inline bool lex_fast_hex(const char *p, uint64_t *out, const char **stop)
 {
 	__m128i v = _mm_loadu_si128((const __m128i *)p);
 	__m128i lc = _mm_or_si128(v, _mm_set1_epi8(0x20));
@@ -919,7 +919,7 @@ static inline bool fast_hex(const char *p, uint64_t *out, const char **stop)
 	return true;
 }
 #else
-static inline bool fast_hex(const char *p, uint64_t *out, const char **stop)
+static inline bool lex_fast_hex(const char *p, uint64_t *out, const char **stop)
 {
 	return lex_digits_fast(p, true, out, stop);
 }
@@ -928,20 +928,20 @@ static inline bool fast_hex(const char *p, uint64_t *out, const char **stop)
 /* The number at p, as scan_u64() reads it, when it is one of up to 15
  * digits away from the reader's limit `lim`; false to let scan_u64()
  * decide. */
-static inline bool fast_num(const char *p, const char *lim, uint64_t *out,
-			    const char **stop)
+static inline bool lex_fast_num(const char *p, const char *lim, uint64_t *out,
+				const char **stop)
 {
 	if (lim - p < 18)
 		return false;
 	if (p[0] == '0' && p[1] == 'x')
-		return fast_hex(p + 2, out, stop);
+		return lex_fast_hex(p + 2, out, stop);
 	return lex_digits_fast(p, false, out, stop);
 }
 
 /* The end of the unquoted value at p: the first blank, '#', '=' or '"',
  * or end. */
-static inline const char *fast_str_end(const char *p, const char *end,
-				       const char *lim)
+static inline const char *lex_fast_str_end(const char *p, const char *end,
+					   const char *lim)
 {
 #if TRACE_SSE2
 	while (lim - p >= 16) {
@@ -973,8 +973,8 @@ static inline const char *fast_str_end(const char *p, const char *end,
 
 /* A list of PTR and PTR+LEN elements at *pp, ended by a blank or the end
  * of the line; false for anything else (names, an empty list). */
-static bool fast_list(struct trace_reader *r, enum key k, const char **pp,
-		      const char *end, const char *lim, struct fields *f)
+static bool lex_fast_list(struct trace_reader *r, enum key k, const char **pp,
+			  const char *end, const char *lim, struct fields *f)
 {
 	bool rd = k == KEY_READ;
 	struct op_range **v = rd ? &r->reads : &r->writes;
@@ -987,10 +987,10 @@ static bool fast_list(struct trace_reader *r, enum key k, const char **pp,
 		if (n == *cap && grow_array((void **)v, cap, n + 1,
 					    sizeof(**v)) < 0)
 			return false;
-		if (!fast_num(p, lim, &ptr, &q))
+		if (!lex_fast_num(p, lim, &ptr, &q))
 			return false;
 		len = 1;
-		if (q < end && *q == '+' && !fast_num(q + 1, lim, &len, &q))
+		if (q < end && *q == '+' && !lex_fast_num(q + 1, lim, &len, &q))
 			return false;
 		if (q > end || len == 0 || !trace__range_fits(ptr, len))
 			return false;
@@ -1008,23 +1008,23 @@ static bool fast_list(struct trace_reader *r, enum key k, const char **pp,
 
 /* The value of key k, of `type`, at *pp, its end into *pp; false to give
  * up. */
-static bool fast_value(struct trace_reader *r, enum key k, unsigned type,
-		       const char **pp, const char *end, const char *lim,
-		       struct fields *f)
+static bool lex_fast_value(struct trace_reader *r, enum key k, unsigned type,
+			   const char **pp, const char *end, const char *lim,
+			   struct fields *f)
 {
 	const char *p = *pp, *q;
 
 	switch (type) {
 	case VAL_NUM:
-		if (!fast_num(p, lim, &f->num[k], &q) || q > end ||
+		if (!lex_fast_num(p, lim, &f->num[k], &q) || q > end ||
 		    (q < end && *q != ' '))
 			return false;
 		*pp = q;
 		return true;
 	case VAL_LIST:
-		return fast_list(r, k, pp, end, lim, f);
+		return lex_fast_list(r, k, pp, end, lim, f);
 	default:
-		q = fast_str_end(p, end, lim);
+		q = lex_fast_str_end(p, end, lim);
 		if (q == p || (q < end && *q != ' '))
 			return false;
 		f->str[k] = (struct str){ p, (size_t)(q - p) };
@@ -1035,14 +1035,14 @@ static bool fast_value(struct trace_reader *r, enum key k, unsigned type,
 
 /* The slot of fast_keys[] for the word at p: a perfect hash of the first
  * three bytes of every "key=" (trace__index_keys() asserts it). */
-static inline size_t fast_key_slot(uint64_t w)
+static inline size_t lex_fast_key_slot(uint64_t w)
 {
 	return (size_t)(((w & 0xffffff) * 0xbcc99ae80f0c8a89ULL) >> 59);
 }
 
 void trace__index_keys(struct trace_reader *r)
 {
-	_Static_assert(FAST_KEY_SLOTS == 32, "fast_key_slot() keeps 5 bits");
+	_Static_assert(FAST_KEY_SLOTS == 32, "the slot is 5 bits of the hash");
 	for (size_t i = 0; i < FAST_KEY_SLOTS; i++)
 		r->fast_keys[i] = (struct trace__fast_key){ .word = 1 };
 	for (int k = 0; k < KEY_COUNT; k++) {
@@ -1053,7 +1053,7 @@ void trace__index_keys(struct trace_reader *r)
 		assert(len + 1 <= sizeof(w));
 		memcpy(&w, trace__keys[k].name, len);
 		w |= (uint64_t)'=' << 8 * len;
-		e = &r->fast_keys[fast_key_slot(w)];
+		e = &r->fast_keys[lex_fast_key_slot(w)];
 		assert(e->mask == 0);
 		*e = (struct trace__fast_key){
 			.word = w,
@@ -1067,9 +1067,9 @@ void trace__index_keys(struct trace_reader *r)
 
 /* The key of the "key=" at p, its length with the '=' and its value's
  * type; -1 for none. */
-static inline int fast_key(const struct trace_reader *r, const char *p,
-			   const char *end, const char *lim, size_t *len,
-			   unsigned *type)
+static inline int lex_fast_key(const struct trace_reader *r, const char *p,
+			       const char *end, const char *lim, size_t *len,
+			       unsigned *type)
 {
 	const struct trace__fast_key *e;
 	uint64_t w;
@@ -1084,7 +1084,7 @@ static inline int fast_key(const struct trace_reader *r, const char *p,
 	/* Bytes past end may be loaded, never matched: the byte at end
 	 * ends the line ('\n' or '\r'), which no key holds. */
 	w = lex_load8(p);
-	e = &r->fast_keys[fast_key_slot(w)];
+	e = &r->fast_keys[lex_fast_key_slot(w)];
 	if ((w & e->mask) != e->word)
 		return -1;
 	*len = e->len;
@@ -1106,12 +1106,12 @@ int trace__parse_fast(struct trace_reader *r, const struct directive *d,
 	while (p < end) {
 		if (*p != ' ' || ++p == end)
 			return 0;
-		k = fast_key(r, p, end, lim, &len, &type);
+		k = lex_fast_key(r, p, end, lim, &len, &type);
 		if (k < 0 || !(open & 1u << k))
 			return 0;
 		open &= ~(1u << k);
 		p += len;
-		if (!fast_value(r, (enum key)k, type, &p, end, lim, f))
+		if (!lex_fast_value(r, (enum key)k, type, &p, end, lim, f))
 			return 0;
 	}
 	f->seen = keys & ~open;
