@@ -119,14 +119,26 @@ static bool plain32(const unsigned char *p)
 		0x8080808080808080ULL) == 0;
 }
 
+/* The 8 bytes at p as a word whose lowest byte is the first, on a host of
+ * either byte order: the word tricks below count on it. */
+static inline uint64_t lex_load8(const char *p)
+{
+	uint64_t w;
+
+	memcpy(&w, p, sizeof(w));
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	w = __builtin_bswap64(w);
+#endif
+	return w;
+}
+
 /* The index of the first byte of the 8 at p that is not printable ASCII,
  * or 8. A borrow of the subtraction only runs upwards from a byte below
  * 0x20, so the lowest byte flagged is exact. */
-static unsigned lex_special8(const unsigned char *p)
+static unsigned lex_special8(const char *p)
 {
-	uint64_t w, m;
+	uint64_t w = lex_load8(p), m;
 
-	memcpy(&w, p, sizeof(w));
 	m = ((w - 0x2020202020202020ULL) | w) & 0x8080808080808080ULL;
 	return m == 0 ? 8 : (unsigned)__builtin_ctzll(m) / 8;
 }
@@ -163,7 +175,7 @@ const char *trace__find_special(const char *p, const char *end)
 	}
 #endif
 	for (; end - p >= 8; p += 8) {
-		i = lex_special8((const unsigned char *)p);
+		i = lex_special8(p);
 		if (i < 8)
 			return p + i;
 	}
@@ -240,14 +252,6 @@ static bool dec_overflows(const char *p, const char *q)
  * shifted in being leading zeros.
  */
 #define LEX_ONES 0x0101010101010101ULL
-
-static inline uint64_t lex_load8(const char *p)
-{
-	uint64_t w;
-
-	memcpy(&w, p, sizeof(w));
-	return w;
-}
 
 /* A bit set in each byte of w that is not a decimal digit. */
 static inline uint64_t lex_dec_others(uint64_t w)
@@ -1048,11 +1052,13 @@ void trace__index_keys(struct trace_reader *r)
 	for (int k = 0; k < KEY_COUNT; k++) {
 		struct trace__fast_key *e;
 		size_t len = trace__keys[k].len;
-		uint64_t w = 0;
+		char text[8] = { 0 };
+		uint64_t w;
 
-		assert(len + 1 <= sizeof(w));
-		memcpy(&w, trace__keys[k].name, len);
-		w |= (uint64_t)'=' << 8 * len;
+		assert(len + 1 <= sizeof(text));
+		memcpy(text, trace__keys[k].name, len);
+		text[len] = '=';
+		w = lex_load8(text);
 		e = &r->fast_keys[lex_fast_key_slot(w)];
 		assert(e->mask == 0);
 		*e = (struct trace__fast_key){
