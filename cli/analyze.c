@@ -189,19 +189,46 @@ static void analyze_say_skips(const struct trace_reader *r,
 		ENGINE_MAX_STREAMS, sk->gaps, sk->gaps == 1 ? "" : "s");
 }
 
-/* The next op of the trace: from the reader's thread when there is one,
- * else from the reader itself (as trace_read()). */
-static int analyze_next(struct analysis *a, struct oppipe *p, struct op *buf,
-			const struct op **op, unsigned long *line)
+/* An op read on the engine's thread, when the reader has none of its own. */
+struct analyze_op {
+	struct op op;
+	unsigned long line;
+};
+
+/* The next ops of the trace: a batch from the reader's thread when there
+ * is one, else one op from the reader itself, into *one (as trace_read()). */
+static int analyze_next(struct analysis *a, struct oppipe *p,
+			struct analyze_op *one, const struct op **ops,
+			const unsigned long **lines, size_t *n)
 {
 	int rc;
 
 	if (p != NULL)
-		return oppipe_next(p, op, line);
-	rc = trace_read(a->r, buf);
-	*op = buf;
-	*line = trace_reader_line(a->r);
+		return oppipe_next(p, ops, lines, n);
+	rc = trace_read(a->r, &one->op);
+	one->line = trace_reader_line(a->r);
+	*ops = &one->op;
+	*lines = &one->line;
+	*n = 1;
 	return rc;
+}
+
+/* analyze_feed() of the n ops at ops; 0, or the engine's error with the
+ * index of the op that caused it in *at. */
+static int analyze_feed_all(struct analysis *a, struct engine *e,
+			    const struct op *ops, size_t n,
+			    struct analyze_skips *sk, size_t *at)
+{
+	int fed;
+
+	for (size_t i = 0; i < n; i++) {
+		fed = analyze_feed(a, e, &ops[i], sk);
+		if (fed < 0) {
+			*at = i;
+			return fed;
+		}
+	}
+	return 0;
 }
 
 /*
@@ -229,17 +256,21 @@ static int analyze_ops(struct analysis *a, struct engine *e, bool regular)
 {
 	struct analyze_skips sk = { 0 };
 	struct oppipe *p = NULL;
-	const struct op *op;
-	struct op buf;
+	const struct op *ops;
+	const unsigned long *lines;
+	struct analyze_op one;
 	unsigned long line = 0;
 	const char *msg;
+	size_t n, at = 0;
 	int rc, fed = 0;
 
 	if (regular && !a->o->every && oppipe_start(a->r, &p) < 0)
 		p = NULL; /* the same, on one thread */
-	while ((rc = analyze_next(a, p, &buf, &op, &line)) == 1 &&
-	       (fed = analyze_feed(a, e, op, &sk)) >= 0)
+	while ((rc = analyze_next(a, p, &one, &ops, &lines, &n)) == 1 &&
+	       (fed = analyze_feed_all(a, e, ops, n, &sk, &at)) >= 0)
 		;
+	if (fed < 0)
+		line = lines[at]; /* before oppipe_free() frees the batch */
 	oppipe_free(p);
 	analyze_say_skips(a->r, &sk);
 	a->lost += sk.lost;

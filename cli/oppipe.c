@@ -13,13 +13,15 @@
  *     `mu`; a batch's contents are written by one side before the lock
  *     that hands it over, read by the other after it, so the mutex orders
  *     them. A batch of OPPIPE_BATCH ops costs two lock round trips.
- *  2. A batch holds copies of its ops' ranges, since the reader's lists
- *     are overwritten by the next line. Its range array grows only while
- *     the batch is empty, so the ranges of ops already in it never move:
- *     an op that does not fit starts the next batch.
+ *  2. The reader parses each op straight into its batch, which holds
+ *     copies of the op's ranges and their argument names, since the
+ *     reader's lists are overwritten (and may move) at the next line. The
+ *     arrays grow only while the batch is empty, so those of ops already
+ *     in it never move: an op that does not fit starts the next batch.
  *  3. A batch's `end` is 1 when more follow, else what trace_read()
  *     returned after its last op (0 at the end, or the reader's error);
  *     the thread ends after that batch, or when the consumer stops it.
+ *     The consumer takes a whole batch at a time.
  *  4. Every op carries the line it came from, so that an engine error
  *     names the line as the single-threaded loop did.
  */
@@ -45,6 +47,9 @@ struct oppipe_batch {
 	struct op_range *ranges;
 	size_t nranges;
 	size_t ranges_cap;
+	uint32_t *args; /* the ranges' argument names (DESIGN 2) */
+	size_t nargs;
+	size_t args_cap;
 	int end; /* DESIGN 3 */
 };
 
@@ -60,7 +65,6 @@ struct oppipe {
 	bool stop;     /* under mu: the consumer wants no more */
 	/* The consumer's alone. */
 	bool held; /* it reads slots[head] */
-	size_t next;
 	/* The reader thread's alone: the op that did not fit in the last
 	 * batch (its ranges still the reader's, DESIGN 2). */
 	bool pending;
@@ -68,39 +72,72 @@ struct oppipe {
 	unsigned long pending_line;
 };
 
-/* Copies n ranges into b, which has room; NULL for none, as the reader
- * gives them. */
-static const struct op_range *oppipe_copy(struct oppipe_batch *b,
-					  const struct op_range *v, size_t n)
+/* Copies the n ranges at v to out; NULL for none, as the reader gives
+ * them. A loop, not memcpy(): an op has one to four. */
+static const struct op_range *oppipe_copy_ranges(struct op_range *out,
+						 const struct op_range *v,
+						 size_t n)
 {
-	struct op_range *out = b->ranges + b->nranges;
-
-	if (n == 0)
+	if (v == NULL)
 		return NULL;
-	memcpy(out, v, n * sizeof(*v));
-	b->nranges += n;
+	for (size_t i = 0; i < n; i++)
+		out[i] = v[i];
 	return out;
 }
 
-/* Appends op to b: 0; 1 when b has no room for it (b is not empty);
- * -ENOMEM. */
-static int oppipe_add(struct oppipe_batch *b, const struct op *op,
-		      unsigned long line)
+/* oppipe_copy_ranges() of a list's argument names. */
+static const uint32_t *oppipe_copy_args(uint32_t *out, const uint32_t *v,
+					size_t n)
 {
-	size_t need = op->nreads + op->nwrites;
-	struct op *o;
+	if (v == NULL)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		out[i] = v[i];
+	return out;
+}
 
-	if (b->n == OPPIPE_BATCH ||
-	    (b->n > 0 && b->ranges_cap - b->nranges < need))
+/* Makes room for `need` more items in an array of b; 0, 1 when b is not
+ * empty and has no room (DESIGN 2), -ENOMEM. */
+static int oppipe_room(const struct oppipe_batch *b, void **arr, size_t *cap,
+		       size_t used, size_t need, size_t size)
+{
+	if (*cap - used >= need)
+		return 0;
+	if (b->n > 0)
 		return 1;
-	if (b->ranges_cap - b->nranges < need &&
-	    grow_array((void **)&b->ranges, &b->ranges_cap, need,
-		       sizeof(*b->ranges)) < 0)
-		return -ENOMEM;
-	o = &b->ops[b->n];
-	*o = *op;
-	o->reads = oppipe_copy(b, op->reads, op->nreads);
-	o->writes = oppipe_copy(b, op->writes, op->nwrites);
+	return grow_array(arr, cap, need, size);
+}
+
+/* Keeps the op the reader just parsed into b->ops[b->n], from `line`,
+ * copying what it points to into b: 0; 1 when b has no room for it (b is
+ * not empty); -ENOMEM. */
+static int oppipe_keep(struct oppipe_batch *b, unsigned long line)
+{
+	struct op *o = &b->ops[b->n];
+	size_t nr = o->nreads, nw = o->nwrites;
+	const uint32_t *ra = o->read_args, *wa = o->write_args;
+	size_t nargs = (ra ? nr : 0) + (wa ? nw : 0);
+	struct op_range *rout;
+	uint32_t *aout;
+	int err;
+
+	err = oppipe_room(b, (void **)&b->ranges, &b->ranges_cap, b->nranges,
+			  nr + nw, sizeof(*b->ranges));
+	if (err == 0 && nargs > 0)
+		err = oppipe_room(b, (void **)&b->args, &b->args_cap, b->nargs,
+				  nargs, sizeof(*b->args));
+	if (err != 0)
+		return err;
+	rout = b->ranges + b->nranges;
+	o->reads = oppipe_copy_ranges(rout, o->reads, nr);
+	o->writes = oppipe_copy_ranges(rout + nr, o->writes, nw);
+	b->nranges += nr + nw;
+	if (nargs > 0) {
+		aout = b->args + b->nargs;
+		o->read_args = oppipe_copy_args(aout, ra, nr);
+		o->write_args = oppipe_copy_args(aout + (ra ? nr : 0), wa, nw);
+		b->nargs += nargs;
+	}
 	b->lines[b->n++] = line;
 	return 0;
 }
@@ -108,25 +145,27 @@ static int oppipe_add(struct oppipe_batch *b, const struct op *op,
 /* Fills b from the reader, the op left pending first (DESIGN 2, 3). */
 static void oppipe_fill(struct oppipe *p, struct oppipe_batch *b)
 {
-	struct op op;
-	int rc, add = 0;
+	int rc = 1, keep = 0;
 
 	b->n = 0;
 	b->nranges = 0;
-	b->end = 1;
-	if (p->pending)
-		add = oppipe_add(b, &p->pending_op, p->pending_line);
+	b->nargs = 0;
+	if (p->pending) {
+		b->ops[0] = p->pending_op;
+		keep = oppipe_keep(b, p->pending_line);
+	}
 	p->pending = false;
-	while (add == 0 && (rc = trace_read(p->r, &op)) == 1) {
-		add = oppipe_add(b, &op, trace_reader_line(p->r));
-		if (add == 1) {
+	while (keep == 0 && b->n < OPPIPE_BATCH &&
+	       (rc = trace_read(p->r, &b->ops[b->n])) == 1) {
+		keep = oppipe_keep(b, trace_reader_line(p->r));
+		if (keep == 1) {
 			p->pending = true;
-			p->pending_op = op;
+			p->pending_op = b->ops[b->n];
 			p->pending_line = trace_reader_line(p->r);
-			return;
+			rc = 1;
 		}
 	}
-	b->end = add < 0 ? add : rc;
+	b->end = keep < 0 ? keep : rc;
 }
 
 /* The slot to fill next, once there is one; NULL when stopped. */
@@ -163,8 +202,10 @@ static void *oppipe_reader(void *arg)
 static void oppipe_free_slots(struct oppipe *p)
 {
 	for (size_t i = 0; i < OPPIPE_DEPTH; i++) {
-		if (p->slots[i] != NULL)
+		if (p->slots[i] != NULL) {
 			free(p->slots[i]->ranges);
+			free(p->slots[i]->args);
+		}
 		free(p->slots[i]);
 	}
 }
@@ -227,21 +268,22 @@ static struct oppipe_batch *oppipe_next_batch(struct oppipe *p)
 	b = p->slots[p->head];
 	pthread_mutex_unlock(&p->mu);
 	p->held = true;
-	p->next = 0;
 	return b;
 }
 
-int oppipe_next(struct oppipe *p, const struct op **op, unsigned long *line)
+int oppipe_next(struct oppipe *p, const struct op **ops,
+		const unsigned long **lines, size_t *n)
 {
 	struct oppipe_batch *b = p->slots[p->head];
 
-	while (!p->held || p->next == b->n) {
+	do {
 		if (p->held && b->end != 1)
 			return b->end;
 		b = oppipe_next_batch(p);
-	}
-	*op = &b->ops[p->next];
-	*line = b->lines[p->next++];
+	} while (b->n == 0);
+	*ops = b->ops;
+	*lines = b->lines;
+	*n = b->n;
 	return 1;
 }
 

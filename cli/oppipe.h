@@ -18,11 +18,13 @@ struct oppipe;
 int oppipe_start(struct trace_reader *r, struct oppipe **out);
 
 /*
- * The next op in *op (valid until the next call) and the trace line it
- * came from in *line: 1, or what trace_read() returned at the end of the
- * ops: 0 at the end of the trace, or its negative error.
+ * The next batch of ops: *n (at least 1) ops at *ops and the trace lines
+ * they came from at *lines, valid until the next call: 1, or what
+ * trace_read() returned at the end of the ops: 0 at the end of the
+ * trace, or its negative error.
  */
-int oppipe_next(struct oppipe *p, const struct op **op, unsigned long *line);
+int oppipe_next(struct oppipe *p, const struct op **ops,
+		const unsigned long **lines, size_t *n);
 
 /* Stops the reader (it may not have read everything), joins its thread
  * and frees `p`; the reader is the caller's again. Accepts NULL. */

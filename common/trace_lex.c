@@ -17,6 +17,16 @@
 #include "grow.h"
 #include "utf8.h"
 
+/* x86-64 has SSE2 in its baseline: the scans that find line ends and
+ * tokens use it there, and portable words of 8 bytes elsewhere (or where
+ * NPUSAN_TRACE_PORTABLE is defined, to test them on x86-64). */
+#if defined(__SSE2__) && !defined(NPUSAN_TRACE_PORTABLE)
+#include <emmintrin.h>
+#define TRACE_SSE2 1
+#else
+#define TRACE_SSE2 0
+#endif
+
 const struct trace__key_def trace__keys[KEY_COUNT] = {
 #define KEY_DEF(name, str, type, version) \
 	[KEY_##name] = { str, sizeof(str) - 1, type, version },
@@ -109,6 +119,71 @@ static bool plain32(const unsigned char *p)
 		0x8080808080808080ULL) == 0;
 }
 
+/* The 8 bytes at p as a word whose lowest byte is the first, on a host of
+ * either byte order: the word tricks below count on it. */
+static inline uint64_t lex_load8(const char *p)
+{
+	uint64_t w;
+
+	memcpy(&w, p, sizeof(w));
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	w = __builtin_bswap64(w);
+#endif
+	return w;
+}
+
+/* The index of the first byte of the 8 at p that is not printable ASCII,
+ * or 8. A borrow of the subtraction only runs upwards from a byte below
+ * 0x20, so the lowest byte flagged is exact. */
+static unsigned lex_special8(const char *p)
+{
+	uint64_t w = lex_load8(p), m;
+
+	m = ((w - 0x2020202020202020ULL) | w) & 0x8080808080808080ULL;
+	return m == 0 ? 8 : (unsigned)__builtin_ctzll(m) / 8;
+}
+
+#if TRACE_SSE2
+/* The first special byte of the 32 at p, or NULL: a signed compare
+ * below 0x20 flags control characters and every byte from 0x80. */
+static inline const char *lex_special32(const char *p)
+{
+	const __m128i lim = _mm_set1_epi8(0x20);
+	__m128i a = _mm_cmplt_epi8(_mm_loadu_si128((const __m128i *)p), lim);
+	__m128i b = _mm_cmplt_epi8(_mm_loadu_si128((const __m128i *)p + 1),
+				   lim);
+	unsigned ma, mb;
+
+	if (_mm_movemask_epi8(_mm_or_si128(a, b)) == 0)
+		return NULL;
+	ma = (unsigned)_mm_movemask_epi8(a);
+	mb = (unsigned)_mm_movemask_epi8(b);
+	return p + __builtin_ctzll((uint64_t)mb << 16 | ma);
+}
+#endif
+
+const char *trace__find_special(const char *p, const char *end)
+{
+	unsigned i;
+
+#if TRACE_SSE2
+	for (; end - p >= 32; p += 32) {
+		const char *s = lex_special32(p);
+
+		if (s != NULL)
+			return s;
+	}
+#endif
+	for (; end - p >= 8; p += 8) {
+		i = lex_special8(p);
+		if (i < 8)
+			return p + i;
+	}
+	while (p < end && (unsigned char)*p >= 0x20 && (unsigned char)*p < 0x80)
+		p++;
+	return p;
+}
+
 /* The lexical rules that hold for every byte of a line (DESIGN 2). */
 int trace__line_check(struct trace_reader *r, const char *line, size_t len)
 {
@@ -177,14 +252,6 @@ static bool dec_overflows(const char *p, const char *q)
  * shifted in being leading zeros.
  */
 #define LEX_ONES 0x0101010101010101ULL
-
-static inline uint64_t lex_load8(const char *p)
-{
-	uint64_t w;
-
-	memcpy(&w, p, sizeof(w));
-	return w;
-}
 
 /* A bit set in each byte of w that is not a decimal digit. */
 static inline uint64_t lex_dec_others(uint64_t w)
@@ -818,6 +885,243 @@ int trace__parse_fields(struct trace_reader *r, const struct directive *d,
 					   trace__keys[k].name, d->word);
 	}
 	return 0;
+}
+
+/*
+ * The fast path (trace_read.c's DESIGN 6). Hex digits 16 at a time with
+ * SSE2: the count of digits at p and the value of the first n of them
+ * (1 to 15); false for none or 16 or more. p has 16 bytes before the
+ * reader's limit.
+ */
+#if TRACE_SSE2
+static inline bool lex_fast_hex(const char *p, uint64_t *out, const char **stop)
+{
+	__m128i v = _mm_loadu_si128((const __m128i *)p);
+	__m128i lc = _mm_or_si128(v, _mm_set1_epi8(0x20));
+	__m128i dig = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8('0' - 1)),
+				    _mm_cmplt_epi8(v, _mm_set1_epi8('9' + 1)));
+	__m128i af = _mm_and_si128(_mm_cmpgt_epi8(lc, _mm_set1_epi8('a' - 1)),
+				   _mm_cmplt_epi8(lc, _mm_set1_epi8('f' + 1)));
+	unsigned m = ~(unsigned)_mm_movemask_epi8(_mm_or_si128(dig, af)) &
+		     0xffff, n;
+	__m128i nib, pairs;
+	uint64_t w;
+
+	if (m == 0 || (m & 1))
+		return false;
+	n = (unsigned)__builtin_ctz(m);
+	/* Each byte's nibble: its low 4 bits, plus 9 for a letter; a byte
+	 * past the digits gives at most 15, so it stays in its nibble. */
+	nib = _mm_add_epi8(_mm_and_si128(v, _mm_set1_epi8(15)),
+			   _mm_and_si128(af, _mm_set1_epi8(9)));
+	/* Byte i of the pairs: nibble 2i above nibble 2i + 1. */
+	pairs = _mm_or_si128(_mm_slli_epi16(nib, 4), _mm_srli_epi16(nib, 8));
+	pairs = _mm_and_si128(pairs, _mm_set1_epi16(0xff));
+	w = (uint64_t)_mm_cvtsi128_si64(_mm_packus_epi16(pairs, pairs));
+	*out = __builtin_bswap64(w) >> (4 * (16 - n));
+	*stop = p + n;
+	return true;
+}
+#else
+static inline bool lex_fast_hex(const char *p, uint64_t *out, const char **stop)
+{
+	return lex_digits_fast(p, true, out, stop);
+}
+#endif
+
+/* The number at p, as scan_u64() reads it, when it is one of up to 15
+ * digits away from the reader's limit `lim`; false to let scan_u64()
+ * decide. */
+static inline bool lex_fast_num(const char *p, const char *lim, uint64_t *out,
+				const char **stop)
+{
+	if (lim - p < 18)
+		return false;
+	if (p[0] == '0' && p[1] == 'x')
+		return lex_fast_hex(p + 2, out, stop);
+	return lex_digits_fast(p, false, out, stop);
+}
+
+/* The end of the unquoted value at p: the first blank, '#', '=' or '"',
+ * or end. */
+static inline const char *lex_fast_str_end(const char *p, const char *end,
+					   const char *lim)
+{
+#if TRACE_SSE2
+	while (lim - p >= 16) {
+		__m128i v = _mm_loadu_si128((const __m128i *)p);
+		__m128i hit = _mm_or_si128(
+			_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')),
+				     _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))),
+			_mm_or_si128(
+				_mm_or_si128(
+					_mm_cmpeq_epi8(v, _mm_set1_epi8('#')),
+					_mm_cmpeq_epi8(v, _mm_set1_epi8('='))),
+				_mm_cmpeq_epi8(v, _mm_set1_epi8('"'))));
+		unsigned m = (unsigned)_mm_movemask_epi8(hit);
+
+		/* Bytes past end (the line's ending, the next line) may
+		 * hit: the value then runs to end. */
+		if (m != 0)
+			return p + __builtin_ctz(m) < end ?
+				       p + __builtin_ctz(m) : end;
+		if (end - p <= 16)
+			return end;
+		p += 16;
+	}
+#else
+	(void)lim;
+#endif
+	return trace__scan_to(p, end, C_BLANK | C_HASH | C_EQ | C_QUOTE);
+}
+
+/* A list of PTR and PTR+LEN elements at *pp, ended by a blank or the end
+ * of the line; false for anything else (names, an empty list). */
+static bool lex_fast_list(struct trace_reader *r, enum key k, const char **pp,
+			  const char *end, const char *lim, struct fields *f)
+{
+	bool rd = k == KEY_READ;
+	struct op_range **v = rd ? &r->reads : &r->writes;
+	size_t *cap = rd ? &r->reads_cap : &r->writes_cap;
+	const char *p = *pp, *q;
+	size_t n = 0;
+	uint64_t ptr, len;
+
+	for (;;) {
+		if (n == *cap && grow_array((void **)v, cap, n + 1,
+					    sizeof(**v)) < 0)
+			return false;
+		if (!lex_fast_num(p, lim, &ptr, &q))
+			return false;
+		len = 1;
+		if (q < end && *q == '+' && !lex_fast_num(q + 1, lim, &len, &q))
+			return false;
+		if (q > end || len == 0 || !trace__range_fits(ptr, len))
+			return false;
+		(*v)[n++] = (struct op_range){ ptr, len };
+		if (q == end || *q == ' ')
+			break;
+		if (*q != ',')
+			return false;
+		p = q + 1;
+	}
+	*(rd ? &f->nreads : &f->nwrites) = n;
+	*pp = q;
+	return true;
+}
+
+/* The value of key k, of `type`, at *pp, its end into *pp; false to give
+ * up. */
+static bool lex_fast_value(struct trace_reader *r, enum key k, unsigned type,
+			   const char **pp, const char *end, const char *lim,
+			   struct fields *f)
+{
+	const char *p = *pp, *q;
+
+	switch (type) {
+	case VAL_NUM:
+		if (!lex_fast_num(p, lim, &f->num[k], &q) || q > end ||
+		    (q < end && *q != ' '))
+			return false;
+		*pp = q;
+		return true;
+	case VAL_LIST:
+		return lex_fast_list(r, k, pp, end, lim, f);
+	default:
+		q = lex_fast_str_end(p, end, lim);
+		if (q == p || (q < end && *q != ' '))
+			return false;
+		f->str[k] = (struct str){ p, (size_t)(q - p) };
+		*pp = q;
+		return true;
+	}
+}
+
+/* The slot of fast_keys[] for the word at p: a perfect hash of the first
+ * three bytes of every "key=" (trace__index_keys() asserts it). */
+static inline size_t lex_fast_key_slot(uint64_t w)
+{
+	return (size_t)(((w & 0xffffff) * 0xbcc99ae80f0c8a89ULL) >> 59);
+}
+
+void trace__index_keys(struct trace_reader *r)
+{
+	_Static_assert(FAST_KEY_SLOTS == 32, "the slot is 5 bits of the hash");
+	for (size_t i = 0; i < FAST_KEY_SLOTS; i++)
+		r->fast_keys[i] = (struct trace__fast_key){ .word = 1 };
+	for (int k = 0; k < KEY_COUNT; k++) {
+		struct trace__fast_key *e;
+		size_t len = trace__keys[k].len;
+		char text[8] = { 0 };
+		uint64_t w;
+
+		assert(len + 1 <= sizeof(text));
+		memcpy(text, trace__keys[k].name, len);
+		text[len] = '=';
+		w = lex_load8(text);
+		e = &r->fast_keys[lex_fast_key_slot(w)];
+		assert(e->mask == 0);
+		*e = (struct trace__fast_key){
+			.word = w,
+			.mask = ~0ULL >> 8 * (7 - len),
+			.key = (unsigned char)k,
+			.len = (unsigned char)(len + 1),
+			.type = trace__keys[k].type,
+		};
+	}
+}
+
+/* The key of the "key=" at p, its length with the '=' and its value's
+ * type; -1 for none. */
+static inline int lex_fast_key(const struct trace_reader *r, const char *p,
+			       const char *end, const char *lim, size_t *len,
+			       unsigned *type)
+{
+	const struct trace__fast_key *e;
+	uint64_t w;
+	int k;
+
+	if (lim - p < 8) {
+		k = key_at(p, end);
+		*len = k < 0 ? 0 : trace__keys[k].len + 1u;
+		*type = k < 0 ? 0 : trace__keys[k].type;
+		return k;
+	}
+	/* Bytes past end may be loaded, never matched: the byte at end
+	 * ends the line ('\n' or '\r'), which no key holds. */
+	w = lex_load8(p);
+	e = &r->fast_keys[lex_fast_key_slot(w)];
+	if ((w & e->mask) != e->word)
+		return -1;
+	*len = e->len;
+	*type = e->type;
+	return e->key;
+}
+
+int trace__parse_fast(struct trace_reader *r, const struct directive *d,
+		      const char *p, const char *end, struct fields *f)
+{
+	const char *lim = lex_limit(r);
+	uint32_t keys = d->allowed & r->version_keys & ~BIT(FRAME);
+	uint32_t open = keys;
+	size_t len;
+	unsigned type;
+	int k;
+
+	assert(r->version_keys == version_keys(r->version));
+	while (p < end) {
+		if (*p != ' ' || ++p == end)
+			return 0;
+		k = lex_fast_key(r, p, end, lim, &len, &type);
+		if (k < 0 || !(open & 1u << k))
+			return 0;
+		open &= ~(1u << k);
+		p += len;
+		if (!lex_fast_value(r, (enum key)k, type, &p, end, lim, f))
+			return 0;
+	}
+	f->seen = keys & ~open;
+	return (d->required & ~f->seen) == 0;
 }
 
 void trace__set_version(struct trace_reader *r, unsigned version)

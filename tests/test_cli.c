@@ -349,6 +349,46 @@ START_TEST(cli_analyze_file_and_pipe_agree_over_many_batches)
 }
 END_TEST
 
+/* Argument names (PTR@NAME) live in the reader's lists, which the next
+ * line overwrites: the ops in a batch of analyze's reader thread keep
+ * their own, and a file says what the pipe does. */
+START_TEST(cli_analyze_file_keeps_argument_names)
+{
+	char *text, *path, *out[2], *err[2];
+	size_t len;
+	FILE *f = open_memstream(&text, &len);
+	int rc[2];
+
+	ck_assert_ptr_nonnull(f);
+	fputs("npusan-trace 1\n"
+	      "alloc ptr=0x1000 size=4096 stream=1\n"
+	      "launch stream=1 op=producer write=0x1000+16@out\n"
+	      "launch stream=2 op=consumer read=0x1000+16@inp\n"
+	      "launch stream=1 op=other write=", f);
+	/* More names than the reader's lists held: they move. */
+	for (int j = 0; j < 100; j++)
+		fprintf(f, "%s0x%x+8@a%d", j ? "," : "", 0x9000 + j * 16, j);
+	fputc('\n', f);
+	ck_assert_int_eq(fclose(f), 0);
+	path = tu_write_file("args.trace", text);
+	rc[0] = ctl(NULL, &out[0], &err[0], "analyze", path, NULL);
+	rc[1] = ctl(text, &out[1], &err[1], "analyze", "-", NULL);
+	ck_assert_int_eq(rc[0], 1);
+	ck_assert_int_eq(rc[1], 1);
+	ck_assert_str_eq(out[0], out[1]);
+	ck_assert_msg(strstr(out[0], "writing to argument out of producer"),
+		      "stdout: %s", out[0]);
+	ck_assert_msg(strstr(out[0], "reading from argument inp of consumer"),
+		      "stdout: %s", out[0]);
+	for (int i = 0; i < 2; i++) {
+		free(out[i]);
+		free(err[i]);
+	}
+	free(path);
+	free(text);
+}
+END_TEST
+
 static const char race[] = "npusan-trace 1\n"
 			   "launch stream=1 op=a write=0x10\n"
 			   "launch stream=2 op=b write=0x10\n";
@@ -836,6 +876,7 @@ static Suite *cli_suite(void)
 	tcase_add_test(tc, cli_analyze_json_escapes_strings);
 	tcase_add_test(tc, cli_analyze_bad_line_names_file_and_line);
 	tcase_add_test(tc, cli_analyze_file_and_pipe_agree_over_many_batches);
+	tcase_add_test(tc, cli_analyze_file_keeps_argument_names);
 	tcase_add_test(tc, cli_analyze_reads_every_trace_and_reports_each_bad_one);
 	tcase_add_test(tc, cli_analyze_every_bad_input_is_explained);
 	tcase_add_test(tc, cli_analyze_torn_last_line_is_read_up_to_it);

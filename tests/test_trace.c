@@ -804,6 +804,159 @@ START_TEST(trace_numbers_of_every_length)
 }
 END_TEST
 
+/* The next of a fixed sequence of pseudo-random numbers below n. */
+static unsigned fast_rand(unsigned *rnd, unsigned n)
+{
+	*rnd = *rnd * 1103515245u + 12345u;
+	return (*rnd >> 16) % n;
+}
+
+/* A number as the writer writes it, or longer, of mixed case. */
+static char *fast_number(char *o, unsigned *rnd)
+{
+	bool zero = fast_rand(rnd, 8) == 0;
+
+	number_text(o, 1 + fast_rand(rnd, 20), fast_rand(rnd, 2), zero, rnd);
+	return o + strlen(o);
+}
+
+/* An element list of 1 to 5 ranges; a length may be 0 (an error). */
+static char *fast_list(char *o, unsigned *rnd)
+{
+	unsigned n = 1 + fast_rand(rnd, 5);
+
+	for (unsigned i = 0; i < n; i++) {
+		if (i > 0)
+			*o++ = ',';
+		o = fast_number(o, rnd);
+		if (fast_rand(rnd, 2)) {
+			*o++ = '+';
+			o = fast_number(o, rnd);
+		}
+	}
+	return o;
+}
+
+/* An operator name of 1 to 40 bytes; now and then one the format
+ * refuses unquoted, or one beyond ASCII. */
+static char *fast_name(char *o, unsigned *rnd)
+{
+	static const char chars[] = "abcxyzABZ019:_.-<>()[]";
+	unsigned n = 1 + fast_rand(rnd, 40);
+
+	for (unsigned i = 0; i < n; i++)
+		*o++ = chars[fast_rand(rnd, sizeof(chars) - 1)];
+	switch (fast_rand(rnd, 16)) {
+	case 0:
+		*o++ = '=';
+		break;
+	case 1:
+		o += sprintf(o, "\xc3\xa9");
+		break;
+	default:
+		break;
+	}
+	return o;
+}
+
+/* One line of fields, `sep` between them, their order shuffled now and
+ * then; every value as the writer writes it or a little beyond. */
+static void fast_line(char *o, char sep, unsigned *rnd)
+{
+	static const char *const words[] = { "launch", "launch", "launch",
+					     "alloc", "free", "event_record",
+					     "stream_wait", "gap" };
+	static const char *const keys[][4] = {
+		{ "stream", "op", "read", "write" },
+		{ "stream", "op", "read", "write" },
+		{ "stream", "op", "write", "read" },
+		{ "ptr", "size", "stream", NULL },
+		{ "ptr", NULL, NULL, NULL },
+		{ "event", "stream", NULL, NULL },
+		{ "stream", "on", NULL, NULL },
+		{ "lost", NULL, NULL, NULL },
+	};
+	unsigned w = fast_rand(rnd, ARRAY_SIZE(words));
+	unsigned first = fast_rand(rnd, 4) == 0 ? 1 : 0;
+
+	o += sprintf(o, "%s", words[w]);
+	for (unsigned i = 0; i < 4; i++) {
+		const char *k = keys[w][(i + first) % 4];
+
+		if (k == NULL || (i > 1 && fast_rand(rnd, 3) == 0))
+			continue;
+		o += sprintf(o, "%c%s=", sep, k);
+		if (strcmp(k, "op") == 0)
+			o = fast_name(o, rnd);
+		else if (strcmp(k, "read") == 0 || strcmp(k, "write") == 0)
+			o = fast_list(o, rnd);
+		else
+			o = fast_number(o, rnd);
+	}
+	*o = '\0';
+}
+
+START_TEST(trace_fast_path_agrees_with_the_full_reader)
+{
+	/* Lines as the writer writes them (one blank between fields) go
+	 * through trace_read.c's fast path; the same lines with tabs, or
+	 * a blank at the end, through trace__parse_fields() alone. Each
+	 * line alone (its numbers near the end of the input), then all in
+	 * one trace: the same ops, or the same error. */
+	enum { LINES = 3000 };
+	char *all[2] = { NULL, NULL };
+	size_t all_len[2] = { 0, 0 };
+	FILE *f[2] = { open_memstream(&all[0], &all_len[0]),
+		       open_memstream(&all[1], &all_len[1]) };
+	unsigned rnd = 7;
+	struct result a, b;
+
+	ck_assert_ptr_nonnull(f[0]);
+	ck_assert_ptr_nonnull(f[1]);
+	fputs(H, f[0]);
+	fputs(H, f[1]);
+	for (int i = 0; i < LINES; i++) {
+		char line[2][1024], in[2][1100];
+		unsigned seed = rnd;
+
+		fast_line(line[0], ' ', &rnd);
+		fast_line(line[1], i % 2 ? '\t' : ' ', &seed);
+		if (i % 2 == 0)
+			strcat(line[1], " ");
+		for (int v = 0; v < 2; v++) {
+			snprintf(in[v], sizeof(in[v]), H "%s%s", line[v],
+				 i % 3 ? "\n" : "");
+		}
+		read_str(in[0], &a);
+		read_str(in[1], &b);
+		ck_assert_msg(a.rc == b.rc && strcmp(a.ops, b.ops) == 0 &&
+			      strcmp(a.msg, b.msg) == 0 &&
+			      strcmp(a.torn, b.torn) == 0,
+			      "'%s': rc %d '%s' '%s' '%s'; rc %d '%s' '%s' '%s'",
+			      line[0], a.rc, a.ops, a.msg, a.torn, b.rc, b.ops,
+			      b.msg, b.torn);
+		if (a.rc == 0 && a.torn[0] == '\0') {
+			fprintf(f[0], "%s\n", line[0]);
+			fprintf(f[1], "%s\n", line[1]);
+		}
+		result_free(&a);
+		result_free(&b);
+	}
+	ck_assert_int_eq(fclose(f[0]), 0);
+	ck_assert_int_eq(fclose(f[1]), 0);
+	read_text(all[0], all_len[0], &a);
+	read_text(all[1], all_len[1], &b);
+	ck_assert_int_eq(a.rc, 0);
+	ck_assert_int_eq(b.rc, 0);
+	ck_assert(strlen(a.ops) > LINES);
+	ck_assert(strcmp(a.ops, b.ops) == 0);
+	result_free(&a);
+	result_free(&b);
+	free(all[0]);
+	free(all[1]);
+}
+END_TEST
+
 START_TEST(trace_file_and_memory_readers_agree)
 {
 	/* Many blocks' worth, lines crossing block edges, some long. */
@@ -866,6 +1019,7 @@ static Suite *trace_suite(void)
 	tcase_add_test(tc, trace_only_a_last_line_may_be_torn);
 	tcase_add_test(tc, trace_file_and_memory_readers_agree);
 	tcase_add_test(tc, trace_numbers_of_every_length);
+	tcase_add_test(tc, trace_fast_path_agrees_with_the_full_reader);
 	test_trace_write_add(tc);
 	test_trace_v2_add(tc);
 	suite_add_tcase(s, tc);
