@@ -15,7 +15,9 @@ process each), and while they run keeps asking `npusanctl findings`. Prints:
   - records lost (dropped at the ring) under the default drop policy with
     the replays paced to offer --rate operations/s in all, then unpaced with
     NPUSAN_RING_FULL=block (the daemon's ceiling) and with drop;
-  - `npusanctl findings` latency, p50 and p99, under that load.
+  - `npusanctl findings` latency, p50 and p99, under that load;
+  - the daemon's context switches, voluntary (naps on empty rings) and
+    involuntary (preempted: a daemon short of CPU, not of work).
 
 Usage: tests/bench/daemon_bench.py --build DIR [--procs 8] [--ops 1000000]
                                    [--rate 2e6] [--only paced,block,drop]
@@ -52,6 +54,21 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def switches(pid):
+    """The context switches of all of pid's threads: (voluntary, involuntary).
+    A drain thread's voluntary ones are mostly its naps on empty rings; the
+    involuntary ones, other programs taking its CPU."""
+    vol = invol = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            for line in f:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    vol += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches:"):
+                    invol += int(line.split()[1])
+    return vol, invol
 
 
 def wait_socket(path, timeout=10):
@@ -104,7 +121,7 @@ def run(args, traces, total_ops, policy, rate, threads):
                           "--log-level", "warn", "--threads", str(threads)]
                          + args.daemon_args, env=env)
     wait_socket(sock)
-    cpu0 = cpu_seconds(d.pid)
+    cpu0, sw0 = cpu_seconds(d.pid), switches(d.pid)
     latencies, done = [], threading.Event()
 
     def query():
@@ -143,6 +160,7 @@ def run(args, traces, total_ops, policy, rate, threads):
     done.set()
     q.join()
     cpu = cpu_seconds(d.pid) - cpu0
+    vol, invol = (a - b for a, b in zip(switches(d.pid), sw0))
     events = sum(p.get("events", 0) for p in ps)
     lost = sum(p.get("lost", 0) for p in ps)
     d.send_signal(signal.SIGTERM)
@@ -162,7 +180,8 @@ def run(args, traces, total_ops, policy, rate, threads):
           f"p99 {p99 * 1e3:.1f} ms over {len(lat)} queries; daemon busy "
           f"{cpu / elapsed:.2f} CPUs; replays CPU "
           f"{rep_cpu * 1e9 / total_ops:.0f} ns/operation, busy "
-          f"{rep_cpu / elapsed:.2f} CPUs")
+          f"{rep_cpu / elapsed:.2f} CPUs; daemon's threads napped or "
+          f"waited {vol} times, were preempted {invol} times")
     missing = total_ops - events - lost
     print(f"  verdict: {'nothing lost' if lost == 0 and missing == 0 else 'LOST ' + str(lost) + ' (dropped), ' + str(missing) + ' unaccounted'}",
           flush=True)
