@@ -8,6 +8,19 @@
  * --rate it paces itself. All traces run at once, as the ranks of a job do.
  * This is the demo driver and the end-to-end test driver.
  *
+ * A child reads its trace ahead, a window of up to REPLAY_WINDOW_OPS
+ * operations at a time, and replays the window from memory: the replay
+ * proper costs what the agent costs, so that a benchmark through the daemon
+ * (tests/bench/daemon_bench.py) is not measuring the trace parser, and
+ * --rate paces the window alone (reading the next one is no part of the
+ * schedule).
+ *
+ * The children start replaying together, once each has read its first
+ * window and started its agent (a barrier of two pipes: `loaded`, which
+ * each child closes when ready and the parent reads to its end, and `go`,
+ * which the parent then closes); --started FILE marks that moment for a
+ * script that times the replay.
+ *
  * NPUSAN_RECORD records each replaying child. The agent records a forked
  * child only to a path with %p, so a path without it is made one here:
  * the single replaying child records to PATH.%p, renamed to PATH once it
@@ -15,10 +28,12 @@
  * cannot hold several processes.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +53,28 @@
 #define REPLAY_FAILED 1
 #define REPLAY_USAGE 2
 #define REPLAY_MAX_PAUSES 16
+/* Operations read ahead at most: about 150 bytes each with their ranges,
+ * so a window takes some 150 MiB, and a million-operation trace is read
+ * before its first operation is replayed. */
+#define REPLAY_WINDOW_OPS ((size_t)1 << 20)
+
+/* Operations read ahead, their ranges and arguments copied out of the
+ * reader's buffers, which the next trace_read() reuses. While it is being
+ * filled, ops[i]'s pointers are unset and at[i] says where its lists
+ * start; replay_window_fix() then points them into ranges and args, which
+ * no longer move. */
+struct replay_window {
+	struct op *ops;
+	struct replay_at {
+		size_t ranges; /* its reads, then its writes */
+		size_t args;   /* its read arguments, then its write ones */
+	} *at;
+	size_t nops, cap_ops, cap_at;
+	struct op_range *ranges;
+	size_t nranges, cap_ranges;
+	uint32_t *args;
+	size_t nargs, cap_args;
+};
 
 struct replay {
 	struct symtab *syms;
@@ -58,6 +95,9 @@ struct replay {
 	unsigned npauses;
 	const char *path;
 	const char *record; /* NPUSAN_RECORD without %p, or NULL */
+	const char *started; /* --started FILE, or NULL */
+	int loaded_fd;	     /* a child's ends of the barrier's pipes, */
+	int go_fd;	     /* -1 when there is none (see the top) */
 };
 
 static const char replay_usage[] =
@@ -77,6 +117,10 @@ static const char replay_usage[] =
 	"               and a daemon took everything again, or (:go) go on at\n"
 	"               once: a point at which to attach or detach, or to stop,\n"
 	"               kill or restart the daemon; up to 16 times\n"
+	"  --started FILE\n"
+	"               once every trace is read ahead and its agent started,\n"
+	"               the replays start together: then create FILE, for a\n"
+	"               script that times them\n"
 	"  --help       show this help\n"
 	"\n"
 	"The agent's environment applies (NPUSAN_SOCKET, NPUSAN_RECORD, ...);\n"
@@ -253,17 +297,114 @@ static void replay_identity(const struct trace_process *p)
 	}
 }
 
-/* Replays one trace in this (child) process. An exit status. */
-static int replay_trace(struct replay *rp, struct trace_reader *r)
+/* Copies `op`, which points into the reader's buffers, into `w`.
+ * 0; -ENOMEM. */
+static int replay_window_add(struct replay_window *w, const struct op *op)
 {
-	uint64_t start;
-	struct op op;
-	uint64_t n = 0, done = 0;
-	unsigned pause = 0;
-	int ret, err;
+	size_t nr = op->nreads + op->nwrites;
+	size_t na = (op->read_args != NULL ? op->nreads : 0) +
+		    (op->write_args != NULL ? op->nwrites : 0);
+
+	if (grow_array((void **)&w->ops, &w->cap_ops, w->nops + 1,
+		       sizeof(*w->ops)) < 0 ||
+	    grow_array((void **)&w->at, &w->cap_at, w->nops + 1,
+		       sizeof(*w->at)) < 0 ||
+	    grow_array((void **)&w->ranges, &w->cap_ranges, w->nranges + nr,
+		       sizeof(*w->ranges)) < 0 ||
+	    grow_array((void **)&w->args, &w->cap_args, w->nargs + na,
+		       sizeof(*w->args)) < 0)
+		return -ENOMEM;
+	if (op->nreads != 0)
+		memcpy(w->ranges + w->nranges, op->reads,
+		       op->nreads * sizeof(*op->reads));
+	if (op->nwrites != 0)
+		memcpy(w->ranges + w->nranges + op->nreads, op->writes,
+		       op->nwrites * sizeof(*op->writes));
+	if (op->read_args != NULL && op->nreads != 0)
+		memcpy(w->args + w->nargs, op->read_args,
+		       op->nreads * sizeof(*op->read_args));
+	if (op->write_args != NULL && op->nwrites != 0)
+		memcpy(w->args + w->nargs +
+			       (op->read_args != NULL ? op->nreads : 0),
+		       op->write_args, op->nwrites * sizeof(*op->write_args));
+	w->at[w->nops] = (struct replay_at){ w->nranges, w->nargs };
+	w->ops[w->nops++] = *op;
+	w->nranges += nr;
+	w->nargs += na;
+	return 0;
+}
+
+/* Points the window's operations at their copied lists (see struct
+ * replay_window); a list that was NULL stays NULL. */
+static void replay_window_fix(struct replay_window *w)
+{
+	for (size_t i = 0; i < w->nops; i++) {
+		struct op *op = &w->ops[i];
+		struct op_range *r = w->ranges ? w->ranges + w->at[i].ranges
+					       : NULL;
+		uint32_t *a = w->args ? w->args + w->at[i].args : NULL;
+
+		op->reads = op->reads != NULL ? r : NULL;
+		op->writes = op->writes != NULL && r ? r + op->nreads : NULL;
+		op->read_args = op->read_args != NULL ? a : NULL;
+		op->write_args = op->write_args == NULL || a == NULL ? NULL :
+				 a + (op->read_args != NULL ? op->nreads : 0);
+	}
+}
+
+/*
+ * Reads the next window of operations into `w`. trace_read()'s result for
+ * the last operation read: 1 when the window is full (more may follow),
+ * 0 at the end, < 0 on an error. Without the memory to copy an
+ * operation, the window ends before it, *direct is set and `op` holds it,
+ * valid until the next read: to be replayed as it is, after the window.
+ */
+static int replay_window_load(struct trace_reader *r, struct replay_window *w,
+			      struct op *op, bool *direct)
+{
+	int ret = 1;
+
+	w->nops = w->nranges = w->nargs = 0;
+	*direct = false;
+	while (w->nops < REPLAY_WINDOW_OPS && (ret = trace_read(r, op)) == 1) {
+		if (replay_window_add(w, op) < 0) {
+			*direct = true;
+			break;
+		}
+	}
+	replay_window_fix(w);
+	return ret;
+}
+
+static void replay_window_free(struct replay_window *w)
+{
+	free(w->ops);
+	free(w->at);
+	free(w->ranges);
+	free(w->args);
+}
+
+/* Replays one operation, paced, and stops at the --pause-at points it
+ * reaches; `*done` counts the operations replayed. */
+static void replay_one(struct replay *rp, const struct op *op,
+		       uint64_t start_ns, uint64_t *done, unsigned *pause)
+{
+	if (rp->rate > 0)
+		replay_pace(rp, start_ns, *done);
+	replay_op(rp, op);
+	++*done;
+	while (*pause < rp->npauses && rp->pauses[*pause].at == *done) {
+		replay_pause(rp, rp->pauses[*pause].then);
+		++*pause;
+	}
+}
+
+/* Starts the agent as the trace's process; 0, or an exit status. */
+static int replay_start(struct replay *rp, struct trace_reader *r)
+{
+	int err;
 
 	/* The header and process line come before the first op. */
-	ret = trace_read(r, &op);
 	replay_identity(trace_reader_process(r));
 	setenv("NPUSAN_RING_FULL", "block", 0);
 	/* Every stack comes from the trace: npusan_alloc_graph(), which
@@ -275,17 +416,72 @@ static int replay_trace(struct replay *rp, struct trace_reader *r)
 			"%s\n", rp->path, strerror(-err));
 		return REPLAY_FAILED;
 	}
-	start = clock_mono_ns();
-	for (; ret == 1; ret = trace_read(r, &op)) {
-		if (rp->rate > 0)
-			replay_pace(rp, start, n++);
-		replay_op(rp, &op);
-		done++;
-		while (pause < rp->npauses && rp->pauses[pause].at == done) {
-			replay_pause(rp, rp->pauses[pause].then);
-			pause++;
-		}
+	return REPLAY_OK;
+}
+
+/* Says this child is ready, and waits for the others (see the top). */
+static void replay_barrier(struct replay *rp)
+{
+	char c = 1;
+	ssize_t n;
+
+	if (rp->loaded_fd >= 0) {
+		/* Closing is the signal; the byte only makes it plain. */
+		(void)!write(rp->loaded_fd, &c, 1);
+		close(rp->loaded_fd);
+		rp->loaded_fd = -1;
 	}
+	if (rp->go_fd >= 0) {
+		do
+			n = read(rp->go_fd, &c, 1);
+		while (n > 0 || (n < 0 && errno == EINTR));
+		close(rp->go_fd);
+		rp->go_fd = -1;
+	}
+}
+
+/* Replays the trace's windows; trace_read()'s last result. The first
+ * window is read before the agent starts; reading a later one is left out
+ * of the --rate schedule. */
+static int replay_windows(struct replay *rp, struct trace_reader *r,
+			  struct replay_window *w)
+{
+	uint64_t start = 0, done = 0, t;
+	unsigned pause = 0;
+	bool direct, started = false;
+	struct op op;
+	int ret;
+
+	do {
+		t = clock_mono_ns();
+		ret = replay_window_load(r, w, &op, &direct);
+		if (!started) {
+			if (replay_start(rp, r) != REPLAY_OK)
+				return -ECANCELED;
+			replay_barrier(rp);
+			started = true;
+			start = clock_mono_ns();
+		} else {
+			start += clock_mono_ns() - t;
+		}
+		for (size_t i = 0; i < w->nops; i++)
+			replay_one(rp, &w->ops[i], start, &done, &pause);
+		if (direct)
+			replay_one(rp, &op, start, &done, &pause);
+	} while (ret == 1);
+	return ret;
+}
+
+/* Replays one trace in this (child) process. An exit status. */
+static int replay_trace(struct replay *rp, struct trace_reader *r)
+{
+	struct replay_window w = { 0 };
+	int ret, err;
+
+	ret = replay_windows(rp, r, &w);
+	replay_window_free(&w);
+	if (ret == -ECANCELED)
+		return REPLAY_FAILED;
 	if (ret < 0) {
 		replay_say_trace(trace_reader_error(r));
 		return REPLAY_FAILED;
@@ -372,6 +568,7 @@ static int replay_parse(int argc, char **argv, struct replay *rp)
 		{ "rate", required_argument, NULL, 'r' },
 		{ "wait", required_argument, NULL, 'w' },
 		{ "pause-at", required_argument, NULL, 'p' },
+		{ "started", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -399,6 +596,9 @@ static int replay_parse(int argc, char **argv, struct replay *rp)
 		case 'p':
 			if (replay_parse_pause(rp, optarg) < 0)
 				return -1;
+			break;
+		case 's':
+			rp->started = optarg;
 			break;
 		case 'h':
 			fputs(replay_usage, stdout);
@@ -455,16 +655,74 @@ static int replay_record_finish(const struct replay *rp, pid_t pid)
 	return REPLAY_FAILED;
 }
 
+/* The barrier's pipes (see the top): loaded[2], then go[2]; all -1 when
+ * they cannot be made, and the children then start as they are ready. */
+static void replay_barrier_open(int fds[4])
+{
+	if (pipe2(fds, O_CLOEXEC) < 0) {
+		fds[0] = fds[1] = fds[2] = fds[3] = -1;
+	} else if (pipe2(fds + 2, O_CLOEXEC) < 0) {
+		close(fds[0]);
+		close(fds[1]);
+		fds[0] = fds[1] = fds[2] = fds[3] = -1;
+	}
+}
+
+/* In a child: keeps its ends of the barrier (see the top). */
+static void replay_barrier_child(struct replay *rp, const int fds[4])
+{
+	rp->loaded_fd = fds[1];
+	rp->go_fd = fds[2];
+	if (fds[0] >= 0) {
+		close(fds[0]);
+		close(fds[3]);
+	}
+}
+
+/* In the parent, once every child is forked: waits until each is ready
+ * or gone, creates --started's file, and lets them go. REPLAY_OK, or
+ * REPLAY_FAILED when the file could not be created (said). */
+static int replay_release(const struct replay *rp, const int fds[4])
+{
+	int ret = REPLAY_OK, fd;
+	char buf[64];
+	ssize_t n;
+
+	if (fds[0] >= 0) {
+		close(fds[1]);
+		close(fds[2]);
+		do
+			n = read(fds[0], buf, sizeof(buf));
+		while (n > 0 || (n < 0 && errno == EINTR));
+		close(fds[0]);
+	}
+	if (rp->started != NULL) {
+		fd = open(rp->started, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+			  0644);
+		if (fd < 0) {
+			fprintf(stderr, "npusan-replay: --started %s: %s\n",
+				rp->started, strerror(errno));
+			ret = REPLAY_FAILED;
+		} else {
+			close(fd);
+		}
+	}
+	if (fds[3] >= 0)
+		close(fds[3]);
+	return ret;
+}
+
 int main(int argc, char **argv)
 {
 	struct replay rp = { .wait_ms = 10000 };
-	int status, ret = REPLAY_OK;
+	int status, ret = REPLAY_OK, fds[4];
 	pid_t pid, child = -1;
 
 	if (replay_parse(argc, argv, &rp) < 0 ||
 	    replay_record_setup(&rp, argc - optind) < 0)
 		return REPLAY_USAGE;
 	fflush(stdout);
+	replay_barrier_open(fds);
 	for (int i = optind; i < argc; i++) {
 		rp.path = argv[i];
 		pid = fork();
@@ -476,10 +734,14 @@ int main(int argc, char **argv)
 		}
 		/* exit(), not _exit(): the agent's destructor finishes the
 		 * recording; stdout was flushed before the fork. */
-		if (pid == 0)
+		if (pid == 0) {
+			replay_barrier_child(&rp, fds);
 			exit(replay_child(&rp));
+		}
 		child = pid;
 	}
+	if (replay_release(&rp, fds) != REPLAY_OK)
+		ret = REPLAY_FAILED;
 	while ((pid = wait(&status)) > 0 || errno == EINTR) {
 		if (pid > 0 && (!WIFEXITED(status) || WEXITSTATUS(status)))
 			ret = REPLAY_FAILED;

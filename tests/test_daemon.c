@@ -300,6 +300,76 @@ START_TEST(daemon_names_where_memory_was_freed_and_arguments)
 }
 END_TEST
 
+/* Polls `npusanctl list --json` until `n` processes have exited. */
+static char *wait_exited(unsigned n)
+{
+	char *list = NULL;
+
+	for (int i = 0; i < 500; i++) {
+		free(list);
+		list = NULL;
+		ctl(&list, "list", "--json", NULL);
+		if (list != NULL && tu_count_lines(list, "\"exited\"") >= n)
+			break;
+		tu_nap_ms(20);
+	}
+	return list;
+}
+
+/* The replays start together once every trace is read ahead (--started
+ * marks it): a trace that cannot be opened holds the others up no more
+ * than one with a bad line, which is replayed up to that line, as it was
+ * before traces were read ahead; a --started file that cannot be made is
+ * said, and fails the replay, which still runs. */
+START_TEST(daemon_replays_start_together_whatever_a_trace_holds)
+{
+	char *clean = tu_write_file("clean.trace", clean_trace);
+	char *bad = tu_write_file("bad.trace", "npusan-trace 1\n"
+				  "process pid=1 job=demo rank=4\n"
+				  "stream_create stream=1\n"
+				  "stream_create stream=2\n"
+				  "launch stream=1 op=x write=nonsense\n"
+				  "device_sync\n");
+	char *dir = tu_tmpdir(), started[PATH_MAX], missing[PATH_MAX];
+	char *rep = strdup(tu_bin("agent/npusan-replay")), *err, *list;
+	const char *argv[] = { rep, "--started", started, clean, bad, missing,
+			       NULL };
+	struct tu_daemon d;
+
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, DAEMON_ARGS);
+	snprintf(started, sizeof(started), "%s/started", dir);
+	snprintf(missing, sizeof(missing), "%s/missing.trace", dir);
+	ck_assert_int_eq(tu_run(argv, NULL, NULL, &err), 1);
+	ck_assert_msg(strstr(err, "missing.trace") != NULL &&
+			      strstr(err, "bad.trace:5") != NULL, "%s", err);
+	free(err);
+	ck_assert_int_eq(access(started, F_OK), 0);
+	list = wait_exited(2);
+	ck_assert_msg(tu_count_lines(list, "\"events\":7,") == 1 &&
+			      tu_count_lines(list, "\"events\":2,") == 1 &&
+			      tu_count_lines(list, "\"lost\":0,") == 2,
+		      "%s", list);
+	free(list);
+	/* --started in a directory that does not exist. */
+	snprintf(started, sizeof(started), "%s/no/started", dir);
+	argv[4] = NULL;
+	ck_assert_int_eq(tu_run(argv, NULL, NULL, &err), 1);
+	ck_assert_msg(strstr(err, "--started") != NULL &&
+			      strstr(err, started) != NULL, "%s", err);
+	free(err);
+	list = wait_exited(3);
+	ck_assert_msg(tu_count_lines(list, "\"events\":7,") == 2, "%s", list);
+	free(list);
+	ck_assert_int_eq(WEXITSTATUS(tu_daemon_stop(&d, SIGTERM)), 0);
+	free(rep);
+	free(clean);
+	free(bad);
+	free(dir);
+	free(d.dir);
+}
+END_TEST
+
 START_TEST(daemon_absent_is_said)
 {
 	char *dir = tu_tmpdir(), sock[PATH_MAX], *bin, *err;
@@ -329,6 +399,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, daemon_finds_what_analyze_finds_in_each_rank);
 	tcase_add_test(tc, daemon_killed_keeps_committed_findings);
 	tcase_add_test(tc, daemon_names_where_memory_was_freed_and_arguments);
+	tcase_add_test(tc, daemon_replays_start_together_whatever_a_trace_holds);
 	tcase_add_test(tc, daemon_absent_is_said);
 	suite_add_tcase(s, tc);
 	return s;

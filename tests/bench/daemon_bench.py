@@ -7,23 +7,30 @@ replays all traces at once through the real agent (npusan-replay, one
 process each), and while they run keeps asking `npusanctl findings`. Prints:
 
   - aggregate operations/s through the daemon (from the first replayed
-    operation until the daemon has analysed the last one);
-  - the daemon's CPU time per operation;
+    operation, once every replay has read its trace ahead, until the
+    daemon has analysed the last one);
+  - the daemon's CPU time per operation, and the replays' (npusan-replay
+    and its children) less what reading the traces ahead takes (measured
+    once, replaying with the agent off, NPUSAN=0);
   - records lost (dropped at the ring) under the default drop policy with
     the replays paced to offer --rate operations/s in all, then unpaced with
     NPUSAN_RING_FULL=block (the daemon's ceiling) and with drop;
-  - `npusanctl findings` latency, p50 and p99, under that load.
+  - `npusanctl findings` latency, p50 and p99, under that load;
+  - the daemon's context switches, voluntary (naps on empty rings) and
+    involuntary (preempted: a daemon short of CPU, not of work).
 
 Usage: tests/bench/daemon_bench.py --build DIR [--procs 8] [--ops 1000000]
                                    [--rate 2e6] [--only paced,block,drop]
-                                   [--threads 1,2]
+                                   [--threads 1,2] [--traces DIR]
 (DIR is a Release build: cmake -DCMAKE_BUILD_TYPE=Release).
 
 --only picks the runs (paced: drop policy at --rate; block and drop:
 unpaced). --threads runs each picked run once per number of npusand drain
 threads (npusand --threads N; 0, its default, is one per CPU up to 3) and,
 given two or more, prints the slope: operations/s gained per added thread.
-Each run ends with a line saying whether anything was lost.
+Each run ends with a line saying whether anything was lost. --traces
+keeps the generated traces in DIR and reuses those already there (the same
+--procs and --ops), so that runs compared side by side replay the same.
 
 The issue's runs, one command each:
   daemon_bench.py --build B --only block                 # the ceiling
@@ -47,6 +54,21 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def switches(pid):
+    """The context switches of all of pid's threads: (voluntary, involuntary).
+    A drain thread's voluntary ones are mostly its naps on empty rings; the
+    involuntary ones, other programs taking its CPU."""
+    vol = invol = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            for line in f:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    vol += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches:"):
+                    invol += int(line.split()[1])
+    return vol, invol
 
 
 def wait_socket(path, timeout=10):
@@ -80,6 +102,16 @@ def processes(ctl, env):
     return [json.loads(l) for l in out.splitlines() if l.strip()]
 
 
+def replay_cpu(args, cmd, env):
+    """Runs npusan-replay; the CPU seconds it and its children took."""
+    rep = subprocess.Popen([args.replay] + cmd, env=env)
+    # wait4's usage takes in the replays, which npusan-replay waits for.
+    _, status, usage = os.wait4(rep.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit("daemon_bench: npusan-replay failed")
+    return usage.ru_utime + usage.ru_stime
+
+
 def run(args, traces, total_ops, policy, rate, threads):
     tmp = tempfile.mkdtemp(prefix="npusan-bench-")
     sock, db = os.path.join(tmp, "s"), os.path.join(tmp, "db")
@@ -89,7 +121,7 @@ def run(args, traces, total_ops, policy, rate, threads):
                           "--log-level", "warn", "--threads", str(threads)]
                          + args.daemon_args, env=env)
     wait_socket(sock)
-    cpu0 = cpu_seconds(d.pid)
+    cpu0, sw0 = cpu_seconds(d.pid), switches(d.pid)
     latencies, done = [], threading.Event()
 
     def query():
@@ -100,24 +132,35 @@ def run(args, traces, total_ops, policy, rate, threads):
             latencies.append(time.perf_counter() - t)
             time.sleep(0.05)
 
-    q = threading.Thread(target=query)
-    t0 = time.perf_counter()
-    q.start()
+    q = threading.Thread(target=query, daemon=True)
     pace = ["--rate", str(rate / len(traces))] if rate else []
-    rep = subprocess.run([args.replay, "--wait", "600000"] + pace + traces,
-                         env=env)
-    if rep.returncode != 0:
-        sys.exit("daemon_bench: npusan-replay failed")
+    started = os.path.join(tmp, "started")
+    t0 = []
+
+    def clock():
+        # The clock starts once every replay has read its trace ahead:
+        # reading text is no part of what the daemon is measured by.
+        while not os.path.exists(started) and not done.is_set():
+            time.sleep(0.001)
+        t0.append(time.perf_counter())
+        q.start()
+
+    c = threading.Thread(target=clock, daemon=True)
+    c.start()
+    rep_cpu = replay_cpu(args, ["--wait", "600000", "--started", started]
+                         + pace + traces, env) - args.read_cpu
     while True:
         ps = processes(args.npusanctl, env)
         if len(ps) == len(traces) and all(p.get("state") == "exited"
                                           for p in ps):
             break
         time.sleep(0.02)
-    elapsed = time.perf_counter() - t0
+    c.join()
+    elapsed = time.perf_counter() - t0[0]
     done.set()
     q.join()
     cpu = cpu_seconds(d.pid) - cpu0
+    vol, invol = (a - b for a, b in zip(switches(d.pid), sw0))
     events = sum(p.get("events", 0) for p in ps)
     lost = sum(p.get("lost", 0) for p in ps)
     d.send_signal(signal.SIGTERM)
@@ -135,7 +178,10 @@ def run(args, traces, total_ops, policy, rate, threads):
           f"{events}, lost {lost} ({100.0 * lost / total_ops:.2f}%); "
           f"findings query p50 {statistics.median(lat) * 1e3:.1f} ms, "
           f"p99 {p99 * 1e3:.1f} ms over {len(lat)} queries; daemon busy "
-          f"{cpu / elapsed:.2f} CPUs")
+          f"{cpu / elapsed:.2f} CPUs; replays CPU "
+          f"{rep_cpu * 1e9 / total_ops:.0f} ns/operation, busy "
+          f"{rep_cpu / elapsed:.2f} CPUs; daemon's threads napped or "
+          f"waited {vol} times, were preempted {invol} times")
     missing = total_ops - events - lost
     print(f"  verdict: {'nothing lost' if lost == 0 and missing == 0 else 'LOST ' + str(lost) + ' (dropped), ' + str(missing) + ' unaccounted'}",
           flush=True)
@@ -157,6 +203,8 @@ def main():
     ap.add_argument("--threads", default="0",
                     help="npusand drain threads, comma-separated: each run "
                     "once per count (0: npusand's default)")
+    ap.add_argument("--traces", help="keep the traces in (and reuse them "
+                    "from) this directory")
     args = ap.parse_args()
     runs = args.only.split(",")
     threads = [int(t) for t in args.threads.split(",")]
@@ -167,18 +215,26 @@ def main():
     args.npusanctl = os.path.join(b, "npusanctl")
     args.replay = os.path.join(b, "agent", "npusan-replay")
     gen = os.path.join(b, "engine_bench")
-    tmp = tempfile.mkdtemp(prefix="npusan-bench-traces-")
+    tmp = args.traces or tempfile.mkdtemp(prefix="npusan-bench-traces-")
+    os.makedirs(tmp, exist_ok=True)
     traces = []
     # engine_bench's workload has about 2.49 operations per launch.
     launches = max(1, int(args.ops / 2.49))
     for i in range(args.procs):
-        path = os.path.join(tmp, f"rank{i}.trace")
+        path = os.path.join(tmp, f"rank{i}-{launches}.trace")
+        traces.append(path)
+        if os.path.exists(path):
+            continue
         subprocess.run([gen, "--launches", str(launches), "--seed",
                         str(i + 1), "--runs", "1", "--compare-ops", "0",
-                        "--write-trace", path], check=True,
+                        "--write-trace", path + ".part"], check=True,
                        capture_output=True)
-        traces.append(path)
+        os.rename(path + ".part", path)  # a cut-short one is not reused
     total = sum(count_ops(t) for t in traces)
+    args.read_cpu = replay_cpu(args, ["--wait", "0"] + traces,
+                               dict(os.environ, NPUSAN="0"))
+    print(f"reading the traces ahead: {args.read_cpu * 1e9 / total:.0f} "
+          f"ns/operation of the replays' CPU, left out of their figures")
     # paced: offered at the target rate, does the daemon keep up without
     # drops? block and drop: as fast as the replays go, the daemon's own
     # ceiling; the producers wait for it (block), or their excess is
@@ -193,7 +249,8 @@ def main():
             print(f"  {r}: drain threads {t0} -> {t1}: "
                   f"{r0 / 1e6:.2f} -> {r1 / 1e6:.2f} M operations/s, "
                   f"slope {(r1 - r0) / (t1 - t0) / 1e6:+.2f} M/s per thread")
-    subprocess.run(["rm", "-rf", tmp])
+    if not args.traces:
+        subprocess.run(["rm", "-rf", tmp])
 
 
 if __name__ == "__main__":
