@@ -33,6 +33,15 @@
  *    that takes the ring over from another one gets the same snapshot and
  *    gap. With no other ring, a detached agent's state is AGENT_DORMANT,
  *    where only lifetime calls do anything.
+ * 6. `agent.solo` names the ring slot that takes launches when exactly one
+ *    does (a ring that exists and is ATTACHED), else NULL. It is derived,
+ *    under agent_attach_lock, after every change of which rings exist or
+ *    are attached (agent_route()), and stored with release after them, so
+ *    a launch that follows it sees what agent_launch_slow()'s loop would. A
+ *    launch without args whose name and stack are defined there already,
+ *    and which fits by the cached tail without a pad, is pushed inline
+ *    in npusan_launch() (agent_launch_fast()); anything else goes the
+ *    whole way, agent_launch_slow(), having pushed nothing.
  */
 #include "npusan.h"
 
@@ -86,6 +95,7 @@ struct agent_ring {
 	_Atomic(struct ring *) ring;
 	_Atomic uint32_t gen; /* this ring's generation, never 0 */
 	_Atomic int attach;   /* enum agent_attach */
+	int slot;	      /* its index in agent.rings, constant */
 };
 
 NPUSAN_EXPORT int npusan_state_ = AGENT_OFF;
@@ -95,13 +105,16 @@ NPUSAN_EXPORT int npusan_state_ = AGENT_OFF;
 	__atomic_store_n(&npusan_state_, (v), (order))
 static struct {
 	struct agent_ring rings[INTERN_RINGS];
+	_Atomic(struct agent_ring *) solo; /* DESIGN 6 */
 	struct stack_config stacks;
 	struct recorder *recorder;
 	_Atomic uint32_t next_gen;
 	bool want_daemon; /* NPUSAN=1 or npusan_init(): also after fork() */
 	bool want_dormant; /* register detached: also after fork() */
 	bool atfork_done;
-} agent;
+} agent = { .rings = { [AGENT_DAEMON] = { .slot = AGENT_DAEMON },
+		       [AGENT_RECORDER] = { .slot = AGENT_RECORDER } } };
+_Static_assert(INTERN_RINGS == 2, "every ring slot is initialised");
 static pthread_mutex_t agent_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Serialises attach, detach and the snapshot (DESIGN 5). */
 static pthread_mutex_t agent_attach_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -229,10 +242,10 @@ static __attribute__((noinline)) int agent_define_stack(int slot, uint32_t id)
 
 /*
  * The stack id to send: a given one, or the native stack captured now.
- * Called only from agent_launch(), agent_alloc() and agent_free(), never
- * inlined, and
- * the agent is built without sibling calls, so the frames to skip are
- * always these three: itself, its caller and the API function.
+ * Called only from agent_launch_slow(), agent_alloc() and agent_free(),
+ * never inlined, each called only from the API functions, and the agent is
+ * built without sibling calls, so the frames to skip are always these
+ * three: itself, its caller and the API function.
  */
 __attribute__((noinline)) static uint32_t agent_stack(uint32_t stack)
 {
@@ -389,9 +402,35 @@ static void agent_args_to(int slot, const struct agent_args *args,
 	}
 }
 
+/* Writes a launch record but for its args. */
+static inline void agent_fill_launch(struct ring_launch *l, uint64_t stream,
+				     uint32_t name,
+				     const struct npusan_range *reads,
+				     size_t nreads,
+				     const struct npusan_range *writes,
+				     size_t nwrites, uint32_t stack, bool named)
+{
+	l->kind = OP_LAUNCH;
+	l->flags = named ? RING_LAUNCH_HAS_ARGS : 0;
+	l->reserved = 0;
+	l->stack = stack;
+	l->stream = stream;
+	l->name = name;
+	l->nreads = (uint32_t)nreads;
+	l->nwrites = (uint32_t)nwrites;
+	l->reserved2 = 0;
+	/* A loop, not memcpy(): launches carry a handful of ranges, and a
+	 * call into libc costs more than copying them. */
+	for (size_t i = 0; i < nreads; i++)
+		l->ranges[i] = (struct ring_range){ reads[i].ptr, reads[i].len };
+	for (size_t i = 0; i < nwrites; i++)
+		l->ranges[nreads + i] =
+			(struct ring_range){ writes[i].ptr, writes[i].len };
+}
+
 /*
  * Pushes a launch to ring `r` of `slot`, which takes every record. Inline
- * in agent_launch(): the path of every launch, whose ids are nearly always
+ * in agent_launch_slow(): the path of every launch, whose ids are nearly always
  * defined already (agent_string_defined()).
  */
 static inline void agent_push_launch(struct ring *r, int slot,
@@ -421,39 +460,110 @@ static inline void agent_push_launch(struct ring *r, int slot,
 			 &rs))
 		return;
 	l = rs.payload;
-	l->kind = OP_LAUNCH;
-	l->flags = named ? RING_LAUNCH_HAS_ARGS : 0;
-	l->reserved = 0;
-	l->stack = stack;
-	l->stream = stream;
-	l->name = name;
-	l->nreads = (uint32_t)nreads;
-	l->nwrites = (uint32_t)nwrites;
-	l->reserved2 = 0;
-	/* A loop, not memcpy(): launches carry a handful of ranges, and a
-	 * call into libc costs more than copying them. */
-	for (size_t i = 0; i < nreads; i++)
-		l->ranges[i] = (struct ring_range){ reads[i].ptr, reads[i].len };
-	for (size_t i = 0; i < nwrites; i++)
-		l->ranges[nreads + i] =
-			(struct ring_range){ writes[i].ptr, writes[i].len };
+	agent_fill_launch(l, stream, name, reads, nreads, writes, nwrites,
+			  stack, named);
 	if (named)
 		agent_args_to(slot, args, nreads, nwrites,
 			      (uint32_t *)(l->ranges + nreads + nwrites));
 	ring_commit(&rs);
 }
 
+/* The most read, and write, ranges a launch on the fast path has: its
+ * record then never exceeds any ring's max_record. One less than a power
+ * of two, so that (nreads | nwrites) checks both. */
+#define AGENT_FAST_RANGES 63u
+_Static_assert(sizeof(struct ring_rec) + sizeof(struct ring_launch) +
+			       2 * AGENT_FAST_RANGES *
+				       sizeof(struct ring_range) <=
+		       RING_MAX_RECORD_MIN,
+	       "a fast launch fits every ring");
+
+/* agent_defined() with the generation of `slot` at hand. */
+static inline bool agent_defined_gen(const struct intern_head *h, int slot,
+				     uint32_t gen)
+{
+	/* Acquire: as in agent_defined(). */
+	return atomic_load_explicit(&h->sent[slot], memory_order_acquire) ==
+	       gen;
+}
+
+/* Whether the launch's name and stack (0: none) are defined on `slot`. */
+static inline bool agent_launch_defined(int slot, uint32_t gen,
+					uint32_t name, uint32_t stack)
+{
+	const struct intern_str *s;
+	const struct intern_stack *st;
+
+	if (name != 0 && ((s = intern_string_get(name)) == NULL ||
+			  !agent_defined_gen(&s->h, slot, gen)))
+		return false;
+	return stack == 0 || ((st = intern_stack_get(stack)) != NULL &&
+			      agent_defined_gen(&st->h, slot, gen));
+}
+
+/*
+ * The fast path of a launch without args (DESIGN 6): true when it is
+ * pushed; false, with nothing pushed, claimed or counted, when
+ * agent_launch_slow() must do it. NPUSAN_STACK_NATIVE is never a defined
+ * stack, so a launch that asks for one goes the whole way.
+ */
+static inline bool agent_launch_fast(uint64_t stream, uint32_t name,
+				     const struct npusan_range *reads,
+				     size_t nreads,
+				     const struct npusan_range *writes,
+				     size_t nwrites, uint32_t stack)
+{
+	/* Acquire: pairs with the release store in agent_route(); the ring,
+	 * its generation and its attach state are set before. */
+	const struct agent_ring *ar = atomic_load_explicit(
+		&agent.solo, memory_order_acquire);
+	struct ring_slot rs;
+	struct ring *r;
+	uint32_t gen;
+
+	if (ar == NULL || (nreads | nwrites) > AGENT_FAST_RANGES)
+		return false;
+	/* Relaxed: ordered by the acquire load of solo above; never NULL
+	 * while solo names its slot (agent_route_locked()). */
+	r = atomic_load_explicit(&ar->ring, memory_order_relaxed);
+	/* Relaxed: as in agent_gen(). */
+	gen = atomic_load_explicit(&ar->gen, memory_order_relaxed);
+	if (!agent_launch_defined(ar->slot, gen, name, stack))
+		return false;
+	if (!ring_try_reserve(r, RING_REC_LAUNCH,
+			      ring_rec_size(ring_launch_size(nreads + nwrites,
+							     0)),
+			      &rs))
+		return false;
+	agent_fill_launch(rs.payload, stream, name, reads, nreads, writes,
+			  nwrites, stack, false);
+	ring_commit(&rs);
+	return true;
+}
+
 /* ---- the API ----------------------------------------------------------- */
 
-/* The body of npusan_launch() and npusan_launch_args(), out of line so
- * that the disabled path is the state check alone. */
-static __attribute__((noinline)) void agent_launch(
-	uint64_t stream, uint32_t op, const struct npusan_range *reads,
-	size_t nreads, const struct npusan_range *writes, size_t nwrites,
-	uint32_t stack, const struct agent_args *args)
+/* A launch as the API received it; args NULL for none. */
+struct agent_launch_req {
+	uint64_t stream;
+	const struct npusan_range *reads, *writes;
+	size_t nreads, nwrites;
+	uint32_t name, stack;
+	const struct agent_args *args;
+};
+
+/* A launch the whole way: to every ring that takes it, defining what it
+ * names first. Called only from npusan_launch() and npusan_launch_args()
+ * (agent_stack()'s frames). */
+static __attribute__((noinline)) void agent_launch_slow(
+	const struct agent_launch_req *q)
 {
+	size_t nreads = q->nreads, nwrites = q->nwrites;
+	uint32_t stack = q->stack;
 	struct ring *r;
 
+	if (!agent_on())
+		return; /* a forked child's agent that did not start */
 	/* More ranges than a record holds: ring_reserve() refuses the
 	 * record and counts it as dropped; the counts must not wrap. */
 	if (nreads > UINT32_MAX || nwrites > UINT32_MAX)
@@ -464,20 +574,41 @@ static __attribute__((noinline)) void agent_launch(
 	for (int slot = 0; slot < INTERN_RINGS; slot++) {
 		r = agent_ring_get(slot);
 		if (r != NULL && agent_attach_load(slot) >= AGENT_ATTACHED)
-			agent_push_launch(r, slot, stream, op, reads, nreads,
-					  writes, nwrites, stack, args);
+			agent_push_launch(r, slot, q->stream, q->name, q->reads,
+					  nreads, q->writes, nwrites, stack,
+					  q->args);
 	}
 }
 
+/*
+ * The fast path is inline here, not in a function of its own, so that a
+ * launch makes one call, not two. A forked child's first launch goes the
+ * slow way, which starts its agent (agent_on()): then the one branch past
+ * the state check is the only code that needs a stack frame, and the
+ * compiler sets the frame up past the check, so that the disabled path is
+ * a load, a compare and a return.
+ */
 NPUSAN_EXPORT void npusan_launch(uint64_t stream, uint32_t op,
 				 const struct npusan_range *reads,
 				 size_t nreads,
 				 const struct npusan_range *writes,
 				 size_t nwrites, uint32_t stack)
 {
-	if (agent_on())
-		agent_launch(stream, op, reads, nreads, writes, nwrites, stack,
-			     NULL);
+	/* Acquire: as in agent_on(). */
+	int s = agent_state_load(__ATOMIC_ACQUIRE);
+
+	if (likely(s == AGENT_ON || s == AGENT_FORKED) &&
+	    (s != AGENT_ON ||
+	     !agent_launch_fast(stream, op, reads, nreads, writes, nwrites,
+				stack))) {
+		struct agent_launch_req q = {
+			.stream = stream, .reads = reads, .writes = writes,
+			.nreads = nreads, .nwrites = nwrites, .name = op,
+			.stack = stack,
+		};
+
+		agent_launch_slow(&q);
+	}
 }
 
 NPUSAN_EXPORT void npusan_launch_args(uint64_t stream, uint32_t op,
@@ -489,10 +620,17 @@ NPUSAN_EXPORT void npusan_launch_args(uint64_t stream, uint32_t op,
 {
 	struct agent_args args = { read_args, write_args };
 
-	if (agent_on())
-		agent_launch(stream, op, reads, nreads, writes, nwrites, stack,
-			     read_args != NULL || write_args != NULL ? &args
-								     : NULL);
+	if (agent_on()) {
+		struct agent_launch_req q = {
+			.stream = stream, .reads = reads, .writes = writes,
+			.nreads = nreads, .nwrites = nwrites, .name = op,
+			.stack = stack,
+			.args = read_args != NULL || write_args != NULL ? &args
+									: NULL,
+		};
+
+		agent_launch_slow(&q);
+	}
 }
 
 /* The alloc record of `a`, for the allocation itself and for a snapshot:
@@ -744,6 +882,37 @@ static void agent_snapshot(uint64_t lost)
 	agent_push_op_to(AGENT_DAEMON, AGENT_ATTACHING, &gap);
 }
 
+/*
+ * Under agent_attach_lock: derives agent.solo (DESIGN 6) from the rings.
+ * A ring pointer is cleared only where no thread can be pushing and solo
+ * cannot name it: in a forked child, after solo is cleared, and when the
+ * daemon's ring fails to register, before agent_start() routes it.
+ */
+static void agent_route_locked(void)
+{
+	struct agent_ring *solo = NULL;
+	int n = 0;
+
+	for (int slot = 0; slot < INTERN_RINGS; slot++) {
+		if (agent_ring_get(slot) != NULL &&
+		    agent_attach_load(slot) >= AGENT_ATTACHED) {
+			solo = &agent.rings[slot];
+			n++;
+		}
+	}
+	/* Release: pairs with the acquire load in agent_launch_fast(). */
+	atomic_store_explicit(&agent.solo, n == 1 ? solo : NULL,
+			      memory_order_release);
+}
+
+/* agent_route_locked(), taking the lock; never under it. */
+static void agent_route(void)
+{
+	pthread_mutex_lock(&agent_attach_lock);
+	agent_route_locked();
+	pthread_mutex_unlock(&agent_attach_lock);
+}
+
 static void agent_attach_store(int v)
 {
 	/* Release: pairs with the acquire load in agent_attach_load(). */
@@ -771,6 +940,7 @@ static void agent_attach(void)
 		 * gets past the state check (and pushes nothing before). */
 		agent_state_move(AGENT_DORMANT, AGENT_ON);
 		agent_attach_store(AGENT_ATTACHED);
+		agent_route_locked();
 		register_set_dormant(false);
 	}
 	pthread_mutex_unlock(&agent_attach_lock);
@@ -781,6 +951,7 @@ static void agent_detach(void)
 	pthread_mutex_lock(&agent_attach_lock);
 	if (agent_attach_load(AGENT_DAEMON) == AGENT_ATTACHED) {
 		agent_attach_store(AGENT_DETACHED);
+		agent_route_locked();
 		register_set_dormant(true);
 		if (agent_ring_get(AGENT_RECORDER) == NULL)
 			agent_state_move(AGENT_ON, AGENT_DORMANT);
@@ -938,6 +1109,7 @@ static int agent_start(bool daemon, bool child)
 
 		err = err < 0 ? err : rerr;
 	}
+	agent_route();
 	/* Release: pairs with the acquire loads in agent_on() and
 	 * agent_live(). */
 	if (agent_ring_get(AGENT_RECORDER) != NULL ||
@@ -983,8 +1155,10 @@ NPUSAN_EXPORT int npusan_init(void)
 		err = agent_start(true, false);
 		break;
 	case AGENT_ON:
-		if (agent_ring_get(AGENT_DAEMON) == NULL)
+		if (agent_ring_get(AGENT_DAEMON) == NULL) {
 			err = agent_start_daemon();
+			agent_route();
+		}
 		break;
 	case AGENT_DORMANT: /* NPUSAN=dormant: an attach decides */
 		break;
@@ -1104,6 +1278,8 @@ static void agent_atfork_child(void)
 		register_atfork_child();
 		recorder_atfork_child(agent.recorder);
 		agent.recorder = NULL;
+		atomic_store_explicit(&agent.solo, NULL,
+				      memory_order_relaxed);
 		for (int slot = 0; slot < INTERN_RINGS; slot++) {
 			ring_destroy(agent_ring_get(slot));
 			atomic_store_explicit(&agent.rings[slot].ring, NULL,

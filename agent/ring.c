@@ -53,6 +53,9 @@ int ring_create(uint64_t capacity, uint32_t flags, unsigned block_timeout_ms,
 	r->mask = capacity - 1;
 	r->max_record = capacity / 8 < RING_REC_LIMIT ? capacity / 8
 						      : RING_REC_LIMIT;
+	_Static_assert(RING_MAX_RECORD_MIN <= RING_REC_LIMIT &&
+			       RING_MAX_RECORD_MIN <= RING_MIN_CAPACITY / 8,
+		       "ring_try_reserve()'s bound holds for every ring");
 	r->flags = flags;
 	r->block_timeout_ms = block_timeout_ms;
 	r->hdr->magic = RING_MAGIC;

@@ -4,8 +4,9 @@
  * Any thread of the process may reserve, fill and commit records at once.
  * The fast path, ring_reserve() and ring_commit(), is inline: one
  * compare-and-swap on the head, no lock, no allocation, no syscall. Only a
- * ring without room leaves it (ring__full(): drop, or wait with
- * RING_F_BLOCK).
+ * ring without room by the cached tail, or a record that needs a pad at the
+ * end of the data area (once a lap), leaves it (ring__full(): a fresh tail,
+ * the pad, and a drop or, with RING_F_BLOCK, a wait when there is no room).
  *
  * A struct ring is the process's handle on a ring it created. Caller owns it;
  * release with ring_destroy(), which accepts NULL. After fork() a child must
@@ -45,6 +46,9 @@ struct ring {
 	size_t map_len;
 };
 
+/* Every ring's max_record is at least this (ring_create()). */
+#define RING_MAX_RECORD_MIN (RING_MIN_CAPACITY / 8)
+
 /* A reserved record: fill `payload`, then ring_commit(). */
 struct ring_slot {
 	struct ring_rec *rec;
@@ -72,9 +76,11 @@ static inline int ring_fd(const struct ring *r)
 }
 
 /*
- * Out of line: the ring lacked room for `need` bytes. Reloads the tail,
- * then drops (counting it) or, with RING_F_BLOCK, waits for room. 0 with the
- * reservation in *slot; -ENOBUFS when dropped.
+ * Out of line: the inline claim failed for a record of `need` bytes (no
+ * room by the cached tail, or it needs a pad). Reloads the tail and claims
+ * with a pad if one is needed; without room, drops (counting it) or, with
+ * RING_F_BLOCK, waits for room. 0 with the reservation in *slot; -ENOBUFS
+ * when dropped.
  */
 int ring__full(struct ring *r, unsigned type, uint64_t need,
 	       struct ring_slot *slot);
@@ -118,27 +124,15 @@ static inline uint64_t ring__span(const struct ring *r, uint64_t pos,
 }
 
 /*
- * Writes the headers of a claim of `span` bytes at `pos` for a record of
- * `need` bytes: the pad first when there is one.
+ * Writes the header of the record of `need` bytes at `pos`, BUSY until
+ * ring_commit().
  */
-static inline void ring__place(struct ring *r, uint64_t pos, uint64_t span,
-			       uint64_t need, unsigned type,
-			       struct ring_slot *slot)
+static inline void ring__place_rec(struct ring *r, uint64_t pos,
+				   uint64_t need, unsigned type,
+				   struct ring_slot *slot)
 {
-	struct ring_rec *rec;
+	struct ring_rec *rec = (struct ring_rec *)(r->data + (pos & r->mask));
 
-	if (span != need) {
-		uint64_t pad = span - need;
-
-		rec = (struct ring_rec *)(r->data + (pos & r->mask));
-		ring_store_relaxed(&rec->tag, ring_tag(pos));
-		/* Release: pairs with the consumer's acquire load of the
-		 * word; a pad has no payload, but its tag must be seen. */
-		ring_store_release(&rec->word,
-				   ring_word(RING_COMMIT, RING_REC_PAD, pad));
-		pos += pad;
-	}
-	rec = (struct ring_rec *)(r->data + (pos & r->mask));
 	/* Release: pairs with the consumer's acquire load of the word. No
 	 * payload is read through BUSY, but the consumer checks the tag of
 	 * any non-zero word, even of a live producer's: a BUSY seen with a
@@ -151,8 +145,32 @@ static inline void ring__place(struct ring *r, uint64_t pos, uint64_t span,
 }
 
 /*
+ * Writes the headers of a claim of `span` bytes at `pos` for a record of
+ * `need` bytes: the pad first when there is one.
+ */
+static inline void ring__place(struct ring *r, uint64_t pos, uint64_t span,
+			       uint64_t need, unsigned type,
+			       struct ring_slot *slot)
+{
+	if (span != need) {
+		uint64_t pad = span - need;
+		struct ring_rec *rec =
+			(struct ring_rec *)(r->data + (pos & r->mask));
+
+		ring_store_relaxed(&rec->tag, ring_tag(pos));
+		/* Release: pairs with the consumer's acquire load of the
+		 * word; a pad has no payload, but its tag must be seen. */
+		ring_store_release(&rec->word,
+				   ring_word(RING_COMMIT, RING_REC_PAD, pad));
+		pos += pad;
+	}
+	ring__place_rec(r, pos, need, type, slot);
+}
+
+/*
  * Claims room for a record of `need` bytes against `tail` and writes its
- * header. True with *slot filled; false when the ring looks full.
+ * header, with a pad in front when it would cross the end. True with *slot
+ * filled; false when the ring looks full. The slow paths' claim.
  */
 static inline bool ring__try(struct ring *r, unsigned type, uint64_t need,
 			     uint64_t tail, struct ring_slot *slot)
@@ -169,6 +187,46 @@ static inline bool ring__try(struct ring *r, unsigned type, uint64_t need,
 	}
 	ring__place(r, pos, span, need, type, slot);
 	return true;
+}
+
+/*
+ * The fast path's claim: `need` bytes at the head, when they fit against
+ * the cached tail and end at or before the end of the data area, so that
+ * no pad is needed. True with *slot filled; false, having claimed nothing,
+ * otherwise: ring__full() then decides, with a fresh tail and a pad.
+ */
+static inline bool ring__try_flat(struct ring *r, unsigned type,
+				  uint64_t need, struct ring_slot *slot)
+{
+	/* Acquire: pairs with the release store in ring__refresh_tail(). */
+	uint64_t tail = ring_load_acquire(&r->tail_cache);
+	uint64_t pos = ring_load_relaxed(&r->hdr->head);
+
+	do {
+		if ((pos & r->mask) + need > r->capacity ||
+		    pos + need - tail > r->capacity)
+			return false;
+		/* Relaxed: as in ring__claim(). */
+	} while (!atomic_compare_exchange_weak_explicit(
+		&r->hdr->head, &pos, pos + need, memory_order_relaxed,
+		memory_order_relaxed));
+	ring__place_rec(r, pos, need, type, slot);
+	return true;
+}
+
+/*
+ * Reserves a record of `type` of `need` bytes (ring_rec_size(), at most
+ * RING_MAX_RECORD_MIN) when the inline path can: no drops waiting for their gap
+ * record, room by the cached tail, no pad. True with *slot; false, having
+ * claimed and counted nothing, when ring_reserve() would leave the inline
+ * path. For a caller that falls back to its own slow path.
+ */
+static inline bool ring_try_reserve(struct ring *r, unsigned type,
+				    uint64_t need, struct ring_slot *slot)
+{
+	/* Relaxed: a drop we do not see yet is reported by a later record. */
+	return ring_load_relaxed(&r->hdr->pending) == 0 &&
+	       ring__try_flat(r, type, need, slot);
 }
 
 /*
@@ -189,8 +247,7 @@ static inline int ring_reserve(struct ring *r, unsigned type, size_t len,
 	/* Relaxed: a drop we do not see yet is reported by a later record. */
 	if (ring_load_relaxed(&r->hdr->pending) != 0)
 		return ring__reserve_gap(r, type, need, slot);
-	/* Acquire: pairs with the release store in ring__refresh_tail(). */
-	if (ring__try(r, type, need, ring_load_acquire(&r->tail_cache), slot))
+	if (ring__try_flat(r, type, need, slot))
 		return 0;
 	return ring__full(r, type, need, slot);
 }
