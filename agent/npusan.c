@@ -1,6 +1,7 @@
 /*
- * npusan.c - the agent: the public API (npusan.h), its start-up from the
- * environment, and what happens to it across fork() and exit.
+ * npusan.c - the agent: the public API (npusan.h). Its start-up from the
+ * environment, and what happens to it across fork() and exit, are
+ * lifecycle.c's; the state both share is agentint.h's.
  *
  * DESIGN
  *
@@ -36,7 +37,7 @@
  * 6. `agent.solo` names the ring slot that takes launches when exactly one
  *    does (a ring that exists and is ATTACHED), else NULL. It is derived,
  *    under agent_attach_lock, after every change of which rings exist or
- *    are attached (agent_route()), and stored with release after them, so
+ *    are attached (agent_route_locked()), and stored with release after them, so
  *    a launch that follows it sees what agent_launch_slow()'s loop would. A
  *    launch without args whose name and stack are defined there already,
  *    and which fits by the cached tail without a pad, is pushed inline
@@ -57,6 +58,7 @@
 #include <unistd.h>
 
 #include "agentenv.h"
+#include "agentint.h"
 #include "agentlog.h"
 #include "identity.h"
 #include "intern.h"
@@ -67,89 +69,19 @@
 #include "ring.h"
 #include "stack.h"
 
-#define NPUSAN_EXPORT __attribute__((visibility("default")))
-#define likely(x) __builtin_expect(!!(x), 1)
-
-#define AGENT_DAEMON 0   /* ring slot of the daemon's ring */
-#define AGENT_RECORDER 1 /* ring slot of the recorder's ring */
-#define AGENT_BLOCK_TIMEOUT_MS 5000
-
-enum agent_state {
-	AGENT_OFF = NPUSAN_STATE_OFF_,	       /* every call returns at once */
-	AGENT_ON = NPUSAN_STATE_ON_,	       /* some ring takes every operation */
-	AGENT_FORKED = NPUSAN_STATE_FORKED_,   /* in a child of fork(): the next
-						  call restarts */
-	AGENT_DORMANT = NPUSAN_STATE_DORMANT_, /* the daemon's ring only, and
-						  detached (DESIGN 5) */
-};
-
-/* What a ring takes (DESIGN 5); the recorder's is always ATTACHED. */
-enum agent_attach {
-	AGENT_DETACHED,	 /* nothing */
-	AGENT_ATTACHING, /* lifetimes and the snapshot */
-	AGENT_ATTACHED,	 /* everything */
-};
-
-struct agent_ring {
-	/* Set (release) after gen, cleared only in a forked child. */
-	_Atomic(struct ring *) ring;
-	_Atomic uint32_t gen; /* this ring's generation, never 0 */
-	_Atomic int attach;   /* enum agent_attach */
-	int slot;	      /* its index in agent.rings, constant */
-};
-
 NPUSAN_EXPORT int npusan_state_ = AGENT_OFF;
-
-#define agent_state_load(order) __atomic_load_n(&npusan_state_, (order))
-#define agent_state_store(v, order) \
-	__atomic_store_n(&npusan_state_, (v), (order))
-static struct {
-	struct agent_ring rings[INTERN_RINGS];
-	_Atomic(struct agent_ring *) solo; /* DESIGN 6 */
-	struct stack_config stacks;
-	struct recorder *recorder;
-	_Atomic uint32_t next_gen;
-	bool want_daemon; /* NPUSAN=1 or npusan_init(): also after fork() */
-	bool want_dormant; /* register detached: also after fork() */
-	bool atfork_done;
-} agent = { .rings = { [AGENT_DAEMON] = { .slot = AGENT_DAEMON },
-		       [AGENT_RECORDER] = { .slot = AGENT_RECORDER } } };
+struct agent_globals agent = {
+	.rings = { [AGENT_DAEMON] = { .slot = AGENT_DAEMON },
+		   [AGENT_RECORDER] = { .slot = AGENT_RECORDER } },
+};
 _Static_assert(INTERN_RINGS == 2, "every ring slot is initialised");
-static pthread_mutex_t agent_lock = PTHREAD_MUTEX_INITIALIZER;
-/* Serialises attach, detach and the snapshot (DESIGN 5). */
-static pthread_mutex_t agent_attach_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t agent_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t agent_attach_lock = PTHREAD_MUTEX_INITIALIZER;
 
 _Static_assert(sizeof(struct npusan_range) == sizeof(struct ring_range),
 	       "ranges are copied into the ring as they are");
 
 /* ---- definitions ------------------------------------------------------- */
-
-/* The ring of `slot`, or NULL. */
-static inline struct ring *agent_ring_get(int slot)
-{
-	/* Acquire: pairs with the release store in agent_ring_new(). */
-	return atomic_load_explicit(&agent.rings[slot].ring,
-				    memory_order_acquire);
-}
-
-/* Relaxed: a thread that races a new generation (a fork, or a lost
- * daemon) may send a record of the old one without its definition; the
- * consumer then shows the id, never a wrong name. */
-static uint32_t agent_gen(int slot)
-{
-	return atomic_load_explicit(&agent.rings[slot].gen,
-				    memory_order_relaxed);
-}
-
-/* A generation never used before, never 0. */
-static uint32_t agent_next_gen(void)
-{
-	/* Relaxed: only uniqueness matters. */
-	uint32_t g = atomic_fetch_add_explicit(&agent.next_gen, 1,
-					       memory_order_relaxed) + 1;
-
-	return g != 0 ? g : agent_next_gen();
-}
 
 static bool agent_defined(const struct intern_head *h, int slot)
 {
@@ -265,20 +197,6 @@ __attribute__((noinline)) static uint32_t agent_stack(uint32_t stack)
 
 /* ---- pushing ----------------------------------------------------------- */
 
-static int agent_wake(void) __attribute__((noinline, cold));
-
-/* Whether every call should push now; starts a forked child's agent. */
-static inline bool agent_on(void)
-{
-	/* Acquire: pairs with the release stores in agent_start() and
-	 * agent_attach(); the rings are set up before the state says so. */
-	int s = agent_state_load(__ATOMIC_ACQUIRE);
-
-	if (likely(s == AGENT_ON))
-		return true;
-	return s == AGENT_FORKED && agent_wake() == AGENT_ON;
-}
-
 /* Whether lifetime calls do anything now (DESIGN 5). */
 static inline bool agent_live(void)
 {
@@ -289,17 +207,10 @@ static inline bool agent_live(void)
 		return true;
 	if (s != AGENT_FORKED)
 		return false;
-	s = agent_wake();
+	s = agent__wake();
 	return s == AGENT_ON || s == AGENT_DORMANT;
 }
 
-static int agent_attach_load(int slot)
-{
-	/* Acquire: pairs with the release stores in agent_attach(); a thread
-	 * that sees ATTACHED reserves after the snapshot's gap. */
-	return atomic_load_explicit(&agent.rings[slot].attach,
-				    memory_order_acquire);
-}
 
 /* The ring `slot` when it exists and takes records of `level` (an enum
  * agent_attach), with `stack` defined on it (a stack that cannot be defined
@@ -513,8 +424,8 @@ static inline bool agent_launch_fast(uint64_t stream, uint32_t name,
 				     const struct npusan_range *writes,
 				     size_t nwrites, uint32_t stack)
 {
-	/* Acquire: pairs with the release store in agent_route(); the ring,
-	 * its generation and its attach state are set before. */
+	/* Acquire: pairs with the release store in agent_route_locked();
+	 * the ring, its generation and its attach state are set before. */
 	const struct agent_ring *ar = atomic_load_explicit(
 		&agent.solo, memory_order_acquire);
 	struct ring_slot rs;
@@ -906,7 +817,7 @@ static void agent_route_locked(void)
 }
 
 /* agent_route_locked(), taking the lock; never under it. */
-static void agent_route(void)
+void agent__route(void)
 {
 	pthread_mutex_lock(&agent_attach_lock);
 	agent_route_locked();
@@ -971,7 +882,7 @@ static void agent_resync(void)
 }
 
 /* register.h's event callback, on the registration thread. */
-static void agent_register_cb(enum register_event ev, void *arg)
+void agent__register_cb(enum register_event ev, void *arg)
 {
 	(void)arg;
 	switch (ev) {
@@ -994,346 +905,3 @@ static void agent_register_cb(enum register_event ev, void *arg)
 	}
 }
 
-/* ---- start-up ---------------------------------------------------------- */
-
-/* Creates the ring of `slot`, taking records of `attach`. 0 or -errno. */
-static int agent_ring_new(int slot, uint32_t flags, int attach)
-{
-	struct ring *r;
-	int err = ring_create(agentenv_ring_size(), flags, AGENT_BLOCK_TIMEOUT_MS,
-			      &r);
-
-	if (err < 0)
-		return err;
-	atomic_store_explicit(&agent.rings[slot].gen, agent_next_gen(),
-			      memory_order_relaxed);
-	atomic_store_explicit(&agent.rings[slot].attach, attach,
-			      memory_order_relaxed);
-	/* Release: pairs with the acquire load in agent_ring_get(); the
-	 * generation and attach state above come first. */
-	atomic_store_explicit(&agent.rings[slot].ring, r,
-			      memory_order_release);
-	return 0;
-}
-
-static int agent_start_daemon(void)
-{
-	struct register_cfg cfg = { 0 };
-	struct ring *r;
-	int err = agent_ring_new(AGENT_DAEMON, agentenv_ring_flags(),
-				 agent.want_dormant ? AGENT_DETACHED :
-						      AGENT_ATTACHED);
-
-	if (err < 0)
-		return err;
-	r = agent_ring_get(AGENT_DAEMON);
-	cfg.memfd = ring_fd(r);
-	cfg.ring_size = r->capacity;
-	cfg.ring_header_size = RING_HEADER_SIZE;
-	cfg.ring_flags = r->flags;
-	cfg.dormant = agent.want_dormant;
-	cfg.event_cb = agent_register_cb;
-	err = register_start(&cfg);
-	if (err < 0) {
-		/* Nobody could ever drain it: no ring rather than one that
-		 * only costs time. No thread has seen it yet. */
-		atomic_store_explicit(&agent.rings[AGENT_DAEMON].ring, NULL,
-				      memory_order_relaxed);
-		ring_destroy(r);
-		agent_log("cannot register with the daemon: %s",
-			  strerror(-err));
-	}
-	return err;
-}
-
-static int agent_start_recorder(const char *tmpl, bool child)
-{
-	struct trace_process proc = { .present = true };
-	struct identity id;
-	char path[PATH_MAX], exe[PATH_MAX];
-	ssize_t n;
-	int err;
-
-	if (!agentenv_record_path(tmpl, child, path, sizeof(path)))
-		return child ? 0 : -ENAMETOOLONG;
-	err = agent_ring_new(AGENT_RECORDER, RING_F_BLOCK, AGENT_ATTACHED);
-	if (err < 0)
-		return err;
-	identity_from_env(&id);
-	proc.pid = (uint64_t)getpid();
-	proc.job = id.job;
-	proc.has_rank = id.has_rank;
-	proc.rank = id.rank;
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n > 0) {
-		exe[n] = '\0';
-		proc.name = strrchr(exe, '/') ? strrchr(exe, '/') + 1 : exe;
-	}
-	err = recorder_start(path, ring_fd(agent_ring_get(AGENT_RECORDER)),
-			     &proc, &agent.recorder);
-	if (err < 0)
-		agent_log("NPUSAN_RECORD: cannot record to %s: %s",
-			  path, strerror(-err));
-	return err;
-}
-
-static void agent_atfork_prepare(void);
-static void agent_atfork_parent(void);
-static void agent_atfork_child(void);
-
-/*
- * Under agent_lock: creates the rings the environment asks for (the
- * daemon's when `daemon`), starts registration and recording, and turns the
- * agent on. 0, or a negative errno with the agent left off.
- */
-static int agent_start(bool daemon, bool child)
-{
-	const char *record = getenv("NPUSAN_RECORD");
-	int err = 0;
-
-	if (stack_config_from_env(&agent.stacks) < 0) {
-		agent_log("NPUSAN_STACKS or NPUSAN_STACK_METHOD not "
-			  "understood; native stacks are off");
-		agent.stacks.depth = 0;
-	}
-	if (agent.stacks.depth > 0)
-		stack_prepare(agent.stacks.method);
-	if (!agent.atfork_done &&
-	    pthread_atfork(agent_atfork_prepare, agent_atfork_parent,
-			   agent_atfork_child) == 0)
-		agent.atfork_done = true;
-	if (daemon)
-		err = agent_start_daemon();
-	if (record != NULL && *record != '\0') {
-		int rerr = agent_start_recorder(record, child);
-
-		err = err < 0 ? err : rerr;
-	}
-	agent_route();
-	/* Release: pairs with the acquire loads in agent_on() and
-	 * agent_live(). */
-	if (agent_ring_get(AGENT_RECORDER) != NULL ||
-	    (agent_ring_get(AGENT_DAEMON) != NULL &&
-	     agent_attach_load(AGENT_DAEMON) == AGENT_ATTACHED))
-		agent_state_store(AGENT_ON, __ATOMIC_RELEASE);
-	else if (agent_ring_get(AGENT_DAEMON) != NULL)
-		agent_state_store(AGENT_DORMANT, __ATOMIC_RELEASE);
-	return err;
-}
-
-/* In a forked child, on its first call: start again with new rings.
- * Returns the state it leaves. */
-static int agent_wake(void)
-{
-	pthread_mutex_lock(&agent_lock);
-	if (agent_state_load(__ATOMIC_RELAXED) == AGENT_FORKED) {
-		agent_state_store(AGENT_OFF, __ATOMIC_RELAXED);
-		(void)agent_start(agent.want_daemon, true);
-	}
-	pthread_mutex_unlock(&agent_lock);
-	return agent_state_load(__ATOMIC_ACQUIRE);
-}
-
-static bool agent_env_says(const char *want)
-{
-	const char *v = getenv("NPUSAN");
-
-	return v != NULL && strcmp(v, want) == 0;
-}
-
-NPUSAN_EXPORT int npusan_init(void)
-{
-	int err = 0;
-
-	if (agent_env_says("0"))
-		return 0;
-	pthread_mutex_lock(&agent_lock);
-	agent.want_daemon = true;
-	switch (agent_state_load(__ATOMIC_RELAXED)) {
-	case AGENT_OFF:
-		agent.want_dormant = agent_env_says("dormant");
-		err = agent_start(true, false);
-		break;
-	case AGENT_ON:
-		if (agent_ring_get(AGENT_DAEMON) == NULL) {
-			err = agent_start_daemon();
-			agent_route();
-		}
-		break;
-	case AGENT_DORMANT: /* NPUSAN=dormant: an attach decides */
-		break;
-	default: /* AGENT_FORKED: the first call starts it */
-		break;
-	}
-	pthread_mutex_unlock(&agent_lock);
-	return err;
-}
-
-/* Whether a ring's consumer has taken everything pushed to it so far. */
-static bool agent_drained(const struct ring *r)
-{
-	/* Acquire: pairs with the consumer's release store of tail. */
-	return ring_load_acquire(&r->hdr->tail) ==
-	       ring_load_relaxed(&r->hdr->head);
-}
-
-/* Nobody will take what `r` holds: no consumer ever beat on it, and, for
- * the daemon's ring, no registration is in flight. */
-static bool agent_ring_orphan(int slot, struct ring *r)
-{
-	/* Relaxed: the beat only tells whether a consumer ever was. */
-	return ring_load_relaxed(&r->hdr->beat) == 0 &&
-	       !(slot == AGENT_DAEMON && register_pending());
-}
-
-/*
- * npusan_wait_drained() for one ring: 0; -ENOTCONN when nobody ever
- * drained it and nobody is about to; -ETIMEDOUT. Waits until it is
- * drained and, for the daemon's ring, the process is registered. A registration in flight is waited for even when nothing
- * was pushed: a process that sent no operation must still be known to the
- * daemon before it exits, or its job looks as if it never ran instead of
- * "registered, nothing analysed". A daemon that is gone takes nothing:
- * wait for the next one to register, and for what its registration pushed.
- */
-static int agent_wait_ring(int slot, unsigned timeout_ms)
-{
-	struct timespec nap = { 0, 1000000 };
-	struct ring *r = agent_ring_get(slot);
-
-	if (r == NULL)
-		return 0;
-	for (unsigned ms = 0; !agent_drained(r) ||
-			      (slot == AGENT_DAEMON && !register_connected());
-	     ms++) {
-		if (agent_ring_orphan(slot, r))
-			return agent_drained(r) ? 0 : -ENOTCONN;
-		if (ms >= timeout_ms)
-			return -ETIMEDOUT;
-		nanosleep(&nap, NULL);
-	}
-	return 0;
-}
-
-NPUSAN_EXPORT int npusan_wait_drained(unsigned timeout_ms)
-{
-	int err = 0, rc;
-
-	if (!agent_on())
-		return 0;
-	/* Every ring, also when one has no consumer: a recording is written
-	 * whether or not a daemon listens. The first error is the answer. */
-	for (int slot = 0; slot < INTERN_RINGS; slot++) {
-		rc = agent_wait_ring(slot, timeout_ms);
-		if (err == 0)
-			err = rc;
-	}
-	/* Taken by the recorder is written only once its batch is. Under
-	 * agent_lock, which agent_dtor() holds while it frees the recorder;
-	 * the order agent_lock, then the recorder's own, is fork's too. */
-	pthread_mutex_lock(&agent_lock);
-	recorder_settle(agent.recorder);
-	pthread_mutex_unlock(&agent_lock);
-	return err;
-}
-
-/* ---- fork and exit ----------------------------------------------------- */
-
-/* Lock order: the registration thread's step, agent_lock,
- * agent_attach_lock, then the modules' own, as that thread takes the step
- * lock and then the last two. */
-static void agent_atfork_prepare(void)
-{
-	register_atfork_prepare();
-	pthread_mutex_lock(&agent_lock);
-	pthread_mutex_lock(&agent_attach_lock);
-	intern_atfork_prepare();
-	recorder_atfork_prepare(agent.recorder);
-	live_atfork_prepare();
-}
-
-static void agent_atfork_parent(void)
-{
-	live_atfork_parent();
-	recorder_atfork_parent(agent.recorder);
-	intern_atfork_parent();
-	pthread_mutex_unlock(&agent_attach_lock);
-	pthread_mutex_unlock(&agent_lock);
-	register_atfork_release();
-}
-
-/* The child has one thread, this one: drop the parent's rings (no other
- * thread can be pushing into them here), its registration and its
- * recorder. */
-static void agent_atfork_child(void)
-{
-	int s = agent_state_load(__ATOMIC_RELAXED);
-
-	live_atfork_child();
-	intern_atfork_child();
-	if (s == AGENT_ON || s == AGENT_DORMANT) {
-		/* The child is analysed as its parent was at the fork. */
-		if (agent_ring_get(AGENT_DAEMON) != NULL)
-			agent.want_dormant = agent_attach_load(AGENT_DAEMON) !=
-					     AGENT_ATTACHED;
-		register_atfork_child();
-		recorder_atfork_child(agent.recorder);
-		agent.recorder = NULL;
-		atomic_store_explicit(&agent.solo, NULL,
-				      memory_order_relaxed);
-		for (int slot = 0; slot < INTERN_RINGS; slot++) {
-			ring_destroy(agent_ring_get(slot));
-			atomic_store_explicit(&agent.rings[slot].ring, NULL,
-					      memory_order_relaxed);
-		}
-		agent_state_store(AGENT_FORKED, __ATOMIC_RELAXED);
-	}
-	pthread_mutex_unlock(&agent_attach_lock);
-	pthread_mutex_unlock(&agent_lock);
-	register_atfork_release();
-}
-
-__attribute__((constructor)) static void agent_ctor(void)
-{
-	const char *record = getenv("NPUSAN_RECORD");
-	const char *v = getenv("NPUSAN");
-	int err;
-
-	bool daemon = agent_env_says("1") || agent_env_says("dormant");
-
-	if (v != NULL && *v != '\0' && strcmp(v, "0") != 0 && !daemon)
-		agent_log("NPUSAN=%s not understood (0, 1 or "
-			  "dormant); the agent stays off", v);
-	if (!daemon && (record == NULL || *record == '\0'))
-		return;
-	if (agent_env_says("0"))
-		return;
-	pthread_mutex_lock(&agent_lock);
-	agent.want_daemon = daemon;
-	agent.want_dormant = agent_env_says("dormant");
-	err = agent_start(agent.want_daemon, false);
-	pthread_mutex_unlock(&agent_lock);
-	if (err < 0)
-		agent_log("the agent could not start: %s; the job "
-			  "runs without it", strerror(-err));
-}
-
-/*
- * At exit the recorder writes what is left. The rings stay mapped for
- * threads still pushing (DESIGN 4); the daemon drains its own mapping.
- */
-__attribute__((destructor)) static void agent_dtor(void)
-{
-	struct ring *r;
-
-	pthread_mutex_lock(&agent_lock);
-	if (agent.recorder != NULL) {
-		recorder_stop(agent.recorder);
-		agent.recorder = NULL;
-		/* No consumer any more: a thread still pushing must not wait
-		 * for one. Relaxed: a hint, as in ring__consumer_alive(). */
-		r = agent_ring_get(AGENT_RECORDER);
-		ring_store_relaxed(&r->stalled_beat,
-				   ring_load_relaxed(&r->hdr->beat));
-	}
-	pthread_mutex_unlock(&agent_lock);
-}
