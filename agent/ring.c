@@ -19,13 +19,20 @@
 int ring_create(uint64_t capacity, uint32_t flags, unsigned block_timeout_ms,
 		struct ring **out)
 {
+	uint64_t max_record = capacity / 8 < RING_REC_LIMIT ? capacity / 8
+							     : RING_REC_LIMIT;
+	size_t len;
 	struct ring *r;
-	size_t len = RING_HEADER_SIZE + capacity;
 	int err;
 
+	_Static_assert(RING_MAX_RECORD_MIN <= RING_REC_LIMIT &&
+			       RING_MAX_RECORD_MIN <= RING_MIN_CAPACITY / 8,
+		       "ring_try_reserve()'s bound holds for every ring");
 	if (capacity < RING_MIN_CAPACITY || capacity > RING_MAX_CAPACITY ||
 	    (capacity & (capacity - 1)) != 0 || (flags & ~RING_F_BLOCK) != 0)
 		return -EINVAL;
+	/* The slack past the data area is max_record bytes (DESIGN 4). */
+	len = ring_map_size(capacity, (uint32_t)max_record);
 	r = calloc(1, sizeof(*r));
 	if (r == NULL)
 		return -ENOMEM;
@@ -51,11 +58,7 @@ int ring_create(uint64_t capacity, uint32_t flags, unsigned block_timeout_ms,
 	r->data = (unsigned char *)r->hdr + RING_HEADER_SIZE;
 	r->capacity = capacity;
 	r->mask = capacity - 1;
-	r->max_record = capacity / 8 < RING_REC_LIMIT ? capacity / 8
-						      : RING_REC_LIMIT;
-	_Static_assert(RING_MAX_RECORD_MIN <= RING_REC_LIMIT &&
-			       RING_MAX_RECORD_MIN <= RING_MIN_CAPACITY / 8,
-		       "ring_try_reserve()'s bound holds for every ring");
+	r->max_record = max_record;
 	r->flags = flags;
 	r->block_timeout_ms = block_timeout_ms;
 	r->hdr->magic = RING_MAGIC;
@@ -191,10 +194,8 @@ static bool ring__gap_fits(struct ring *r, uint64_t gap_need, uint64_t need)
 	/* Relaxed: a hint; the claims below decide. */
 	uint64_t pos = ring_load_relaxed(&r->hdr->head);
 	uint64_t tail = ring__refresh_tail(r);
-	uint64_t first = ring__span(r, pos, gap_need);
 
-	return pos + first + ring__span(r, pos + first, need) - tail <=
-	       r->capacity;
+	return pos + gap_need + need - tail <= r->capacity;
 }
 
 int ring__reserve_gap(struct ring *r, unsigned type, uint64_t need,
@@ -217,8 +218,7 @@ int ring__reserve_gap(struct ring *r, unsigned type, uint64_t need,
 			ring__drop(r);
 			return -ENOBUFS;
 		}
-		if (!ring__try(r, RING_REC_OP, gap_need,
-			       ring_load_acquire(&r->tail_cache), &gap) &&
+		if (!ring__try_cached(r, RING_REC_OP, gap_need, &gap) &&
 		    !ring__wait(r, RING_REC_OP, gap_need, &gap)) {
 			/* Relaxed: as in ring__drop(). */
 			atomic_fetch_add_explicit(&r->hdr->pending, lost,
@@ -233,7 +233,7 @@ int ring__reserve_gap(struct ring *r, unsigned type, uint64_t need,
 		op->a = lost;
 		ring_commit(&gap);
 	}
-	if (ring__try(r, type, need, ring_load_acquire(&r->tail_cache), slot))
+	if (ring__try_cached(r, type, need, slot))
 		return 0;
 	return ring__full(r, type, need, slot);
 }

@@ -4,9 +4,8 @@
  * Any thread of the process may reserve, fill and commit records at once.
  * The fast path, ring_reserve() and ring_commit(), is inline: one
  * compare-and-swap on the head, no lock, no allocation, no syscall. Only a
- * ring without room by the cached tail, or a record that needs a pad at the
- * end of the data area (once a lap), leaves it (ring__full(): a fresh tail,
- * the pad, and a drop or, with RING_F_BLOCK, a wait when there is no room).
+ * ring without room leaves it (ring__full(): drop, or wait with
+ * RING_F_BLOCK).
  *
  * A struct ring is the process's handle on a ring it created. Caller owns it;
  * release with ring_destroy(), which accepts NULL. After fork() a child must
@@ -76,11 +75,9 @@ static inline int ring_fd(const struct ring *r)
 }
 
 /*
- * Out of line: the inline claim failed for a record of `need` bytes (no
- * room by the cached tail, or it needs a pad). Reloads the tail and claims
- * with a pad if one is needed; without room, drops (counting it) or, with
- * RING_F_BLOCK, waits for room. 0 with the reservation in *slot; -ENOBUFS
- * when dropped.
+ * Out of line: the ring lacked room for `need` bytes by the cached tail.
+ * Reloads the tail, then drops (counting it) or, with RING_F_BLOCK, waits
+ * for room. 0 with the reservation in *slot; -ENOBUFS when dropped.
  */
 int ring__full(struct ring *r, unsigned type, uint64_t need,
 	       struct ring_slot *slot);
@@ -93,43 +90,12 @@ int ring__reserve_gap(struct ring *r, unsigned type, uint64_t need,
 int ring__too_long(struct ring *r);
 
 /*
- * Claims [pos, pos + span) if the ring still has room and head is still
- * `*pos`; on a lost race *pos is the new head. True when claimed.
- */
-static inline bool ring__claim(struct ring *r, uint64_t *pos, uint64_t span,
-			       uint64_t tail)
-{
-	if (*pos + span - tail > r->capacity)
-		return false;
-	/*
-	 * Relaxed: head only orders producers among themselves. What must be
-	 * ordered, our writes after the consumer's zeroing, is ordered by the
-	 * acquire load of the tail we checked against.
-	 */
-	return atomic_compare_exchange_weak_explicit(
-		&r->hdr->head, pos, *pos + span, memory_order_relaxed,
-		memory_order_relaxed);
-}
-
-/*
- * The bytes a record of `need` bytes spans at `pos`: itself, plus the pad
- * in front of it when it would cross the end of the data area.
- */
-static inline uint64_t ring__span(const struct ring *r, uint64_t pos,
-				  uint64_t need)
-{
-	uint64_t off = pos & r->mask;
-
-	return off + need > r->capacity ? need + (r->capacity - off) : need;
-}
-
-/*
  * Writes the header of the record of `need` bytes at `pos`, BUSY until
- * ring_commit().
+ * ring_commit(). A record near the end runs on into the slack
+ * (proto/ring_layout.h, DESIGN 4): its bytes are contiguous.
  */
-static inline void ring__place_rec(struct ring *r, uint64_t pos,
-				   uint64_t need, unsigned type,
-				   struct ring_slot *slot)
+static inline void ring__place(struct ring *r, uint64_t pos, uint64_t need,
+			       unsigned type, struct ring_slot *slot)
 {
 	struct ring_rec *rec = (struct ring_rec *)(r->data + (pos & r->mask));
 
@@ -145,88 +111,52 @@ static inline void ring__place_rec(struct ring *r, uint64_t pos,
 }
 
 /*
- * Writes the headers of a claim of `span` bytes at `pos` for a record of
- * `need` bytes: the pad first when there is one.
- */
-static inline void ring__place(struct ring *r, uint64_t pos, uint64_t span,
-			       uint64_t need, unsigned type,
-			       struct ring_slot *slot)
-{
-	if (span != need) {
-		uint64_t pad = span - need;
-		struct ring_rec *rec =
-			(struct ring_rec *)(r->data + (pos & r->mask));
-
-		ring_store_relaxed(&rec->tag, ring_tag(pos));
-		/* Release: pairs with the consumer's acquire load of the
-		 * word; a pad has no payload, but its tag must be seen. */
-		ring_store_release(&rec->word,
-				   ring_word(RING_COMMIT, RING_REC_PAD, pad));
-		pos += pad;
-	}
-	ring__place_rec(r, pos, need, type, slot);
-}
-
-/*
- * Claims room for a record of `need` bytes against `tail` and writes its
- * header, with a pad in front when it would cross the end. True with *slot
- * filled; false when the ring looks full. The slow paths' claim.
+ * Claims `need` bytes at the head if they fit against `tail`, and writes
+ * the record's header. True with *slot filled; false when the ring looks
+ * full.
  */
 static inline bool ring__try(struct ring *r, unsigned type, uint64_t need,
 			     uint64_t tail, struct ring_slot *slot)
 {
 	uint64_t pos = ring_load_relaxed(&r->hdr->head);
-	uint64_t span;
-
-	for (;;) {
-		span = ring__span(r, pos, need);
-		if (ring__claim(r, &pos, span, tail))
-			break;
-		if (pos + span - tail > r->capacity)
-			return false;
-	}
-	ring__place(r, pos, span, need, type, slot);
-	return true;
-}
-
-/*
- * The fast path's claim: `need` bytes at the head, when they fit against
- * the cached tail and end at or before the end of the data area, so that
- * no pad is needed. True with *slot filled; false, having claimed nothing,
- * otherwise: ring__full() then decides, with a fresh tail and a pad.
- */
-static inline bool ring__try_flat(struct ring *r, unsigned type,
-				  uint64_t need, struct ring_slot *slot)
-{
-	/* Acquire: pairs with the release store in ring__refresh_tail(). */
-	uint64_t tail = ring_load_acquire(&r->tail_cache);
-	uint64_t pos = ring_load_relaxed(&r->hdr->head);
 
 	do {
-		if ((pos & r->mask) + need > r->capacity ||
-		    pos + need - tail > r->capacity)
+		if (pos + need - tail > r->capacity)
 			return false;
-		/* Relaxed: as in ring__claim(). */
+		/*
+		 * Relaxed: head only orders producers among themselves. What
+		 * must be ordered, our writes after the consumer's zeroing, is
+		 * ordered by the acquire load of the tail we checked against.
+		 */
 	} while (!atomic_compare_exchange_weak_explicit(
 		&r->hdr->head, &pos, pos + need, memory_order_relaxed,
 		memory_order_relaxed));
-	ring__place_rec(r, pos, need, type, slot);
+	ring__place(r, pos, need, type, slot);
 	return true;
+}
+
+/* ring__try() against the tail some producer loaded last (tail_cache). */
+static inline bool ring__try_cached(struct ring *r, unsigned type,
+				    uint64_t need, struct ring_slot *slot)
+{
+	/* Acquire: pairs with the release store in ring__refresh_tail(). */
+	return ring__try(r, type, need, ring_load_acquire(&r->tail_cache),
+			 slot);
 }
 
 /*
  * Reserves a record of `type` of `need` bytes (ring_rec_size(), at most
- * RING_MAX_RECORD_MIN) when the inline path can: no drops waiting for their gap
- * record, room by the cached tail, no pad. True with *slot; false, having
- * claimed and counted nothing, when ring_reserve() would leave the inline
- * path. For a caller that falls back to its own slow path.
+ * RING_MAX_RECORD_MIN) when the inline path can: no drops waiting for
+ * their gap record, room by the cached tail. True with *slot; false,
+ * having claimed and counted nothing, when ring_reserve() would leave the
+ * inline path. For a caller that falls back to its own slow path.
  */
 static inline bool ring_try_reserve(struct ring *r, unsigned type,
 				    uint64_t need, struct ring_slot *slot)
 {
 	/* Relaxed: a drop we do not see yet is reported by a later record. */
 	return ring_load_relaxed(&r->hdr->pending) == 0 &&
-	       ring__try_flat(r, type, need, slot);
+	       ring__try_cached(r, type, need, slot);
 }
 
 /*
@@ -247,7 +177,7 @@ static inline int ring_reserve(struct ring *r, unsigned type, size_t len,
 	/* Relaxed: a drop we do not see yet is reported by a later record. */
 	if (ring_load_relaxed(&r->hdr->pending) != 0)
 		return ring__reserve_gap(r, type, need, slot);
-	if (ring__try_flat(r, type, need, slot))
+	if (ring__try_cached(r, type, need, slot))
 		return 0;
 	return ring__full(r, type, need, slot);
 }
