@@ -37,12 +37,15 @@
  * 6. `agent.solo` names the ring slot that takes launches when exactly one
  *    does (a ring that exists and is ATTACHED), else NULL. It is derived,
  *    under agent_attach_lock, after every change of which rings exist or
- *    are attached (agent_route_locked()), and stored with release after them, so
- *    a launch that follows it sees what agent_launch_slow()'s loop would. A
- *    launch without args whose name and stack are defined there already,
- *    and which fits by the cached tail without a pad, is pushed inline
- *    in npusan_launch() (agent_launch_fast()); anything else goes the
- *    whole way, agent_launch_slow(), having pushed nothing.
+ *    are attached (agent_route_locked()), and stored with release after
+ *    them, so a launch that follows it sees what agent_launch_slow()'s loop
+ *    would. A launch without args of at most AGENT_FAST_RANGES ranges a
+ *    kind, whose name and stack are defined there already, and which the
+ *    ring takes inline (ring_try_reserve()), is pushed inline in
+ *    npusan_launch() (agent_launch_fast()). Anything else, a drop
+ *    included, goes the whole way, agent_launch_slow(), having reserved
+ *    nothing. (A call out of line in the fast path would cost it the
+ *    frame's shrink-wrapping past the state check, and registers.)
  */
 #include "npusan.h"
 
@@ -414,7 +417,7 @@ static inline bool agent_launch_defined(int slot, uint32_t gen,
 
 /*
  * The fast path of a launch without args (DESIGN 6): true when it is
- * pushed; false, with nothing pushed, claimed or counted, when
+ * pushed; false, with nothing reserved or counted, when
  * agent_launch_slow() must do it. NPUSAN_STACK_NATIVE is never a defined
  * stack, so a launch that asks for one goes the whole way.
  */

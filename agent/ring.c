@@ -201,23 +201,21 @@ static bool ring__gap_fits(struct ring *r, uint64_t gap_need, uint64_t need)
 int ring__reserve_gap(struct ring *r, unsigned type, uint64_t need,
 		      struct ring_slot *slot)
 {
-	/* Relaxed: whoever takes the count reports it; the gap record is
-	 * ordered before our record by the reservations on head. */
-	uint64_t lost = atomic_exchange_explicit(&r->hdr->pending, 0,
-						 memory_order_relaxed);
-	uint64_t gap_need = ring_rec_size(sizeof(struct ring_op));
+	uint64_t gap_need = ring_rec_size(sizeof(struct ring_op)), lost;
 	struct ring_slot gap;
 	struct ring_op *op;
 
+	/* A full ring drops at once, leaving the count for whoever finds
+	 * room: a drop costs no exchange of the count and no giving back. */
+	if (!(r->flags & RING_F_BLOCK) && !ring__gap_fits(r, gap_need, need)) {
+		ring__drop(r);
+		return -ENOBUFS;
+	}
+	/* Relaxed: whoever takes the count reports it; the gap record is
+	 * ordered before our record by the reservations on head. */
+	lost = atomic_exchange_explicit(&r->hdr->pending, 0,
+					memory_order_relaxed);
 	if (lost != 0) {
-		if (!(r->flags & RING_F_BLOCK) &&
-		    !ring__gap_fits(r, gap_need, need)) {
-			/* Relaxed: as in ring__drop(). */
-			atomic_fetch_add_explicit(&r->hdr->pending, lost,
-						  memory_order_relaxed);
-			ring__drop(r);
-			return -ENOBUFS;
-		}
 		if (!ring__try_cached(r, RING_REC_OP, gap_need, &gap) &&
 		    !ring__wait(r, RING_REC_OP, gap_need, &gap)) {
 			/* Relaxed: as in ring__drop(). */

@@ -154,7 +154,7 @@ static inline bool ring__try_cached(struct ring *r, unsigned type,
 static inline bool ring_try_reserve(struct ring *r, unsigned type,
 				    uint64_t need, struct ring_slot *slot)
 {
-	/* Relaxed: a drop we do not see yet is reported by a later record. */
+	/* Relaxed: as in ring_reserve(). */
 	return ring_load_relaxed(&r->hdr->pending) == 0 &&
 	       ring__try_cached(r, type, need, slot);
 }
