@@ -466,6 +466,27 @@ struct agent_launch_req {
 	const struct agent_args *args;
 };
 
+/*
+ * Whether launch `q`, one the fast path takes when the ring has room, was
+ * dropped (and counted) because the one ring that takes launches has none
+ * now: at once, as the whole way would after defining what the launch
+ * names, which would itself find no room. What a full ring costs a launch.
+ */
+static bool agent_launch_dropped(const struct agent_launch_req *q)
+{
+	/* Acquire: as in agent_launch_fast(). */
+	const struct agent_ring *ar = atomic_load_explicit(
+		&agent.solo, memory_order_acquire);
+
+	/* Relaxed: as in agent_launch_fast(). */
+	return ar != NULL && q->args == NULL &&
+	       (q->nreads | q->nwrites) <= AGENT_FAST_RANGES &&
+	       ring_drop_if_full(atomic_load_explicit(&ar->ring,
+						      memory_order_relaxed),
+				 ring_rec_size(ring_launch_size(
+					 q->nreads + q->nwrites, 0)));
+}
+
 /* A launch the whole way: to every ring that takes it, defining what it
  * names first. Called only from npusan_launch() and npusan_launch_args()
  * (agent_stack()'s frames). */
@@ -476,6 +497,8 @@ static __attribute__((noinline)) void agent_launch_slow(
 	uint32_t stack = q->stack;
 	struct ring *r;
 
+	if (agent_launch_dropped(q))
+		return;
 	if (!agent_on())
 		return; /* a forked child's agent that did not start */
 	/* More ranges than a record holds: ring_reserve() refuses the

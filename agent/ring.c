@@ -184,6 +184,24 @@ int ring__full(struct ring *r, unsigned type, uint64_t need,
 	return -ENOBUFS;
 }
 
+bool ring_drop_if_full(struct ring *r, uint64_t need)
+{
+	/* Relaxed: a hint, as in ring__gap_fits(). */
+	uint64_t gap = ring_load_relaxed(&r->hdr->pending) != 0 ?
+			       ring_rec_size(sizeof(struct ring_op)) :
+			       0;
+	uint64_t pos;
+
+	if (r->flags & RING_F_BLOCK)
+		return false;
+	/* Relaxed: as in ring__gap_fits(). */
+	pos = ring_load_relaxed(&r->hdr->head);
+	if (pos + gap + need - ring__refresh_tail(r) <= r->capacity)
+		return false;
+	ring__drop(r);
+	return true;
+}
+
 /*
  * Whether the gap record and the record after it both fit now. A gap that
  * found room only for itself would be followed by more drops, and so a

@@ -86,6 +86,15 @@ int ring__full(struct ring *r, unsigned type, uint64_t need,
 int ring__reserve_gap(struct ring *r, unsigned type, uint64_t need,
 		      struct ring_slot *slot);
 
+/*
+ * Drops a record of `need` bytes (at most r->max_record) without
+ * reserving it, counting it, when the ring does not block and has no room
+ * for it by a fresh tail (nor for the gap record before it, while drops
+ * wait for one). True when dropped. For a caller with work to do before a
+ * reservation that would fail.
+ */
+bool ring_drop_if_full(struct ring *r, uint64_t need);
+
 /* Out of line: counts a record too long for this ring. -EMSGSIZE. */
 int ring__too_long(struct ring *r);
 

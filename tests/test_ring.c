@@ -341,6 +341,52 @@ static void fill_ring(struct rt *t)
 		rt_push(t, RING_REC_OP, 248, i);
 }
 
+/*
+ * ring_drop_if_full() drops, counting it, exactly what ring_reserve() would
+ * drop: a record without room by the consumer's tail (the cached one may
+ * be old), counting the room of the gap record that drops waiting for one
+ * need first; never on a ring that blocks.
+ */
+START_TEST(ring_drop_if_full_drops_what_reserve_would)
+{
+	struct ring_slot s;
+	struct got g = { 0 };
+	struct rt t, b;
+
+	rt_open(&t, 0, 0, 5 * CAP);
+	for (unsigned i = 0; i < CAP / 256 - 1; i++)
+		rt_push(&t, RING_REC_OP, 248, i);
+	/* 256 bytes left: 184 of them taken, 72 left. */
+	rt_push(&t, RING_REC_OP, 176, 99);
+	ck_assert(!ring_drop_if_full(t.p, 72));
+	ck_assert(ring_drop_if_full(t.p, 80));
+	ck_assert_uint_eq(ring_dropped(t.p), 1);
+	ck_assert_uint_eq(t.p->hdr->pending, 1);
+	ck_assert_uint_eq(rt_head(&t) - 5 * CAP, CAP - 72);
+	/* A drop waits for its gap: 72 bytes hold the 40 of the gap record
+	 * and 32 more, not a record of 40. */
+	ck_assert(!ring_drop_if_full(t.p, 32));
+	ck_assert(ring_drop_if_full(t.p, 40));
+	ck_assert_uint_eq(t.p->hdr->pending, 2);
+	/* The consumer takes a record: the tail it publishes is the one
+	 * checked, not the producers' cached one. */
+	ck_assert_int_eq(ringread_drain(t.c, 1, 0, got_cb, &g), 1);
+	ck_assert(!ring_drop_if_full(t.p, 80));
+	ck_assert_int_eq(ring_reserve(t.p, RING_REC_OP, 72, &s), 0);
+	ring_commit(&s);
+	ck_assert_uint_eq(ring_dropped(t.p), 2);
+	ck_assert_uint_eq(t.p->hdr->pending, 0);
+	got_free(&g);
+	rt_close(&t);
+	/* A blocking ring waits instead: never dropped here. */
+	rt_open(&b, RING_F_BLOCK, 0, 0);
+	fill_ring(&b);
+	ck_assert(!ring_drop_if_full(b.p, 8));
+	ck_assert_uint_eq(ring_dropped(b.p), 0);
+	rt_close(&b);
+}
+END_TEST
+
 /* No consumer ever mapped the ring: a blocking ring drops at once instead
  * of waiting out its (long) timeout, or forever. */
 START_TEST(ring_block_without_consumer_drops)
@@ -531,6 +577,7 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, ring_reserve_huge_length_refused);
 	tcase_add_test(tc, ring_full_drops_exact_count_then_gap);
 	tcase_add_test(tc, ring_gap_waits_for_room_for_its_record);
+	tcase_add_test(tc, ring_drop_if_full_drops_what_reserve_would);
 	tcase_add_test(tc, ring_block_without_consumer_drops);
 	tcase_add_test(tc, ring_block_stalled_consumer_drops_after_timeout);
 	tcase_add_test(tc, ring_block_draining_thread_loses_nothing);
