@@ -42,10 +42,12 @@
  *    would. A launch without args of at most AGENT_FAST_RANGES ranges a
  *    kind, whose name and stack are defined there already, and which the
  *    ring takes inline (ring_try_reserve()), is pushed inline in
- *    npusan_launch() (agent_launch_fast()). Anything else, a drop
- *    included, goes the whole way, agent_launch_slow(), having reserved
- *    nothing. (A call out of line in the fast path would cost it the
- *    frame's shrink-wrapping past the state check, and registers.)
+ *    npusan_launch() (agent_launch_fast()). Anything else goes the whole
+ *    way, agent_launch_slow(), having reserved nothing; there a launch the
+ *    fast path would take is dropped at once when the ring has no room by
+ *    a fresh tail (agent_launch_dropped()). (A call out of line in the
+ *    fast path would cost it the frame's shrink-wrapping past the state
+ *    check, and registers.)
  */
 #include "npusan.h"
 
@@ -214,7 +216,6 @@ static inline bool agent_live(void)
 	return s == AGENT_ON || s == AGENT_DORMANT;
 }
 
-
 /* The ring `slot` when it exists and takes records of `level` (an enum
  * agent_attach), with `stack` defined on it (a stack that cannot be defined
  * is sent as none); else NULL. */
@@ -344,8 +345,8 @@ static inline void agent_fill_launch(struct ring_launch *l, uint64_t stream,
 
 /*
  * Pushes a launch to ring `r` of `slot`, which takes every record. Inline
- * in agent_launch_slow(): the path of every launch, whose ids are nearly always
- * defined already (agent_string_defined()).
+ * in agent_launch_slow(), the path of a launch with args or to two rings,
+ * whose ids are nearly always defined already (agent_string_defined()).
  */
 static inline void agent_push_launch(struct ring *r, int slot,
 				     uint64_t stream, uint32_t name,
