@@ -75,15 +75,18 @@ static inline void *intern__id_get(struct intern_ids *ids, uint32_t id)
 {
 	_Atomic(void *) *chunk;
 
-	if (id == 0 || id >= INTERN_MAX_IDS)
+	/* 64-bit indices: a 32-bit one would be widened after each step. */
+	uint64_t i = id;
+
+	if (i == 0 || i >= INTERN_MAX_IDS)
 		return NULL;
 	/* Acquire: pairs with the release stores in intern_id_add(). */
-	chunk = atomic_load_explicit(&ids->chunks[id / INTERN_CHUNK],
+	chunk = atomic_load_explicit(&ids->chunks[i / INTERN_CHUNK],
 				     memory_order_acquire);
 	if (chunk == NULL)
 		return NULL;
 	/* Acquire: as above, for the entry's own release store. */
-	return atomic_load_explicit(&chunk[id % INTERN_CHUNK],
+	return atomic_load_explicit(&chunk[i % INTERN_CHUNK],
 				    memory_order_acquire);
 }
 

@@ -1,6 +1,7 @@
 /*
- * npusan.c - the agent: the public API (npusan.h), its start-up from the
- * environment, and what happens to it across fork() and exit.
+ * npusan.c - the agent: the public API (npusan.h). Its start-up from the
+ * environment, and what happens to it across fork() and exit, are
+ * lifecycle.c's; the state both share is agentint.h's.
  *
  * DESIGN
  *
@@ -33,6 +34,20 @@
  *    that takes the ring over from another one gets the same snapshot and
  *    gap. With no other ring, a detached agent's state is AGENT_DORMANT,
  *    where only lifetime calls do anything.
+ * 6. `agent.solo` names the ring slot that takes launches when exactly one
+ *    does (a ring that exists and is ATTACHED), else NULL. It is derived,
+ *    under agent_attach_lock, after every change of which rings exist or
+ *    are attached (agent_route_locked()), and stored with release after
+ *    them, so a launch that follows it sees what agent_launch_slow()'s loop
+ *    would. A launch without args of at most AGENT_FAST_RANGES ranges a
+ *    kind, whose name and stack are defined there already, and which the
+ *    ring takes inline (ring_try_reserve()), is pushed inline in
+ *    npusan_launch() (agent_launch_fast()). Anything else goes the whole
+ *    way, agent_launch_slow(), having reserved nothing; there a launch the
+ *    fast path would take is dropped at once when the ring has no room by
+ *    a fresh tail (agent_launch_dropped()). (A call out of line in the
+ *    fast path would cost it the frame's shrink-wrapping past the state
+ *    check, and registers.)
  */
 #include "npusan.h"
 
@@ -48,6 +63,7 @@
 #include <unistd.h>
 
 #include "agentenv.h"
+#include "agentint.h"
 #include "agentlog.h"
 #include "identity.h"
 #include "intern.h"
@@ -58,85 +74,19 @@
 #include "ring.h"
 #include "stack.h"
 
-#define NPUSAN_EXPORT __attribute__((visibility("default")))
-#define likely(x) __builtin_expect(!!(x), 1)
-
-#define AGENT_DAEMON 0   /* ring slot of the daemon's ring */
-#define AGENT_RECORDER 1 /* ring slot of the recorder's ring */
-#define AGENT_BLOCK_TIMEOUT_MS 5000
-
-enum agent_state {
-	AGENT_OFF = NPUSAN_STATE_OFF_,	       /* every call returns at once */
-	AGENT_ON = NPUSAN_STATE_ON_,	       /* some ring takes every operation */
-	AGENT_FORKED = NPUSAN_STATE_FORKED_,   /* in a child of fork(): the next
-						  call restarts */
-	AGENT_DORMANT = NPUSAN_STATE_DORMANT_, /* the daemon's ring only, and
-						  detached (DESIGN 5) */
-};
-
-/* What a ring takes (DESIGN 5); the recorder's is always ATTACHED. */
-enum agent_attach {
-	AGENT_DETACHED,	 /* nothing */
-	AGENT_ATTACHING, /* lifetimes and the snapshot */
-	AGENT_ATTACHED,	 /* everything */
-};
-
-struct agent_ring {
-	/* Set (release) after gen, cleared only in a forked child. */
-	_Atomic(struct ring *) ring;
-	_Atomic uint32_t gen; /* this ring's generation, never 0 */
-	_Atomic int attach;   /* enum agent_attach */
-};
-
 NPUSAN_EXPORT int npusan_state_ = AGENT_OFF;
-
-#define agent_state_load(order) __atomic_load_n(&npusan_state_, (order))
-#define agent_state_store(v, order) \
-	__atomic_store_n(&npusan_state_, (v), (order))
-static struct {
-	struct agent_ring rings[INTERN_RINGS];
-	struct stack_config stacks;
-	struct recorder *recorder;
-	_Atomic uint32_t next_gen;
-	bool want_daemon; /* NPUSAN=1 or npusan_init(): also after fork() */
-	bool want_dormant; /* register detached: also after fork() */
-	bool atfork_done;
-} agent;
-static pthread_mutex_t agent_lock = PTHREAD_MUTEX_INITIALIZER;
-/* Serialises attach, detach and the snapshot (DESIGN 5). */
-static pthread_mutex_t agent_attach_lock = PTHREAD_MUTEX_INITIALIZER;
+struct agent_globals agent = {
+	.rings = { [AGENT_DAEMON] = { .slot = AGENT_DAEMON },
+		   [AGENT_RECORDER] = { .slot = AGENT_RECORDER } },
+};
+_Static_assert(INTERN_RINGS == 2, "every ring slot is initialised");
+pthread_mutex_t agent_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t agent_attach_lock = PTHREAD_MUTEX_INITIALIZER;
 
 _Static_assert(sizeof(struct npusan_range) == sizeof(struct ring_range),
 	       "ranges are copied into the ring as they are");
 
 /* ---- definitions ------------------------------------------------------- */
-
-/* The ring of `slot`, or NULL. */
-static inline struct ring *agent_ring_get(int slot)
-{
-	/* Acquire: pairs with the release store in agent_ring_new(). */
-	return atomic_load_explicit(&agent.rings[slot].ring,
-				    memory_order_acquire);
-}
-
-/* Relaxed: a thread that races a new generation (a fork, or a lost
- * daemon) may send a record of the old one without its definition; the
- * consumer then shows the id, never a wrong name. */
-static uint32_t agent_gen(int slot)
-{
-	return atomic_load_explicit(&agent.rings[slot].gen,
-				    memory_order_relaxed);
-}
-
-/* A generation never used before, never 0. */
-static uint32_t agent_next_gen(void)
-{
-	/* Relaxed: only uniqueness matters. */
-	uint32_t g = atomic_fetch_add_explicit(&agent.next_gen, 1,
-					       memory_order_relaxed) + 1;
-
-	return g != 0 ? g : agent_next_gen();
-}
 
 static bool agent_defined(const struct intern_head *h, int slot)
 {
@@ -229,10 +179,10 @@ static __attribute__((noinline)) int agent_define_stack(int slot, uint32_t id)
 
 /*
  * The stack id to send: a given one, or the native stack captured now.
- * Called only from agent_launch(), agent_alloc() and agent_free(), never
- * inlined, and
- * the agent is built without sibling calls, so the frames to skip are
- * always these three: itself, its caller and the API function.
+ * Called only from agent_launch_slow(), agent_alloc() and agent_free(),
+ * never inlined, each called only from the API functions, and the agent is
+ * built without sibling calls, so the frames to skip are always these
+ * three: itself, its caller and the API function.
  */
 __attribute__((noinline)) static uint32_t agent_stack(uint32_t stack)
 {
@@ -252,20 +202,6 @@ __attribute__((noinline)) static uint32_t agent_stack(uint32_t stack)
 
 /* ---- pushing ----------------------------------------------------------- */
 
-static int agent_wake(void) __attribute__((noinline, cold));
-
-/* Whether every call should push now; starts a forked child's agent. */
-static inline bool agent_on(void)
-{
-	/* Acquire: pairs with the release stores in agent_start() and
-	 * agent_attach(); the rings are set up before the state says so. */
-	int s = agent_state_load(__ATOMIC_ACQUIRE);
-
-	if (likely(s == AGENT_ON))
-		return true;
-	return s == AGENT_FORKED && agent_wake() == AGENT_ON;
-}
-
 /* Whether lifetime calls do anything now (DESIGN 5). */
 static inline bool agent_live(void)
 {
@@ -276,16 +212,8 @@ static inline bool agent_live(void)
 		return true;
 	if (s != AGENT_FORKED)
 		return false;
-	s = agent_wake();
+	s = agent__wake();
 	return s == AGENT_ON || s == AGENT_DORMANT;
-}
-
-static int agent_attach_load(int slot)
-{
-	/* Acquire: pairs with the release stores in agent_attach(); a thread
-	 * that sees ATTACHED reserves after the snapshot's gap. */
-	return atomic_load_explicit(&agent.rings[slot].attach,
-				    memory_order_acquire);
 }
 
 /* The ring `slot` when it exists and takes records of `level` (an enum
@@ -389,10 +317,36 @@ static void agent_args_to(int slot, const struct agent_args *args,
 	}
 }
 
+/* Writes a launch record but for its args. */
+static inline void agent_fill_launch(struct ring_launch *l, uint64_t stream,
+				     uint32_t name,
+				     const struct npusan_range *reads,
+				     size_t nreads,
+				     const struct npusan_range *writes,
+				     size_t nwrites, uint32_t stack, bool named)
+{
+	l->kind = OP_LAUNCH;
+	l->flags = named ? RING_LAUNCH_HAS_ARGS : 0;
+	l->reserved = 0;
+	l->stack = stack;
+	l->stream = stream;
+	l->name = name;
+	l->nreads = (uint32_t)nreads;
+	l->nwrites = (uint32_t)nwrites;
+	l->reserved2 = 0;
+	/* A loop, not memcpy(): launches carry a handful of ranges, and a
+	 * call into libc costs more than copying them. */
+	for (size_t i = 0; i < nreads; i++)
+		l->ranges[i] = (struct ring_range){ reads[i].ptr, reads[i].len };
+	for (size_t i = 0; i < nwrites; i++)
+		l->ranges[nreads + i] =
+			(struct ring_range){ writes[i].ptr, writes[i].len };
+}
+
 /*
  * Pushes a launch to ring `r` of `slot`, which takes every record. Inline
- * in agent_launch(): the path of every launch, whose ids are nearly always
- * defined already (agent_string_defined()).
+ * in agent_launch_slow(), the path of a launch with args or to two rings,
+ * whose ids are nearly always defined already (agent_string_defined()).
  */
 static inline void agent_push_launch(struct ring *r, int slot,
 				     uint64_t stream, uint32_t name,
@@ -421,39 +375,133 @@ static inline void agent_push_launch(struct ring *r, int slot,
 			 &rs))
 		return;
 	l = rs.payload;
-	l->kind = OP_LAUNCH;
-	l->flags = named ? RING_LAUNCH_HAS_ARGS : 0;
-	l->reserved = 0;
-	l->stack = stack;
-	l->stream = stream;
-	l->name = name;
-	l->nreads = (uint32_t)nreads;
-	l->nwrites = (uint32_t)nwrites;
-	l->reserved2 = 0;
-	/* A loop, not memcpy(): launches carry a handful of ranges, and a
-	 * call into libc costs more than copying them. */
-	for (size_t i = 0; i < nreads; i++)
-		l->ranges[i] = (struct ring_range){ reads[i].ptr, reads[i].len };
-	for (size_t i = 0; i < nwrites; i++)
-		l->ranges[nreads + i] =
-			(struct ring_range){ writes[i].ptr, writes[i].len };
+	agent_fill_launch(l, stream, name, reads, nreads, writes, nwrites,
+			  stack, named);
 	if (named)
 		agent_args_to(slot, args, nreads, nwrites,
 			      (uint32_t *)(l->ranges + nreads + nwrites));
 	ring_commit(&rs);
 }
 
+/* The most read, and write, ranges a launch on the fast path has: its
+ * record then never exceeds any ring's max_record. One less than a power
+ * of two, so that (nreads | nwrites) checks both. */
+#define AGENT_FAST_RANGES 63u
+_Static_assert(sizeof(struct ring_rec) + sizeof(struct ring_launch) +
+			       2 * AGENT_FAST_RANGES *
+				       sizeof(struct ring_range) <=
+		       RING_MAX_RECORD_MIN,
+	       "a fast launch fits every ring");
+
+/* agent_defined() with the generation of `slot` at hand. */
+static inline bool agent_defined_gen(const struct intern_head *h, int slot,
+				     uint32_t gen)
+{
+	/* Acquire: as in agent_defined(). */
+	return atomic_load_explicit(&h->sent[slot], memory_order_acquire) ==
+	       gen;
+}
+
+/* Whether the launch's name and stack (0: none) are defined on `slot`. */
+static inline bool agent_launch_defined(int slot, uint32_t gen,
+					uint32_t name, uint32_t stack)
+{
+	const struct intern_str *s;
+	const struct intern_stack *st;
+
+	if (name != 0 && ((s = intern_string_get(name)) == NULL ||
+			  !agent_defined_gen(&s->h, slot, gen)))
+		return false;
+	return stack == 0 || ((st = intern_stack_get(stack)) != NULL &&
+			      agent_defined_gen(&st->h, slot, gen));
+}
+
+/*
+ * The fast path of a launch without args (DESIGN 6): true when it is
+ * pushed; false, with nothing reserved or counted, when
+ * agent_launch_slow() must do it. NPUSAN_STACK_NATIVE is never a defined
+ * stack, so a launch that asks for one goes the whole way.
+ */
+static inline bool agent_launch_fast(uint64_t stream, uint32_t name,
+				     const struct npusan_range *reads,
+				     size_t nreads,
+				     const struct npusan_range *writes,
+				     size_t nwrites, uint32_t stack)
+{
+	/* Acquire: pairs with the release store in agent_route_locked();
+	 * the ring, its generation and its attach state are set before. */
+	const struct agent_ring *ar = atomic_load_explicit(
+		&agent.solo, memory_order_acquire);
+	struct ring_slot rs;
+	struct ring *r;
+	uint32_t gen;
+
+	if (ar == NULL || (nreads | nwrites) > AGENT_FAST_RANGES)
+		return false;
+	/* Relaxed: ordered by the acquire load of solo above; never NULL
+	 * while solo names its slot (agent_route_locked()). */
+	r = atomic_load_explicit(&ar->ring, memory_order_relaxed);
+	/* Relaxed: as in agent_gen(). */
+	gen = atomic_load_explicit(&ar->gen, memory_order_relaxed);
+	if (!agent_launch_defined(ar->slot, gen, name, stack))
+		return false;
+	if (!ring_try_reserve(r, RING_REC_LAUNCH,
+			      ring_rec_size(ring_launch_size(nreads + nwrites,
+							     0)),
+			      &rs))
+		return false;
+	agent_fill_launch(rs.payload, stream, name, reads, nreads, writes,
+			  nwrites, stack, false);
+	ring_commit(&rs);
+	return true;
+}
+
 /* ---- the API ----------------------------------------------------------- */
 
-/* The body of npusan_launch() and npusan_launch_args(), out of line so
- * that the disabled path is the state check alone. */
-static __attribute__((noinline)) void agent_launch(
-	uint64_t stream, uint32_t op, const struct npusan_range *reads,
-	size_t nreads, const struct npusan_range *writes, size_t nwrites,
-	uint32_t stack, const struct agent_args *args)
+/* A launch as the API received it; args NULL for none. */
+struct agent_launch_req {
+	uint64_t stream;
+	const struct npusan_range *reads, *writes;
+	size_t nreads, nwrites;
+	uint32_t name, stack;
+	const struct agent_args *args;
+};
+
+/*
+ * Whether launch `q`, one the fast path takes when the ring has room, was
+ * dropped (and counted) because the one ring that takes launches has none
+ * now: at once, as the whole way would after defining what the launch
+ * names, which would itself find no room. What a full ring costs a launch.
+ */
+static bool agent_launch_dropped(const struct agent_launch_req *q)
 {
+	/* Acquire: as in agent_launch_fast(). */
+	const struct agent_ring *ar = atomic_load_explicit(
+		&agent.solo, memory_order_acquire);
+
+	/* Relaxed: as in agent_launch_fast(). */
+	return ar != NULL && q->args == NULL &&
+	       (q->nreads | q->nwrites) <= AGENT_FAST_RANGES &&
+	       ring_drop_if_full(atomic_load_explicit(&ar->ring,
+						      memory_order_relaxed),
+				 ring_rec_size(ring_launch_size(
+					 q->nreads + q->nwrites, 0)));
+}
+
+/* A launch the whole way: to every ring that takes it, defining what it
+ * names first. Called only from npusan_launch() and npusan_launch_args()
+ * (agent_stack()'s frames). */
+static __attribute__((noinline)) void agent_launch_slow(
+	const struct agent_launch_req *q)
+{
+	size_t nreads = q->nreads, nwrites = q->nwrites;
+	uint32_t stack = q->stack;
 	struct ring *r;
 
+	if (agent_launch_dropped(q))
+		return;
+	if (!agent_on())
+		return; /* a forked child's agent that did not start */
 	/* More ranges than a record holds: ring_reserve() refuses the
 	 * record and counts it as dropped; the counts must not wrap. */
 	if (nreads > UINT32_MAX || nwrites > UINT32_MAX)
@@ -464,20 +512,41 @@ static __attribute__((noinline)) void agent_launch(
 	for (int slot = 0; slot < INTERN_RINGS; slot++) {
 		r = agent_ring_get(slot);
 		if (r != NULL && agent_attach_load(slot) >= AGENT_ATTACHED)
-			agent_push_launch(r, slot, stream, op, reads, nreads,
-					  writes, nwrites, stack, args);
+			agent_push_launch(r, slot, q->stream, q->name, q->reads,
+					  nreads, q->writes, nwrites, stack,
+					  q->args);
 	}
 }
 
+/*
+ * The fast path is inline here, not in a function of its own, so that a
+ * launch makes one call, not two. A forked child's first launch goes the
+ * slow way, which starts its agent (agent_on()): then the one branch past
+ * the state check is the only code that needs a stack frame, and the
+ * compiler sets the frame up past the check, so that the disabled path is
+ * a load, a compare and a return.
+ */
 NPUSAN_EXPORT void npusan_launch(uint64_t stream, uint32_t op,
 				 const struct npusan_range *reads,
 				 size_t nreads,
 				 const struct npusan_range *writes,
 				 size_t nwrites, uint32_t stack)
 {
-	if (agent_on())
-		agent_launch(stream, op, reads, nreads, writes, nwrites, stack,
-			     NULL);
+	/* Acquire: as in agent_on(). */
+	int s = agent_state_load(__ATOMIC_ACQUIRE);
+
+	if (likely(s == AGENT_ON || s == AGENT_FORKED) &&
+	    (s != AGENT_ON ||
+	     !agent_launch_fast(stream, op, reads, nreads, writes, nwrites,
+				stack))) {
+		struct agent_launch_req q = {
+			.stream = stream, .reads = reads, .writes = writes,
+			.nreads = nreads, .nwrites = nwrites, .name = op,
+			.stack = stack,
+		};
+
+		agent_launch_slow(&q);
+	}
 }
 
 NPUSAN_EXPORT void npusan_launch_args(uint64_t stream, uint32_t op,
@@ -489,10 +558,17 @@ NPUSAN_EXPORT void npusan_launch_args(uint64_t stream, uint32_t op,
 {
 	struct agent_args args = { read_args, write_args };
 
-	if (agent_on())
-		agent_launch(stream, op, reads, nreads, writes, nwrites, stack,
-			     read_args != NULL || write_args != NULL ? &args
-								     : NULL);
+	if (agent_on()) {
+		struct agent_launch_req q = {
+			.stream = stream, .reads = reads, .writes = writes,
+			.nreads = nreads, .nwrites = nwrites, .name = op,
+			.stack = stack,
+			.args = read_args != NULL || write_args != NULL ? &args
+									: NULL,
+		};
+
+		agent_launch_slow(&q);
+	}
 }
 
 /* The alloc record of `a`, for the allocation itself and for a snapshot:
@@ -744,6 +820,37 @@ static void agent_snapshot(uint64_t lost)
 	agent_push_op_to(AGENT_DAEMON, AGENT_ATTACHING, &gap);
 }
 
+/*
+ * Under agent_attach_lock: derives agent.solo (DESIGN 6) from the rings.
+ * A ring pointer is cleared only where no thread can be pushing and solo
+ * cannot name it: in a forked child, after solo is cleared, and when the
+ * daemon's ring fails to register, before agent_start() routes it.
+ */
+static void agent_route_locked(void)
+{
+	struct agent_ring *solo = NULL;
+	int n = 0;
+
+	for (int slot = 0; slot < INTERN_RINGS; slot++) {
+		if (agent_ring_get(slot) != NULL &&
+		    agent_attach_load(slot) >= AGENT_ATTACHED) {
+			solo = &agent.rings[slot];
+			n++;
+		}
+	}
+	/* Release: pairs with the acquire load in agent_launch_fast(). */
+	atomic_store_explicit(&agent.solo, n == 1 ? solo : NULL,
+			      memory_order_release);
+}
+
+/* agent_route_locked(), taking the lock; never under it. */
+void agent__route(void)
+{
+	pthread_mutex_lock(&agent_attach_lock);
+	agent_route_locked();
+	pthread_mutex_unlock(&agent_attach_lock);
+}
+
 static void agent_attach_store(int v)
 {
 	/* Release: pairs with the acquire load in agent_attach_load(). */
@@ -771,6 +878,7 @@ static void agent_attach(void)
 		 * gets past the state check (and pushes nothing before). */
 		agent_state_move(AGENT_DORMANT, AGENT_ON);
 		agent_attach_store(AGENT_ATTACHED);
+		agent_route_locked();
 		register_set_dormant(false);
 	}
 	pthread_mutex_unlock(&agent_attach_lock);
@@ -781,6 +889,7 @@ static void agent_detach(void)
 	pthread_mutex_lock(&agent_attach_lock);
 	if (agent_attach_load(AGENT_DAEMON) == AGENT_ATTACHED) {
 		agent_attach_store(AGENT_DETACHED);
+		agent_route_locked();
 		register_set_dormant(true);
 		if (agent_ring_get(AGENT_RECORDER) == NULL)
 			agent_state_move(AGENT_ON, AGENT_DORMANT);
@@ -800,7 +909,7 @@ static void agent_resync(void)
 }
 
 /* register.h's event callback, on the registration thread. */
-static void agent_register_cb(enum register_event ev, void *arg)
+void agent__register_cb(enum register_event ev, void *arg)
 {
 	(void)arg;
 	switch (ev) {
@@ -823,341 +932,3 @@ static void agent_register_cb(enum register_event ev, void *arg)
 	}
 }
 
-/* ---- start-up ---------------------------------------------------------- */
-
-/* Creates the ring of `slot`, taking records of `attach`. 0 or -errno. */
-static int agent_ring_new(int slot, uint32_t flags, int attach)
-{
-	struct ring *r;
-	int err = ring_create(agentenv_ring_size(), flags, AGENT_BLOCK_TIMEOUT_MS,
-			      &r);
-
-	if (err < 0)
-		return err;
-	atomic_store_explicit(&agent.rings[slot].gen, agent_next_gen(),
-			      memory_order_relaxed);
-	atomic_store_explicit(&agent.rings[slot].attach, attach,
-			      memory_order_relaxed);
-	/* Release: pairs with the acquire load in agent_ring_get(); the
-	 * generation and attach state above come first. */
-	atomic_store_explicit(&agent.rings[slot].ring, r,
-			      memory_order_release);
-	return 0;
-}
-
-static int agent_start_daemon(void)
-{
-	struct register_cfg cfg = { 0 };
-	struct ring *r;
-	int err = agent_ring_new(AGENT_DAEMON, agentenv_ring_flags(),
-				 agent.want_dormant ? AGENT_DETACHED :
-						      AGENT_ATTACHED);
-
-	if (err < 0)
-		return err;
-	r = agent_ring_get(AGENT_DAEMON);
-	cfg.memfd = ring_fd(r);
-	cfg.ring_size = r->capacity;
-	cfg.ring_header_size = RING_HEADER_SIZE;
-	cfg.ring_flags = r->flags;
-	cfg.dormant = agent.want_dormant;
-	cfg.event_cb = agent_register_cb;
-	err = register_start(&cfg);
-	if (err < 0) {
-		/* Nobody could ever drain it: no ring rather than one that
-		 * only costs time. No thread has seen it yet. */
-		atomic_store_explicit(&agent.rings[AGENT_DAEMON].ring, NULL,
-				      memory_order_relaxed);
-		ring_destroy(r);
-		agent_log("cannot register with the daemon: %s",
-			  strerror(-err));
-	}
-	return err;
-}
-
-static int agent_start_recorder(const char *tmpl, bool child)
-{
-	struct trace_process proc = { .present = true };
-	struct identity id;
-	char path[PATH_MAX], exe[PATH_MAX];
-	ssize_t n;
-	int err;
-
-	if (!agentenv_record_path(tmpl, child, path, sizeof(path)))
-		return child ? 0 : -ENAMETOOLONG;
-	err = agent_ring_new(AGENT_RECORDER, RING_F_BLOCK, AGENT_ATTACHED);
-	if (err < 0)
-		return err;
-	identity_from_env(&id);
-	proc.pid = (uint64_t)getpid();
-	proc.job = id.job;
-	proc.has_rank = id.has_rank;
-	proc.rank = id.rank;
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n > 0) {
-		exe[n] = '\0';
-		proc.name = strrchr(exe, '/') ? strrchr(exe, '/') + 1 : exe;
-	}
-	err = recorder_start(path, ring_fd(agent_ring_get(AGENT_RECORDER)),
-			     &proc, &agent.recorder);
-	if (err < 0)
-		agent_log("NPUSAN_RECORD: cannot record to %s: %s",
-			  path, strerror(-err));
-	return err;
-}
-
-static void agent_atfork_prepare(void);
-static void agent_atfork_parent(void);
-static void agent_atfork_child(void);
-
-/*
- * Under agent_lock: creates the rings the environment asks for (the
- * daemon's when `daemon`), starts registration and recording, and turns the
- * agent on. 0, or a negative errno with the agent left off.
- */
-static int agent_start(bool daemon, bool child)
-{
-	const char *record = getenv("NPUSAN_RECORD");
-	int err = 0;
-
-	if (stack_config_from_env(&agent.stacks) < 0) {
-		agent_log("NPUSAN_STACKS or NPUSAN_STACK_METHOD not "
-			  "understood; native stacks are off");
-		agent.stacks.depth = 0;
-	}
-	if (agent.stacks.depth > 0)
-		stack_prepare(agent.stacks.method);
-	if (!agent.atfork_done &&
-	    pthread_atfork(agent_atfork_prepare, agent_atfork_parent,
-			   agent_atfork_child) == 0)
-		agent.atfork_done = true;
-	if (daemon)
-		err = agent_start_daemon();
-	if (record != NULL && *record != '\0') {
-		int rerr = agent_start_recorder(record, child);
-
-		err = err < 0 ? err : rerr;
-	}
-	/* Release: pairs with the acquire loads in agent_on() and
-	 * agent_live(). */
-	if (agent_ring_get(AGENT_RECORDER) != NULL ||
-	    (agent_ring_get(AGENT_DAEMON) != NULL &&
-	     agent_attach_load(AGENT_DAEMON) == AGENT_ATTACHED))
-		agent_state_store(AGENT_ON, __ATOMIC_RELEASE);
-	else if (agent_ring_get(AGENT_DAEMON) != NULL)
-		agent_state_store(AGENT_DORMANT, __ATOMIC_RELEASE);
-	return err;
-}
-
-/* In a forked child, on its first call: start again with new rings.
- * Returns the state it leaves. */
-static int agent_wake(void)
-{
-	pthread_mutex_lock(&agent_lock);
-	if (agent_state_load(__ATOMIC_RELAXED) == AGENT_FORKED) {
-		agent_state_store(AGENT_OFF, __ATOMIC_RELAXED);
-		(void)agent_start(agent.want_daemon, true);
-	}
-	pthread_mutex_unlock(&agent_lock);
-	return agent_state_load(__ATOMIC_ACQUIRE);
-}
-
-static bool agent_env_says(const char *want)
-{
-	const char *v = getenv("NPUSAN");
-
-	return v != NULL && strcmp(v, want) == 0;
-}
-
-NPUSAN_EXPORT int npusan_init(void)
-{
-	int err = 0;
-
-	if (agent_env_says("0"))
-		return 0;
-	pthread_mutex_lock(&agent_lock);
-	agent.want_daemon = true;
-	switch (agent_state_load(__ATOMIC_RELAXED)) {
-	case AGENT_OFF:
-		agent.want_dormant = agent_env_says("dormant");
-		err = agent_start(true, false);
-		break;
-	case AGENT_ON:
-		if (agent_ring_get(AGENT_DAEMON) == NULL)
-			err = agent_start_daemon();
-		break;
-	case AGENT_DORMANT: /* NPUSAN=dormant: an attach decides */
-		break;
-	default: /* AGENT_FORKED: the first call starts it */
-		break;
-	}
-	pthread_mutex_unlock(&agent_lock);
-	return err;
-}
-
-/* Whether a ring's consumer has taken everything pushed to it so far. */
-static bool agent_drained(const struct ring *r)
-{
-	/* Acquire: pairs with the consumer's release store of tail. */
-	return ring_load_acquire(&r->hdr->tail) ==
-	       ring_load_relaxed(&r->hdr->head);
-}
-
-/* Nobody will take what `r` holds: no consumer ever beat on it, and, for
- * the daemon's ring, no registration is in flight. */
-static bool agent_ring_orphan(int slot, struct ring *r)
-{
-	/* Relaxed: the beat only tells whether a consumer ever was. */
-	return ring_load_relaxed(&r->hdr->beat) == 0 &&
-	       !(slot == AGENT_DAEMON && register_pending());
-}
-
-/*
- * npusan_wait_drained() for one ring: 0; -ENOTCONN when nobody ever
- * drained it and nobody is about to; -ETIMEDOUT. Waits until it is
- * drained and, for the daemon's ring, the process is registered. A registration in flight is waited for even when nothing
- * was pushed: a process that sent no operation must still be known to the
- * daemon before it exits, or its job looks as if it never ran instead of
- * "registered, nothing analysed". A daemon that is gone takes nothing:
- * wait for the next one to register, and for what its registration pushed.
- */
-static int agent_wait_ring(int slot, unsigned timeout_ms)
-{
-	struct timespec nap = { 0, 1000000 };
-	struct ring *r = agent_ring_get(slot);
-
-	if (r == NULL)
-		return 0;
-	for (unsigned ms = 0; !agent_drained(r) ||
-			      (slot == AGENT_DAEMON && !register_connected());
-	     ms++) {
-		if (agent_ring_orphan(slot, r))
-			return agent_drained(r) ? 0 : -ENOTCONN;
-		if (ms >= timeout_ms)
-			return -ETIMEDOUT;
-		nanosleep(&nap, NULL);
-	}
-	return 0;
-}
-
-NPUSAN_EXPORT int npusan_wait_drained(unsigned timeout_ms)
-{
-	int err = 0, rc;
-
-	if (!agent_on())
-		return 0;
-	/* Every ring, also when one has no consumer: a recording is written
-	 * whether or not a daemon listens. The first error is the answer. */
-	for (int slot = 0; slot < INTERN_RINGS; slot++) {
-		rc = agent_wait_ring(slot, timeout_ms);
-		if (err == 0)
-			err = rc;
-	}
-	/* Taken by the recorder is written only once its batch is. Under
-	 * agent_lock, which agent_dtor() holds while it frees the recorder;
-	 * the order agent_lock, then the recorder's own, is fork's too. */
-	pthread_mutex_lock(&agent_lock);
-	recorder_settle(agent.recorder);
-	pthread_mutex_unlock(&agent_lock);
-	return err;
-}
-
-/* ---- fork and exit ----------------------------------------------------- */
-
-/* Lock order: the registration thread's step, agent_lock,
- * agent_attach_lock, then the modules' own, as that thread takes the step
- * lock and then the last two. */
-static void agent_atfork_prepare(void)
-{
-	register_atfork_prepare();
-	pthread_mutex_lock(&agent_lock);
-	pthread_mutex_lock(&agent_attach_lock);
-	intern_atfork_prepare();
-	recorder_atfork_prepare(agent.recorder);
-	live_atfork_prepare();
-}
-
-static void agent_atfork_parent(void)
-{
-	live_atfork_parent();
-	recorder_atfork_parent(agent.recorder);
-	intern_atfork_parent();
-	pthread_mutex_unlock(&agent_attach_lock);
-	pthread_mutex_unlock(&agent_lock);
-	register_atfork_release();
-}
-
-/* The child has one thread, this one: drop the parent's rings (no other
- * thread can be pushing into them here), its registration and its
- * recorder. */
-static void agent_atfork_child(void)
-{
-	int s = agent_state_load(__ATOMIC_RELAXED);
-
-	live_atfork_child();
-	intern_atfork_child();
-	if (s == AGENT_ON || s == AGENT_DORMANT) {
-		/* The child is analysed as its parent was at the fork. */
-		if (agent_ring_get(AGENT_DAEMON) != NULL)
-			agent.want_dormant = agent_attach_load(AGENT_DAEMON) !=
-					     AGENT_ATTACHED;
-		register_atfork_child();
-		recorder_atfork_child(agent.recorder);
-		agent.recorder = NULL;
-		for (int slot = 0; slot < INTERN_RINGS; slot++) {
-			ring_destroy(agent_ring_get(slot));
-			atomic_store_explicit(&agent.rings[slot].ring, NULL,
-					      memory_order_relaxed);
-		}
-		agent_state_store(AGENT_FORKED, __ATOMIC_RELAXED);
-	}
-	pthread_mutex_unlock(&agent_attach_lock);
-	pthread_mutex_unlock(&agent_lock);
-	register_atfork_release();
-}
-
-__attribute__((constructor)) static void agent_ctor(void)
-{
-	const char *record = getenv("NPUSAN_RECORD");
-	const char *v = getenv("NPUSAN");
-	int err;
-
-	bool daemon = agent_env_says("1") || agent_env_says("dormant");
-
-	if (v != NULL && *v != '\0' && strcmp(v, "0") != 0 && !daemon)
-		agent_log("NPUSAN=%s not understood (0, 1 or "
-			  "dormant); the agent stays off", v);
-	if (!daemon && (record == NULL || *record == '\0'))
-		return;
-	if (agent_env_says("0"))
-		return;
-	pthread_mutex_lock(&agent_lock);
-	agent.want_daemon = daemon;
-	agent.want_dormant = agent_env_says("dormant");
-	err = agent_start(agent.want_daemon, false);
-	pthread_mutex_unlock(&agent_lock);
-	if (err < 0)
-		agent_log("the agent could not start: %s; the job "
-			  "runs without it", strerror(-err));
-}
-
-/*
- * At exit the recorder writes what is left. The rings stay mapped for
- * threads still pushing (DESIGN 4); the daemon drains its own mapping.
- */
-__attribute__((destructor)) static void agent_dtor(void)
-{
-	struct ring *r;
-
-	pthread_mutex_lock(&agent_lock);
-	if (agent.recorder != NULL) {
-		recorder_stop(agent.recorder);
-		agent.recorder = NULL;
-		/* No consumer any more: a thread still pushing must not wait
-		 * for one. Relaxed: a hint, as in ring__consumer_alive(). */
-		r = agent_ring_get(AGENT_RECORDER);
-		ring_store_relaxed(&r->stalled_beat,
-				   ring_load_relaxed(&r->hdr->beat));
-	}
-	pthread_mutex_unlock(&agent_lock);
-}

@@ -19,13 +19,20 @@
 int ring_create(uint64_t capacity, uint32_t flags, unsigned block_timeout_ms,
 		struct ring **out)
 {
+	uint64_t max_record = capacity / 8 < RING_REC_LIMIT ? capacity / 8
+							     : RING_REC_LIMIT;
+	size_t len;
 	struct ring *r;
-	size_t len = RING_HEADER_SIZE + capacity;
 	int err;
 
+	_Static_assert(RING_MAX_RECORD_MIN <= RING_REC_LIMIT &&
+			       RING_MAX_RECORD_MIN <= RING_MIN_CAPACITY / 8,
+		       "ring_try_reserve()'s bound holds for every ring");
 	if (capacity < RING_MIN_CAPACITY || capacity > RING_MAX_CAPACITY ||
 	    (capacity & (capacity - 1)) != 0 || (flags & ~RING_F_BLOCK) != 0)
 		return -EINVAL;
+	/* The slack past the data area is max_record bytes (DESIGN 4). */
+	len = ring_map_size(capacity, (uint32_t)max_record);
 	r = calloc(1, sizeof(*r));
 	if (r == NULL)
 		return -ENOMEM;
@@ -51,8 +58,7 @@ int ring_create(uint64_t capacity, uint32_t flags, unsigned block_timeout_ms,
 	r->data = (unsigned char *)r->hdr + RING_HEADER_SIZE;
 	r->capacity = capacity;
 	r->mask = capacity - 1;
-	r->max_record = capacity / 8 < RING_REC_LIMIT ? capacity / 8
-						      : RING_REC_LIMIT;
+	r->max_record = max_record;
 	r->flags = flags;
 	r->block_timeout_ms = block_timeout_ms;
 	r->hdr->magic = RING_MAGIC;
@@ -178,6 +184,24 @@ int ring__full(struct ring *r, unsigned type, uint64_t need,
 	return -ENOBUFS;
 }
 
+bool ring_drop_if_full(struct ring *r, uint64_t need)
+{
+	/* Relaxed: a hint, as in ring__gap_fits(). */
+	uint64_t gap = ring_load_relaxed(&r->hdr->pending) != 0 ?
+			       ring_rec_size(sizeof(struct ring_op)) :
+			       0;
+	uint64_t pos;
+
+	if (r->flags & RING_F_BLOCK)
+		return false;
+	/* Relaxed: as in ring__gap_fits(). */
+	pos = ring_load_relaxed(&r->hdr->head);
+	if (pos + gap + need - ring__refresh_tail(r) <= r->capacity)
+		return false;
+	ring__drop(r);
+	return true;
+}
+
 /*
  * Whether the gap record and the record after it both fit now. A gap that
  * found room only for itself would be followed by more drops, and so a
@@ -188,34 +212,29 @@ static bool ring__gap_fits(struct ring *r, uint64_t gap_need, uint64_t need)
 	/* Relaxed: a hint; the claims below decide. */
 	uint64_t pos = ring_load_relaxed(&r->hdr->head);
 	uint64_t tail = ring__refresh_tail(r);
-	uint64_t first = ring__span(r, pos, gap_need);
 
-	return pos + first + ring__span(r, pos + first, need) - tail <=
-	       r->capacity;
+	return pos + gap_need + need - tail <= r->capacity;
 }
 
 int ring__reserve_gap(struct ring *r, unsigned type, uint64_t need,
 		      struct ring_slot *slot)
 {
-	/* Relaxed: whoever takes the count reports it; the gap record is
-	 * ordered before our record by the reservations on head. */
-	uint64_t lost = atomic_exchange_explicit(&r->hdr->pending, 0,
-						 memory_order_relaxed);
-	uint64_t gap_need = ring_rec_size(sizeof(struct ring_op));
+	uint64_t gap_need = ring_rec_size(sizeof(struct ring_op)), lost;
 	struct ring_slot gap;
 	struct ring_op *op;
 
+	/* A full ring drops at once, leaving the count for whoever finds
+	 * room: a drop costs no exchange of the count and no giving back. */
+	if (!(r->flags & RING_F_BLOCK) && !ring__gap_fits(r, gap_need, need)) {
+		ring__drop(r);
+		return -ENOBUFS;
+	}
+	/* Relaxed: whoever takes the count reports it; the gap record is
+	 * ordered before our record by the reservations on head. */
+	lost = atomic_exchange_explicit(&r->hdr->pending, 0,
+					memory_order_relaxed);
 	if (lost != 0) {
-		if (!(r->flags & RING_F_BLOCK) &&
-		    !ring__gap_fits(r, gap_need, need)) {
-			/* Relaxed: as in ring__drop(). */
-			atomic_fetch_add_explicit(&r->hdr->pending, lost,
-						  memory_order_relaxed);
-			ring__drop(r);
-			return -ENOBUFS;
-		}
-		if (!ring__try(r, RING_REC_OP, gap_need,
-			       ring_load_acquire(&r->tail_cache), &gap) &&
+		if (!ring__try_cached(r, RING_REC_OP, gap_need, &gap) &&
 		    !ring__wait(r, RING_REC_OP, gap_need, &gap)) {
 			/* Relaxed: as in ring__drop(). */
 			atomic_fetch_add_explicit(&r->hdr->pending, lost,
@@ -230,7 +249,7 @@ int ring__reserve_gap(struct ring *r, unsigned type, uint64_t need,
 		op->a = lost;
 		ring_commit(&gap);
 	}
-	if (ring__try(r, type, need, ring_load_acquire(&r->tail_cache), slot))
+	if (ring__try_cached(r, type, need, slot))
 		return 0;
 	return ring__full(r, type, need, slot);
 }

@@ -45,6 +45,9 @@ struct ring {
 	size_t map_len;
 };
 
+/* Every ring's max_record is at least this (ring_create()). */
+#define RING_MAX_RECORD_MIN (RING_MIN_CAPACITY / 8)
+
 /* A reserved record: fill `payload`, then ring_commit(). */
 struct ring_slot {
 	struct ring_rec *rec;
@@ -72,9 +75,9 @@ static inline int ring_fd(const struct ring *r)
 }
 
 /*
- * Out of line: the ring lacked room for `need` bytes. Reloads the tail,
- * then drops (counting it) or, with RING_F_BLOCK, waits for room. 0 with the
- * reservation in *slot; -ENOBUFS when dropped.
+ * Out of line: the ring lacked room for `need` bytes by the cached tail.
+ * Reloads the tail, then drops (counting it) or, with RING_F_BLOCK, waits
+ * for room. 0 with the reservation in *slot; -ENOBUFS when dropped.
  */
 int ring__full(struct ring *r, unsigned type, uint64_t need,
 	       struct ring_slot *slot);
@@ -83,62 +86,28 @@ int ring__full(struct ring *r, unsigned type, uint64_t need,
 int ring__reserve_gap(struct ring *r, unsigned type, uint64_t need,
 		      struct ring_slot *slot);
 
+/*
+ * Drops a record of `need` bytes (at most r->max_record) without
+ * reserving it, counting it, when the ring does not block and has no room
+ * for it by a fresh tail (nor for the gap record before it, while drops
+ * wait for one). True when dropped. For a caller with work to do before a
+ * reservation that would fail.
+ */
+bool ring_drop_if_full(struct ring *r, uint64_t need);
+
 /* Out of line: counts a record too long for this ring. -EMSGSIZE. */
 int ring__too_long(struct ring *r);
 
 /*
- * Claims [pos, pos + span) if the ring still has room and head is still
- * `*pos`; on a lost race *pos is the new head. True when claimed.
+ * Writes the header of the record of `need` bytes at `pos`, BUSY until
+ * ring_commit(). A record near the end runs on into the slack
+ * (proto/ring_layout.h, DESIGN 4): its bytes are contiguous.
  */
-static inline bool ring__claim(struct ring *r, uint64_t *pos, uint64_t span,
-			       uint64_t tail)
+static inline void ring__place(struct ring *r, uint64_t pos, uint64_t need,
+			       unsigned type, struct ring_slot *slot)
 {
-	if (*pos + span - tail > r->capacity)
-		return false;
-	/*
-	 * Relaxed: head only orders producers among themselves. What must be
-	 * ordered, our writes after the consumer's zeroing, is ordered by the
-	 * acquire load of the tail we checked against.
-	 */
-	return atomic_compare_exchange_weak_explicit(
-		&r->hdr->head, pos, *pos + span, memory_order_relaxed,
-		memory_order_relaxed);
-}
+	struct ring_rec *rec = (struct ring_rec *)(r->data + (pos & r->mask));
 
-/*
- * The bytes a record of `need` bytes spans at `pos`: itself, plus the pad
- * in front of it when it would cross the end of the data area.
- */
-static inline uint64_t ring__span(const struct ring *r, uint64_t pos,
-				  uint64_t need)
-{
-	uint64_t off = pos & r->mask;
-
-	return off + need > r->capacity ? need + (r->capacity - off) : need;
-}
-
-/*
- * Writes the headers of a claim of `span` bytes at `pos` for a record of
- * `need` bytes: the pad first when there is one.
- */
-static inline void ring__place(struct ring *r, uint64_t pos, uint64_t span,
-			       uint64_t need, unsigned type,
-			       struct ring_slot *slot)
-{
-	struct ring_rec *rec;
-
-	if (span != need) {
-		uint64_t pad = span - need;
-
-		rec = (struct ring_rec *)(r->data + (pos & r->mask));
-		ring_store_relaxed(&rec->tag, ring_tag(pos));
-		/* Release: pairs with the consumer's acquire load of the
-		 * word; a pad has no payload, but its tag must be seen. */
-		ring_store_release(&rec->word,
-				   ring_word(RING_COMMIT, RING_REC_PAD, pad));
-		pos += pad;
-	}
-	rec = (struct ring_rec *)(r->data + (pos & r->mask));
 	/* Release: pairs with the consumer's acquire load of the word. No
 	 * payload is read through BUSY, but the consumer checks the tag of
 	 * any non-zero word, even of a live producer's: a BUSY seen with a
@@ -151,24 +120,52 @@ static inline void ring__place(struct ring *r, uint64_t pos, uint64_t span,
 }
 
 /*
- * Claims room for a record of `need` bytes against `tail` and writes its
- * header. True with *slot filled; false when the ring looks full.
+ * Claims `need` bytes at the head if they fit against `tail`, and writes
+ * the record's header. True with *slot filled; false when the ring looks
+ * full.
  */
 static inline bool ring__try(struct ring *r, unsigned type, uint64_t need,
 			     uint64_t tail, struct ring_slot *slot)
 {
 	uint64_t pos = ring_load_relaxed(&r->hdr->head);
-	uint64_t span;
 
-	for (;;) {
-		span = ring__span(r, pos, need);
-		if (ring__claim(r, &pos, span, tail))
-			break;
-		if (pos + span - tail > r->capacity)
+	do {
+		if (pos + need - tail > r->capacity)
 			return false;
-	}
-	ring__place(r, pos, span, need, type, slot);
+		/*
+		 * Relaxed: head only orders producers among themselves. What
+		 * must be ordered, our writes after the consumer's zeroing, is
+		 * ordered by the acquire load of the tail we checked against.
+		 */
+	} while (!atomic_compare_exchange_weak_explicit(
+		&r->hdr->head, &pos, pos + need, memory_order_relaxed,
+		memory_order_relaxed));
+	ring__place(r, pos, need, type, slot);
 	return true;
+}
+
+/* ring__try() against the tail some producer loaded last (tail_cache). */
+static inline bool ring__try_cached(struct ring *r, unsigned type,
+				    uint64_t need, struct ring_slot *slot)
+{
+	/* Acquire: pairs with the release store in ring__refresh_tail(). */
+	return ring__try(r, type, need, ring_load_acquire(&r->tail_cache),
+			 slot);
+}
+
+/*
+ * Reserves a record of `type` of `need` bytes (ring_rec_size(), at most
+ * RING_MAX_RECORD_MIN) when the inline path can: no drops waiting for
+ * their gap record, room by the cached tail. True with *slot; false,
+ * having claimed and counted nothing, when ring_reserve() would leave the
+ * inline path. For a caller that falls back to its own slow path.
+ */
+static inline bool ring_try_reserve(struct ring *r, unsigned type,
+				    uint64_t need, struct ring_slot *slot)
+{
+	/* Relaxed: as in ring_reserve(). */
+	return ring_load_relaxed(&r->hdr->pending) == 0 &&
+	       ring__try_cached(r, type, need, slot);
 }
 
 /*
@@ -189,8 +186,7 @@ static inline int ring_reserve(struct ring *r, unsigned type, size_t len,
 	/* Relaxed: a drop we do not see yet is reported by a later record. */
 	if (ring_load_relaxed(&r->hdr->pending) != 0)
 		return ring__reserve_gap(r, type, need, slot);
-	/* Acquire: pairs with the release store in ring__refresh_tail(). */
-	if (ring__try(r, type, need, ring_load_acquire(&r->tail_cache), slot))
+	if (ring__try_cached(r, type, need, slot))
 		return 0;
 	return ring__full(r, type, need, slot);
 }

@@ -39,18 +39,24 @@ static const char *ringread_check(const struct ring_header *h, off_t size)
 	if (h->magic != RING_MAGIC)
 		return "not an npusan ring (bad magic)";
 	if (h->version != RING_VERSION)
-		return "unsupported ring version";
+		return h->version < RING_VERSION ?
+			       "ring layout version is older than this "
+			       "consumer's: agent and daemon come from "
+			       "different npusan releases" :
+			       "ring layout version is newer than this "
+			       "consumer's: agent and daemon come from "
+			       "different npusan releases";
 	if (h->header_size != RING_HEADER_SIZE)
 		return "unexpected ring header size";
 	if (h->capacity < RING_MIN_CAPACITY ||
 	    h->capacity > RING_MAX_CAPACITY ||
 	    (h->capacity & (h->capacity - 1)) != 0)
 		return "ring capacity is not a power of two in range";
-	if ((uint64_t)size != RING_HEADER_SIZE + h->capacity)
-		return "ring file size does not match its capacity";
 	if (h->max_record < 64 || h->max_record > h->capacity / 2 ||
 	    h->max_record % RING_ALIGN != 0)
 		return "ring record limit out of range";
+	if ((uint64_t)size != ring_map_size(h->capacity, h->max_record))
+		return "ring file size does not match its capacity and slack";
 	return NULL;
 }
 
@@ -82,7 +88,7 @@ static int ringread_mmap(int fd, struct ringread *r, const char **why)
 	munmap(h, RING_HEADER_SIZE);
 	if (*why != NULL)
 		return -EINVAL;
-	r->map_len = RING_HEADER_SIZE + r->capacity;
+	r->map_len = ring_map_size(r->capacity, (uint32_t)r->max_record);
 	r->hdr = mmap(NULL, r->map_len, PROT_READ | PROT_WRITE, MAP_SHARED,
 		      fd, 0);
 	if (r->hdr == MAP_FAILED)
@@ -155,18 +161,32 @@ void ringread_unmap(struct ringread *r)
 	free(r);
 }
 
-/* Zeroes the consumed bytes [from, to), wrapping at the end. */
+/*
+ * The slack bytes that records in [from, to) may have run into: when the
+ * range crosses the end of the data area, the one record that spans the
+ * end (DESIGN 4 of ring_layout.h) ends at or before `to`, so within the
+ * first to - end bytes of the slack, and within max_record.
+ */
+static uint64_t ringread_slack_used(const struct ringread *r, uint64_t n,
+				    uint64_t first)
+{
+	return n - first < r->max_record ? n - first : r->max_record;
+}
+
+/* Zeroes the consumed bytes [from, to), wrapping at the end, and the
+ * slack a record among them ran into. */
 static void ringread_zero(struct ringread *r, uint64_t from, uint64_t to)
 {
 	uint64_t n = to - from, off = from & r->mask, first;
 
 	if (n >= r->capacity) {
-		memset(r->data, 0, r->capacity);
+		memset(r->data, 0, r->capacity + r->max_record);
 		return;
 	}
 	first = r->capacity - off < n ? r->capacity - off : n;
 	memset(r->data + off, 0, first);
 	memset(r->data, 0, n - first);
+	memset(r->data + r->capacity, 0, ringread_slack_used(r, n, first));
 }
 
 /*
@@ -203,6 +223,8 @@ static void ringread_discard(struct ringread *r, uint64_t from, uint64_t to)
 	first = r->capacity - off < n ? r->capacity - off : n;
 	ringread_punch(r, r->data + off, first);
 	ringread_punch(r, r->data, n - first);
+	ringread_punch(r, r->data + r->capacity,
+		       ringread_slack_used(r, n, first));
 }
 
 /* Where producers have reserved up to, or `pos` (where this drain has read
@@ -221,14 +243,17 @@ static uint64_t ringread_head(const struct ringread *r, uint64_t pos)
 	return head;
 }
 
-/* Whether a header at `pos` is plausible: length and tag. */
+/* Whether a header at `pos` is plausible: length, type and tag. A record
+ * of at most max_record bytes ends within the slack wherever it starts,
+ * and no producer of this layout writes a pad (DESIGN 4 of
+ * ring_layout.h). */
 static bool ringread_valid(const struct ringread *r, uint64_t pos,
 			   uint32_t word, uint32_t tag)
 {
 	uint64_t len = ring_word_len(word);
 
 	return len >= sizeof(struct ring_rec) && len <= r->max_record &&
-	       (pos & r->mask) + len <= r->capacity && tag == ring_tag(pos);
+	       ring_word_type(word) != RING_REC_PAD && tag == ring_tag(pos);
 }
 
 /* Publishes the tail `pos` after zeroing what was consumed since `clean`
@@ -343,8 +368,6 @@ int ringread_drain(struct ringread *r, unsigned max, unsigned flags,
 		rec = (const struct ring_rec *)(r->data + (pos & r->mask));
 		len = ring_word_len(word);
 		pos += len;
-		if (ring_word_type(word) == RING_REC_PAD)
-			continue;
 		len -= sizeof(*rec);
 		memcpy(r->copy, rec + 1, len);
 		r->n.records++;

@@ -12,9 +12,10 @@
  * DESIGN
  *
  * 1. The mapping is RING_HEADER_SIZE bytes of header, then `capacity` bytes
- *    of data, capacity a power of two. The header holds offsets and sizes
- *    only, never pointers; each hot counter has a 128-byte line to itself
- *    (two 64-byte lines, because adjacent-line prefetch pairs them).
+ *    of data, capacity a power of two, then `max_record` bytes of slack
+ *    (ring_map_size()). The header holds offsets and sizes only, never
+ *    pointers; each hot counter has a 128-byte line to itself (two 64-byte
+ *    lines, because adjacent-line prefetch pairs them).
  * 2. `head` and `tail` are free-running byte positions; used = head - tail,
  *    a position's offset is pos & (capacity - 1). Producers advance head by
  *    compare-and-swap (a reservation); the consumer alone advances tail.
@@ -23,9 +24,14 @@
  *    RING_BUSY with the length and type, then RING_COMMIT once the payload is
  *    complete (a release store). Its `tag` is its position / 8, truncated to
  *    32 bits, so a header left from an earlier lap never passes for a new one.
- * 4. A record never wraps: one that would cross the end of the data area is
- *    preceded by a RING_REC_PAD record filling the end, reserved in the same
- *    compare-and-swap. A record that ends exactly at the end needs no pad.
+ * 4. A record never wraps: one that starts near the end of the data area
+ *    runs on, contiguous, into the slack that follows it. The positions it
+ *    spans past the end are not used at the start of the data area in that
+ *    lap (they stay zero), and only one record at a time can run into the
+ *    slack, since the ring holds at most one lap. The consumer zeroes the
+ *    slack bytes a record used with the rest of it (DESIGN 5). Layout 1 had
+ *    no slack: a RING_REC_PAD record filled the end instead. No producer of
+ *    layout 2 writes a pad: a consumer takes one for a corrupt header.
  * 5. The consumer zeroes every byte it has consumed before it publishes the
  *    new tail (a release store that pairs with the producers' acquire load of
  *    tail), so a producer always reserves zeroed memory, and a zero word at
@@ -56,7 +62,7 @@
 
 /* "NPUSRING" read as a little-endian integer. */
 #define RING_MAGIC UINT64_C(0x474e49525355504e)
-#define RING_VERSION 1u
+#define RING_VERSION 2u /* 2: the slack past the data area (DESIGN 4) */
 #define RING_HEADER_SIZE 4096u
 
 #define RING_MIN_CAPACITY (UINT64_C(64) << 10)
@@ -100,6 +106,8 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
 _Static_assert(sizeof(_Atomic uint64_t) == 8, "atomic u64 is 8 bytes");
 _Static_assert(sizeof(struct ring_header) == RING_HEADER_SIZE,
 	       "the header is one page");
+/* Layout 2 kept the header of layout 1 byte for byte. */
+_Static_assert(RING_VERSION == 2, "the layout asserted here");
 _Static_assert(offsetof(struct ring_header, capacity) == 16, "layout v1");
 _Static_assert(offsetof(struct ring_header, producer_pid) == 32, "layout v1");
 _Static_assert(offsetof(struct ring_header, head) == 128, "layout v1");
@@ -108,6 +116,12 @@ _Static_assert(offsetof(struct ring_header, dropped) == 384, "layout v1");
 _Static_assert(offsetof(struct ring_header, pending) == 392, "layout v1");
 _Static_assert(offsetof(struct ring_header, beat) == 512, "layout v1");
 _Static_assert(offsetof(struct ring_header, consumed) == 520, "layout v1");
+
+/* The bytes of a ring's mapping: header, data and slack (DESIGN 1). */
+static inline uint64_t ring_map_size(uint64_t capacity, uint32_t max_record)
+{
+	return RING_HEADER_SIZE + capacity + max_record;
+}
 
 /*
  * A record header. `word` packs the length in 8-byte units (bits 0-23),
@@ -132,7 +146,7 @@ _Static_assert(sizeof(_Atomic uint32_t) == 4, "atomic u32 is 4 bytes");
 
 /* Record types. Numbers are never reused. */
 enum ring_rec_type {
-	RING_REC_PAD = 1,    /* fills the end of the data area; no payload */
+	RING_REC_PAD = 1,    /* layout 1 filled the end with one; no payload */
 	RING_REC_STRING = 2, /* struct ring_string: defines a string id */
 	RING_REC_STACK = 3,  /* struct ring_stack: defines a stack id */
 	RING_REC_OP = 4,     /* struct ring_op: any operation but launch */

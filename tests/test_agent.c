@@ -757,6 +757,58 @@ START_TEST(agent_daemon_receives_every_operation)
 }
 END_TEST
 
+/* The launches in `text`, rendered or read. */
+static unsigned count_launches(const char *text)
+{
+	unsigned n = 0;
+
+	for (const char *p = text; (p = strstr(p, "launch")) != NULL; p++)
+		n++;
+	return n;
+}
+
+/* With the daemon's ring and a recording both on, no ring is the only one
+ * that takes launches (the fast path's agent.solo is none): each still
+ * gets every launch, also the repeats of a name already defined, which
+ * with one ring would take the fast path. */
+START_TEST(agent_daemon_and_recording_both_get_every_launch)
+{
+	char *dir = tu_tmpdir(), sock[PATH_MAX], *rec = tu_tmpdir(), *path;
+	struct rendered got = { 0 };
+	struct fakedaemon_collected stats;
+	struct fakedaemon_agent agent;
+	struct fakedaemon *d;
+	struct symtab *syms;
+	char *recorded;
+	int n;
+
+	snprintf(sock, sizeof(sock), "%s/npusand.sock", dir);
+	ck_assert_int_eq(fakedaemon_start(sock, &d), 0);
+	setenv("NPUSAN", "1", 1);
+	setenv("NPUSAN_SOCKET", sock, 1);
+	record_into(rec, "threads", "2");
+	ck_assert_int_eq(fakedaemon_next(d, 5000, &agent), 0);
+	ck_assert_int_eq(symtab_new(&syms), 0);
+	got.syms = syms;
+	ck_assert_int_ge(fakedaemon_collect(agent.fd, 0, RINGREAD_DEAD, syms,
+					    render_cb, &got, &stats), 0);
+	ck_assert_uint_eq(stats.dropped, 0);
+	ck_assert_uint_eq(count_launches(got.text), 2000);
+	path = only_file(rec, &n);
+	ck_assert_int_eq(n, 1);
+	recorded = ops_of(path, NULL);
+	ck_assert_uint_eq(count_launches(recorded), 2000);
+	close(agent.fd);
+	fakedaemon_stop(d);
+	symtab_free(syms);
+	free(got.text);
+	free(recorded);
+	free(path);
+	free(rec);
+	free(dir);
+}
+END_TEST
+
 /* A process that sends no operation still waits, in npusan_wait_drained(),
  * for the daemon to answer its registration, however busy the daemon: it
  * must be known before it exits, or its job looks as if it never ran
@@ -818,6 +870,7 @@ static Suite *agent_suite(void)
 	tcase_add_test(tc, agent_records_graph_calls_as_version_2);
 	tcase_add_test(tc, agent_replay_records_to_a_path_without_pid);
 	tcase_add_test(tc, agent_daemon_receives_every_operation);
+	tcase_add_test(tc, agent_daemon_and_recording_both_get_every_launch);
 	tcase_add_test(tc, agent_without_operations_waits_for_its_registration);
 	suite_add_tcase(s, tc);
 	return s;

@@ -65,7 +65,8 @@ END_TEST
 /*
  * Four laps of records of every length 0-299 from `start`, drained in
  * batches: each comes back whole, in order, its padding zero (the consumer
- * zeroed the previous lap), with pads where records met the end.
+ * zeroed the previous lap, the slack included), with no pad where records
+ * met the end: they ran on into the slack.
  */
 static void laps_from(uint64_t start)
 {
@@ -92,11 +93,11 @@ static void laps_from(uint64_t start)
 	ck_assert_uint_eq(n.records, i);
 	ck_assert_uint_eq(n.tail, head);
 	ck_assert_uint_eq(n.bytes, head - start);
-	ck_assert_uint_gt(n.bytes, need); /* some pads */
+	ck_assert_uint_eq(n.bytes, need); /* no pads */
 	ck_assert_uint_eq(n.lost_bytes, 0);
 	ck_assert_uint_eq(n.corrupt, 0);
 	ck_assert_uint_eq(ring_dropped(t.p), 0);
-	ck_assert(all_zero(t.p->data, CAP));
+	ck_assert(all_zero(t.p->data, CAP + MAXREC));
 	rt_close(&t);
 }
 
@@ -144,9 +145,13 @@ START_TEST(ring_record_exactly_filling_end_has_no_pad)
 }
 END_TEST
 
-/* One byte more and the record goes to offset 0 behind a pad, reserved in
- * the same step; the consumer skips the pad without a callback. */
-START_TEST(ring_record_crossing_end_gets_pad)
+/*
+ * One byte more and the record runs on past the end, contiguous, into the
+ * slack (layout 2): no pad. The consumer hands it over whole and zeroes
+ * its bytes in the slack; the next record starts at the offset of its
+ * position, past the bytes the first one took in the slack's stead.
+ */
+START_TEST(ring_record_crossing_end_runs_into_slack)
 {
 	uint64_t start = ends[_i] - 64, pos;
 	struct ringread_counters n;
@@ -155,19 +160,28 @@ START_TEST(ring_record_crossing_end_gets_pad)
 
 	rt_open(&t, 0, 0, start);
 	pos = rt_push(&t, RING_REC_OP, 57, 1);
-	ck_assert_uint_eq(pos, start + 64);
-	ck_assert_uint_eq(rt_head(&t), start + 64 + 72);
-	ck_assert_uint_eq(rt_rec(&t, start)->word,
-			  ring_word(RING_COMMIT, RING_REC_PAD, 64));
-	ck_assert_uint_eq(rt_rec(&t, start)->tag, ring_tag(start));
-	ck_assert_ptr_eq(rt_rec(&t, pos), (struct ring_rec *)t.p->data);
-	ck_assert_uint_eq(rt_rec(&t, pos)->tag, ring_tag(start + 64));
-	ck_assert_uint_eq(rt_drain(&t, 0, &g), 1);
+	ck_assert_uint_eq(pos, start);
+	ck_assert_uint_eq(rt_head(&t), start + 72);
+	ck_assert_ptr_eq(rt_rec(&t, pos),
+			 (struct ring_rec *)(t.p->data + CAP - 64));
+	ck_assert_uint_eq(rt_rec(&t, pos)->word,
+			  ring_word(RING_COMMIT, RING_REC_OP, 72));
+	/* Its last payload byte is the slack's first; the data area's
+	 * first bytes are untouched. */
+	ck_assert_uint_eq(t.p->data[CAP], pattern(1, 56));
+	ck_assert(all_zero(t.p->data, 8));
+	pos = rt_push(&t, RING_REC_LAUNCH, 8, 2);
+	ck_assert_uint_eq(pos, start + 72);
+	ck_assert_ptr_eq(rt_rec(&t, pos), (struct ring_rec *)(t.p->data + 8));
+	ck_assert_uint_eq(rt_rec(&t, pos)->tag, ring_tag(start + 72));
+	ck_assert_uint_eq(rt_drain(&t, 0, &g), 2);
 	ck_rec(&g, 0, RING_REC_OP, 57, 1);
+	ck_rec(&g, 1, RING_REC_LAUNCH, 8, 2);
 	ringread_counters(t.c, &n);
-	ck_assert_uint_eq(n.records, 1);
-	ck_assert_uint_eq(n.bytes, 64 + 72);
+	ck_assert_uint_eq(n.records, 2);
+	ck_assert_uint_eq(n.bytes, 72 + 16);
 	ck_assert_uint_eq(n.lost_bytes, 0);
+	ck_assert(all_zero(t.p->data, CAP + MAXREC));
 	got_free(&g);
 	rt_close(&t);
 }
@@ -213,7 +227,7 @@ START_TEST(ring_max_record_accepted_one_more_refused)
 	ck_assert_ptr_null(s.rec);
 	ck_assert_uint_eq(ring_dropped(t.p), 1);
 	ck_assert_uint_eq(t.p->hdr->pending, 1);
-	rt_push(&t, RING_REC_LAUNCH, max, 2); /* crosses the end: a pad */
+	rt_push(&t, RING_REC_LAUNCH, max, 2); /* runs into the slack */
 	ck_assert_uint_eq(rt_drain(&t, 0, &g), 3);
 	ck_rec(&g, 0, RING_REC_LAUNCH, max, 1);
 	ck_gap(&g, 1, 1);
@@ -267,8 +281,9 @@ START_TEST(ring_full_drops_exact_count_then_gap)
 	ck_assert_uint_eq(ring_dropped(t.p), 11);
 	ck_assert_uint_eq(t.p->hdr->pending, 11);
 	ck_assert_int_eq(ringread_drain(t.c, 3, 0, got_cb, &g), 3);
-	/* The gap leaves 216 bytes at the end: the record goes behind a pad. */
-	ck_assert_uint_eq(rt_push(&t, RING_REC_STRING, 250, 77), 10 * CAP);
+	/* The gap leaves 216 bytes at the end: the record runs past it. */
+	ck_assert_uint_eq(rt_push(&t, RING_REC_STRING, 250, 77),
+			  10 * CAP - 216);
 	ck_assert_uint_eq(t.p->hdr->pending, 0);
 	ck_assert_uint_eq(rt_drain(&t, 0, &g), CAP / 256 - 3 + 2);
 	for (unsigned i = 0; i < CAP / 256; i++)
@@ -325,6 +340,52 @@ static void fill_ring(struct rt *t)
 	for (unsigned i = 0; i < CAP / 256; i++)
 		rt_push(t, RING_REC_OP, 248, i);
 }
+
+/*
+ * ring_drop_if_full() drops, counting it, exactly what ring_reserve() would
+ * drop: a record without room by the consumer's tail (the cached one may
+ * be old), counting the room of the gap record that drops waiting for one
+ * need first; never on a ring that blocks.
+ */
+START_TEST(ring_drop_if_full_drops_what_reserve_would)
+{
+	struct ring_slot s;
+	struct got g = { 0 };
+	struct rt t, b;
+
+	rt_open(&t, 0, 0, 5 * CAP);
+	for (unsigned i = 0; i < CAP / 256 - 1; i++)
+		rt_push(&t, RING_REC_OP, 248, i);
+	/* 256 bytes left: 184 of them taken, 72 left. */
+	rt_push(&t, RING_REC_OP, 176, 99);
+	ck_assert(!ring_drop_if_full(t.p, 72));
+	ck_assert(ring_drop_if_full(t.p, 80));
+	ck_assert_uint_eq(ring_dropped(t.p), 1);
+	ck_assert_uint_eq(t.p->hdr->pending, 1);
+	ck_assert_uint_eq(rt_head(&t) - 5 * CAP, CAP - 72);
+	/* A drop waits for its gap: 72 bytes hold the 40 of the gap record
+	 * and 32 more, not a record of 40. */
+	ck_assert(!ring_drop_if_full(t.p, 32));
+	ck_assert(ring_drop_if_full(t.p, 40));
+	ck_assert_uint_eq(t.p->hdr->pending, 2);
+	/* The consumer takes a record: the tail it publishes is the one
+	 * checked, not the producers' cached one. */
+	ck_assert_int_eq(ringread_drain(t.c, 1, 0, got_cb, &g), 1);
+	ck_assert(!ring_drop_if_full(t.p, 80));
+	ck_assert_int_eq(ring_reserve(t.p, RING_REC_OP, 72, &s), 0);
+	ring_commit(&s);
+	ck_assert_uint_eq(ring_dropped(t.p), 2);
+	ck_assert_uint_eq(t.p->hdr->pending, 0);
+	got_free(&g);
+	rt_close(&t);
+	/* A blocking ring waits instead: never dropped here. */
+	rt_open(&b, RING_F_BLOCK, 0, 0);
+	fill_ring(&b);
+	ck_assert(!ring_drop_if_full(b.p, 8));
+	ck_assert_uint_eq(ring_dropped(b.p), 0);
+	rt_close(&b);
+}
+END_TEST
 
 /* No consumer ever mapped the ring: a blocking ring drops at once instead
  * of waiting out its (long) timeout, or forever. */
@@ -509,12 +570,14 @@ static Suite *ring_suite(void)
 	tcase_add_test(tc, ring_tag_wraps_at_2_32);
 	tcase_add_loop_test(tc, ring_record_exactly_filling_end_has_no_pad, 0,
 			    NENDS);
-	tcase_add_loop_test(tc, ring_record_crossing_end_gets_pad, 0, NENDS);
+	tcase_add_loop_test(tc, ring_record_crossing_end_runs_into_slack,
+			    0, NENDS);
 	tcase_add_test(tc, ring_zero_length_records_delivered);
 	tcase_add_test(tc, ring_max_record_accepted_one_more_refused);
 	tcase_add_test(tc, ring_reserve_huge_length_refused);
 	tcase_add_test(tc, ring_full_drops_exact_count_then_gap);
 	tcase_add_test(tc, ring_gap_waits_for_room_for_its_record);
+	tcase_add_test(tc, ring_drop_if_full_drops_what_reserve_would);
 	tcase_add_test(tc, ring_block_without_consumer_drops);
 	tcase_add_test(tc, ring_block_stalled_consumer_drops_after_timeout);
 	tcase_add_test(tc, ring_block_draining_thread_loses_nothing);

@@ -55,8 +55,8 @@ static const struct corruption corruptions[] = {
 	{ 1, W(RING_COMMIT, RING_REC_OP, MAXREC / 8 + 1), 0 },
 	/* the whole length field */
 	{ 1, W(RING_COMMIT, RING_REC_OP, RING_LEN_MASK), 0 },
-	/* crossing the end of the data area (but not the head) */
-	{ 2, W(RING_COMMIT, RING_REC_OP, 12), 0 },
+	/* running into the slack (as layout 2 allows) and past the head */
+	{ 2, W(RING_COMMIT, RING_REC_OP, 13), 0 },
 	/* COMMIT with a length past the head */
 	{ 3, W(RING_COMMIT, RING_REC_OP, 8), 0 },
 	/* BUSY and COMMIT at once */
@@ -65,8 +65,8 @@ static const struct corruption corruptions[] = {
 	{ 1, W(0, RING_REC_OP, 6), 0 },
 	/* BUSY with a wrong tag, from a live producer */
 	{ 1, W(RING_BUSY, RING_REC_OP, 6), 1 },
-	/* a pad longer than what is left of the data area */
-	{ 1, W(RING_COMMIT, RING_REC_PAD, 13), 0 },
+	/* a pad, which layout 2 never writes, even one that fits */
+	{ 1, W(RING_COMMIT, RING_REC_PAD, 6), 0 },
 };
 
 #define NCORRUPTIONS (int)(sizeof(corruptions) / sizeof(corruptions[0]))
@@ -97,7 +97,7 @@ START_TEST(ringread_corrupt_header_skipped_as_lost)
 	ck_assert_uint_eq(n.corrupt, 1);
 	ck_assert_uint_eq(n.lost_bytes, head - pos[c->victim]);
 	ck_assert_uint_eq(n.tail, head);
-	ck_assert(all_zero(t.p->data, CAP));
+	ck_assert(all_zero(t.p->data, CAP + MAXREC));
 	got_free(&g);
 	/* Back in step: the next record is read as usual. */
 	rt_push(&t, RING_REC_STRING, 20, 5);
@@ -372,7 +372,7 @@ START_TEST(ringread_dead_producer_unfinished_skipped)
 	ck_assert_uint_eq(n.lost_bytes, ring_rec_size(30) + 64);
 	ck_assert_uint_eq(n.corrupt, 0);
 	ck_assert_uint_eq(n.tail, head + 64);
-	ck_assert(all_zero(t.p->data, CAP));
+	ck_assert(all_zero(t.p->data, CAP + MAXREC));
 	got_free(&g);
 	/* Drops no gap reported yet are the consumer's to take. */
 	ck_assert_int_eq(ring_reserve(t.p, 1, MAXREC, &s), -EMSGSIZE);
@@ -418,7 +418,7 @@ END_TEST
 
 struct bad_file {
 	const char *why; /* a part of *why; NULL: accepted */
-	off_t size;      /* 0: header + capacity */
+	off_t size;      /* 0: ring_map_size() of capacity and max_record */
 	bool unsealed;
 	uint64_t magic;
 	uint32_t version;
@@ -432,13 +432,19 @@ static const struct bad_file bad_files[] = {
 	{ "sealed", 0, true, 0, 0, 0, 0, 0 },
 	{ "shorter", 100, false, 0, 0, 0, 0, 0 },
 	{ "magic", 0, false, RING_MAGIC + 1, 0, 0, 0, 0 },
-	{ "version", 0, false, 0, RING_VERSION + 1, 0, 0, 0 },
+	{ "version is newer", 0, false, 0, RING_VERSION + 1, 0, 0, 0 },
+	/* Layout 1, a ring without slack, from an agent of an older release:
+	 * refused for what it is, whatever its size. */
+	{ "version is older", 0, false, 0, 1, 0, 0, 0 },
+	{ "version is older", RING_HEADER_SIZE + CAP, false, 0, 1, 0, 0, 0 },
 	{ "header size", 0, false, 0, 0, 8192, 0, 0 },
 	{ "capacity", 0, false, 0, 0, 0, CAP + 4096, 0 },
 	{ "capacity", 0, false, 0, 0, 0, CAP / 2, 0 },
 	{ "capacity", 0, false, 0, 0, 0, RING_MAX_CAPACITY * 2, 0 },
 	{ "size", RING_HEADER_SIZE + 2 * CAP, false, 0, 0, 0, 0, 0 },
 	{ "size", RING_HEADER_SIZE + CAP - 4096, false, 0, 0, 0, 0, 0 },
+	/* a layout 1 size: no slack */
+	{ "size", RING_HEADER_SIZE + CAP, false, 0, 0, 0, 0, 0 },
 	{ "record limit", 0, false, 0, 0, 0, 0, 8 },
 	{ "record limit", 0, false, 0, 0, 0, 0, CAP / 2 + 8 },
 	{ "record limit", 0, false, 0, 0, 0, 0, 1028 },
@@ -449,7 +455,7 @@ START_TEST(ringread_map_refuses_bad_files)
 	const struct bad_file *b = &bad_files[_i];
 	struct ring_header h = { 0 };
 	struct ringread *r = (struct ringread *)&h;
-	off_t size = b->size ? b->size : (off_t)(RING_HEADER_SIZE + CAP);
+	off_t size = b->size ? b->size : (off_t)ring_map_size(CAP, MAXREC);
 	size_t hlen = size < (off_t)sizeof(h) ? (size_t)size : sizeof(h);
 	const char *why = "unset";
 	int fd;
