@@ -79,8 +79,10 @@ static int mode_push_back(ModeStack *m, PyObject *mode)
 	return 0;
 }
 
-/* npusan's mode, popped: the operator runs through it, the current mode
- * being this stack while other modes remain below. */
+/* npusan's mode, popped: the operator runs through it, PyTorch's own
+ * _TorchDispatchStackMode being the current mode while other modes remain
+ * below, for the operators run inside to reach them (PyTorch restores
+ * this stack as the current mode after). */
 static PyObject *mode_run_ours(ModeStack *m, PyObject *mode,
 			       PyObject *const *a, Py_ssize_t na)
 {
@@ -91,7 +93,7 @@ static PyObject *mode_run_ours(ModeStack *m, PyObject *mode,
 		return NULL;
 	below = PyObject_IsTrue(n);
 	Py_DECREF(n);
-	if (below < 0 || (below && mode_call(m->set_mode, (PyObject *)m) < 0))
+	if (below < 0 || (below && mode_call(m->set_mode, m->fallback) < 0))
 		return NULL;
 	return dispatch_torch_dispatch(mode, a, na);
 }
