@@ -53,7 +53,7 @@
 /* Interned names of the tensor methods and adapter attributes used. */
 PyObject *s_data_ptr, *s_is_contiguous, *s_numel, *s_element_size,
 	*s_get_device, *s_size, *s_stride, *s_on, *s_fail, *s_spec, *s_claim,
-	*s_record_stream, *s_classify, *s_name, *s_torch_dispatch;
+	*s_record_stream, *s_classify, *s_name, *s_torch_dispatch, *s_nbytes;
 
 /* ---- the adapter's state ------------------------------------------------ */
 
@@ -152,6 +152,7 @@ static int core_clear(PyObject *self)
 	Py_CLEAR(c->tensor_type);
 	Py_CLEAR(c->stack_ids);
 	Py_CLEAR(c->stack_skip);
+	stack_cache_free(&c->seen);
 	return 0;
 }
 
@@ -230,6 +231,7 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 	Py_DECREF(per_device);
 	if (c->per_device < 0)
 		return -1;
+	c->has_nbytes = PyObject_HasAttr(c->tensor_type, s_nbytes);
 	if (!PyDict_Check(c->specs) || !PyDict_Check(c->plans) ||
 	    !PyDict_Check(c->pending) || !PyDict_Check(c->inside) ||
 	    !PySet_Check(c->live) || !PyDict_Check(c->capturing) ||
@@ -354,7 +356,8 @@ PyMODINIT_FUNC PyInit__speedups(void)
 	    intern(&s_record_stream, "record_stream") < 0 ||
 	    intern(&s_classify, "_classify") < 0 ||
 	    intern(&s_name, "_name") < 0 ||
-	    intern(&s_torch_dispatch, "__torch_dispatch__") < 0)
+	    intern(&s_torch_dispatch, "__torch_dispatch__") < 0 ||
+	    intern(&s_nbytes, "nbytes") < 0)
 		return NULL;
 	if (PyType_Ready(&core_type) < 0 || PyType_Ready(&mode_stack_type) < 0)
 		return NULL;

@@ -53,6 +53,12 @@ struct ranges {
 	uint32_t inline_names[RANGES_INLINE];
 };
 
+/* The stacks seen, by key (_speedups_stack.c). */
+struct stack_cache {
+	struct stack_slot *slots; /* NULL until the first stack */
+	size_t used;
+};
+
 typedef struct {
 	PyObject_HEAD
 	PyObject *adapter;        /* _adapter.Adapter */
@@ -70,18 +76,20 @@ typedef struct {
 	PyObject *stack_skip;     /* stacks._skip: id(code) -> machinery */
 	int max_frames;           /* stacks._max */
 	int per_device;           /* adapter.per_device */
+	int has_nbytes;           /* tensors have .nbytes (PyTorch 2) */
 	launch_fn launch;
 	alloc_fn alloc;
 	free_fn free;
 	launch_args_fn launch_args; /* NULL: the library predates it */
 	free_at_fn free_at;         /* NULL: the library predates it */
+	struct stack_cache seen;    /* owned: stack_cache_free() */
 } Core;
 
 /* Interned names of the tensor methods and adapter attributes used
  * (_speedups.c makes them). */
 extern PyObject *s_data_ptr, *s_is_contiguous, *s_numel, *s_element_size,
 	*s_get_device, *s_size, *s_stride, *s_on, *s_fail, *s_spec, *s_claim,
-	*s_record_stream, *s_classify, *s_name, *s_torch_dispatch;
+	*s_record_stream, *s_classify, *s_name, *s_torch_dispatch, *s_nbytes;
 
 /* _speedups.c */
 int core_on(Core *c);
@@ -95,7 +103,7 @@ int ranges_push(struct ranges *r, uint64_t ptr, uint64_t len);
 int ranges_add_strided(struct ranges *r, uint64_t ptr, uint64_t elem,
 		       PyObject *sizes, PyObject *strides);
 int ranges_is_device(Core *c, PyObject *v);
-int ranges_add_tensor(struct ranges *r, PyObject *t, uint64_t *ptr,
+int ranges_add_tensor(Core *c, struct ranges *r, PyObject *t, uint64_t *ptr,
 		      uint64_t *bytes);
 int ranges_extent(PyObject *t, uint64_t *out);
 int ranges_note_device(Core *c, PyObject *t, int64_t *device);
@@ -104,6 +112,7 @@ int ranges_collect(Core *c, PyObject *v, int nest, struct ranges *r,
 
 /* _speedups_stack.c: the Python stack as an agent stack id. */
 int64_t stack_capture(Core *c);
+void stack_cache_free(struct stack_cache *sc);
 
 /* _speedups_dispatch.c: the dispatch mode and the allocation callbacks. */
 PyObject *dispatch_torch_dispatch(PyObject *self, PyObject *const *a,

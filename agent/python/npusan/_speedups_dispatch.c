@@ -375,7 +375,7 @@ static int call_fresh_tensor(struct call *k, PyObject *v)
 
 	if (ok <= 0)
 		return ok;
-	if (ranges_add_tensor(&k->writes, v, &p, &bytes) < 0 ||
+	if (ranges_add_tensor(k->c, &k->writes, v, &p, &bytes) < 0 ||
 	    ranges_note_device(k->c, v, &k->device) < 0)
 		return -1;
 	return p != 0 ? call_claim_fresh(k, v, p, bytes) : 0;

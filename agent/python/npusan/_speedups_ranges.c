@@ -185,15 +185,56 @@ int ranges_add_strided(struct ranges *r, uint64_t ptr, uint64_t elem,
 	return 0;
 }
 
+/* The bytes of contiguous tensor t: t.nbytes where tensors have it
+ * (PyTorch 2), one call where numel() and element_size() are two. */
+static int ranges_contiguous_bytes(Core *c, PyObject *t, uint64_t *out)
+{
+	uint64_t numel, elem;
+	PyObject *n;
+
+	if (c->has_nbytes) {
+		n = PyObject_GetAttr(t, s_nbytes);
+		if (n == NULL)
+			return -1;
+		*out = PyLong_AsUnsignedLongLong(n);
+		Py_DECREF(n);
+		return *out == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
+	}
+	if (ranges_call_u64(t, s_numel, &numel) < 0 ||
+	    ranges_call_u64(t, s_element_size, &elem) < 0)
+		return -1;
+	*out = numel * elem;
+	return 0;
+}
+
+/* The ranges of strided tensor t at p. */
+static int ranges_add_noncontiguous(struct ranges *r, PyObject *t, uint64_t p)
+{
+	PyObject *sizes, *strides;
+	uint64_t elem;
+	int ret;
+
+	if (ranges_call_u64(t, s_element_size, &elem) < 0)
+		return -1;
+	sizes = PyObject_CallMethodNoArgs(t, s_size);
+	if (sizes == NULL)
+		return -1;
+	strides = PyObject_CallMethodNoArgs(t, s_stride);
+	ret = strides ? ranges_add_strided(r, p, elem, sizes, strides) : -1;
+	Py_DECREF(sizes);
+	Py_XDECREF(strides);
+	return ret;
+}
+
 /* The ranges of tensor t (on this device): its data pointer in *ptr and,
  * when it is contiguous, its bytes in *bytes (else 0). 0, or -1 with an
  * exception. */
-int ranges_add_tensor(struct ranges *r, PyObject *t, uint64_t *ptr,
+int ranges_add_tensor(Core *c, struct ranges *r, PyObject *t, uint64_t *ptr,
 		      uint64_t *bytes)
 {
-	uint64_t p, numel, elem;
-	PyObject *contig, *sizes, *strides;
-	int is_contig, ret;
+	uint64_t p;
+	PyObject *contig;
+	int is_contig;
 
 	*bytes = 0;
 	if (ranges_call_u64(t, s_data_ptr, &p) < 0)
@@ -206,22 +247,11 @@ int ranges_add_tensor(struct ranges *r, PyObject *t, uint64_t *ptr,
 		return -1;
 	is_contig = contig == Py_True;
 	Py_DECREF(contig);
-	if (ranges_call_u64(t, s_element_size, &elem) < 0)
+	if (!is_contig)
+		return ranges_add_noncontiguous(r, t, p);
+	if (ranges_contiguous_bytes(c, t, bytes) < 0)
 		return -1;
-	if (is_contig) {
-		if (ranges_call_u64(t, s_numel, &numel) < 0)
-			return -1;
-		*bytes = numel * elem;
-		return numel ? ranges_push(r, p, numel * elem) : 0;
-	}
-	sizes = PyObject_CallMethodNoArgs(t, s_size);
-	if (sizes == NULL)
-		return -1;
-	strides = PyObject_CallMethodNoArgs(t, s_stride);
-	ret = strides ? ranges_add_strided(r, p, elem, sizes, strides) : -1;
-	Py_DECREF(sizes);
-	Py_XDECREF(strides);
-	return ret;
+	return *bytes ? ranges_push(r, p, *bytes) : 0;
 }
 
 /* As _adapter._extent(), for a tensor that starts its storage: the bytes
@@ -284,7 +314,7 @@ int ranges_collect(Core *c, PyObject *v, int nest, struct ranges *r,
 		ok = ranges_is_device(c, v);
 		if (ok <= 0)
 			return ok;
-		if (ranges_add_tensor(r, v, &p, &bytes) < 0)
+		if (ranges_add_tensor(c, r, v, &p, &bytes) < 0)
 			return -1;
 		return ranges_note_device(c, v, device);
 	}
