@@ -235,6 +235,24 @@ static PyObject *plan_get(struct call *k)
 	return capsule;
 }
 
+/* What runs func while the adapter is off: its plan's runner where it has
+ * a plan, else func (borrowed; NULL with an exception). Nothing is
+ * classified while off. */
+static PyObject *plan_runner_if_known(Core *c, PyObject *func)
+{
+	PyObject *key = PyLong_FromVoidPtr(func), *capsule;
+	struct plan *p;
+
+	if (key == NULL)
+		return NULL;
+	capsule = PyDict_GetItemWithError(c->plans, key);
+	Py_DECREF(key);
+	if (capsule == NULL)
+		return PyErr_Occurred() ? NULL : func;
+	p = PyCapsule_GetPointer(capsule, PLAN_CAPSULE);
+	return p != NULL ? p->run : NULL;
+}
+
 /* ---- one operator ----------------------------------------------------- */
 
 /* The argument `a` names, borrowed; NULL for none, or with an exception. */
@@ -506,7 +524,16 @@ PyObject *dispatch_torch_dispatch(PyObject *self, PyObject *const *a,
 	if (call_parse(&k, a, na) < 0)
 		return NULL;
 	if (!core_on(k.c)) {
-		result = PyObject_Call(k.func, k.args, k.kwargs);
+		PyObject *run = plan_runner_if_known(k.c, k.func);
+
+		if (run == NULL) {
+			PyErr_Clear();
+			run = k.func;
+		}
+		/* The plan, and its runner, may go while the operator runs. */
+		Py_INCREF(run);
+		result = PyObject_Call(run, k.args, k.kwargs);
+		Py_DECREF(run);
 		Py_DECREF(k.args);
 		return result;
 	}
