@@ -174,45 +174,12 @@ static void *pointer(PyObject *pointers, Py_ssize_t i)
 	return PyLong_AsVoidPtr(PyTuple_GET_ITEM(pointers, i));
 }
 
-/* Core(adapter, stacks, tensor_type,
- *      (launch, alloc, free[, launch_args[, free_at]])),
- * launch_args and free_at 0 when the library predates them */
-static int core_init(PyObject *self, PyObject *args, PyObject *kw)
+/* The scalars the Core keeps of adapter and stacks; -1 with an exception. */
+static int core_read_settings(Core *c, PyObject *adapter, PyObject *stacks)
 {
-	static char *names[] = { "adapter", "stacks", "tensor_type",
-				 "pointers", NULL };
-	Core *c = (Core *)self;
-	PyObject *adapter, *stacks, *tensor_type, *pointers, *max, *backend;
-	PyObject *per_device;
+	PyObject *max = attr(stacks, "_max"), *per_device;
 	long frames;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO!O!", names, &adapter,
-					 &stacks, &PyType_Type, &tensor_type,
-					 &PyTuple_Type, &pointers))
-		return -1;
-	if (PyTuple_GET_SIZE(pointers) < 3 || PyTuple_GET_SIZE(pointers) > 5) {
-		PyErr_SetString(PyExc_ValueError, "pointers: (launch, alloc, "
-				"free[, launch_args[, free_at]])");
-		return -1;
-	}
-	core_clear(self);
-	c->adapter = Py_NewRef(adapter);
-	c->stacks = Py_NewRef(stacks);
-	c->tensor_type = Py_NewRef(tensor_type);
-	if (!(c->specs = attr(adapter, "specs")) ||
-	    !(c->plans = attr(adapter, "plans")) ||
-	    !(c->pending = attr(adapter, "pending")) ||
-	    !(c->inside = attr(adapter, "inside")) ||
-	    !(c->live = attr(adapter, "live")) ||
-	    !(c->capturing = attr(adapter, "capturing")) ||
-	    !(c->current_stream = attr(adapter, "current_stream")) ||
-	    !(c->stack_ids = attr(stacks, "_ids")) ||
-	    !(c->stack_skip = attr(stacks, "_skip")) ||
-	    !(backend = attr(adapter, "backend")))
-		return -1;
-	c->device_attr = attr(backend, "device_attr");
-	Py_DECREF(backend);
-	max = c->device_attr ? attr(stacks, "_max") : NULL;
 	if (max == NULL)
 		return -1;
 	frames = PyLong_AsLong(max);
@@ -232,6 +199,30 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 	if (c->per_device < 0)
 		return -1;
 	c->has_nbytes = PyObject_HasAttr(c->tensor_type, s_nbytes);
+	return 0;
+}
+
+/* The containers the Core shares with adapter and stacks; -1 with an
+ * exception. */
+static int core_read_state(Core *c, PyObject *adapter, PyObject *stacks)
+{
+	PyObject *backend;
+
+	if (!(c->specs = attr(adapter, "specs")) ||
+	    !(c->plans = attr(adapter, "plans")) ||
+	    !(c->pending = attr(adapter, "pending")) ||
+	    !(c->inside = attr(adapter, "inside")) ||
+	    !(c->live = attr(adapter, "live")) ||
+	    !(c->capturing = attr(adapter, "capturing")) ||
+	    !(c->current_stream = attr(adapter, "current_stream")) ||
+	    !(c->stack_ids = attr(stacks, "_ids")) ||
+	    !(c->stack_skip = attr(stacks, "_skip")) ||
+	    !(backend = attr(adapter, "backend")))
+		return -1;
+	c->device_attr = attr(backend, "device_attr");
+	Py_DECREF(backend);
+	if (c->device_attr == NULL)
+		return -1;
 	if (!PyDict_Check(c->specs) || !PyDict_Check(c->plans) ||
 	    !PyDict_Check(c->pending) || !PyDict_Check(c->inside) ||
 	    !PySet_Check(c->live) || !PyDict_Check(c->capturing) ||
@@ -240,13 +231,25 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 		PyErr_SetString(PyExc_TypeError, "adapter or stacks");
 		return -1;
 	}
+	return 0;
+}
+
+/* The library's entry points, (launch, alloc, free[, launch_args[,
+ * free_at]]); -1 with an exception. */
+static int core_read_pointers(Core *c, PyObject *pointers)
+{
+	Py_ssize_t n = PyTuple_GET_SIZE(pointers);
+
+	if (n < 3 || n > 5) {
+		PyErr_SetString(PyExc_ValueError, "pointers: (launch, alloc, "
+				"free[, launch_args[, free_at]])");
+		return -1;
+	}
 	c->launch = (launch_fn)pointer(pointers, 0);
 	c->alloc = (alloc_fn)pointer(pointers, 1);
 	c->free = (free_fn)pointer(pointers, 2);
-	c->launch_args = (launch_args_fn)(PyTuple_GET_SIZE(pointers) >= 4 ?
-					  pointer(pointers, 3) : NULL);
-	c->free_at = (free_at_fn)(PyTuple_GET_SIZE(pointers) >= 5 ?
-				  pointer(pointers, 4) : NULL);
+	c->launch_args = (launch_args_fn)(n >= 4 ? pointer(pointers, 3) : NULL);
+	c->free_at = (free_at_fn)(n >= 5 ? pointer(pointers, 4) : NULL);
 	if (PyErr_Occurred())
 		return -1;
 	if (!c->launch || !c->alloc || !c->free) {
@@ -254,6 +257,30 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 		return -1;
 	}
 	return 0;
+}
+
+/* Core(adapter, stacks, tensor_type,
+ *      (launch, alloc, free[, launch_args[, free_at]])),
+ * launch_args and free_at 0 when the library predates them */
+static int core_init(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *names[] = { "adapter", "stacks", "tensor_type",
+				 "pointers", NULL };
+	Core *c = (Core *)self;
+	PyObject *adapter, *stacks, *tensor_type, *pointers;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO!O!", names, &adapter,
+					 &stacks, &PyType_Type, &tensor_type,
+					 &PyTuple_Type, &pointers))
+		return -1;
+	core_clear(self);
+	c->adapter = Py_NewRef(adapter);
+	c->stacks = Py_NewRef(stacks);
+	c->tensor_type = Py_NewRef(tensor_type);
+	if (core_read_pointers(c, pointers) < 0 ||
+	    core_read_state(c, adapter, stacks) < 0)
+		return -1;
+	return core_read_settings(c, adapter, stacks);
 }
 
 static PyMethodDef core_methods[] = {

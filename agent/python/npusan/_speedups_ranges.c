@@ -102,42 +102,44 @@ struct dim {
 	int64_t stride, size;
 };
 
-/* Pushes the ranges of a strided tensor, as _classify.strided_ranges(). */
-int ranges_add_strided(struct ranges *r, uint64_t ptr, uint64_t elem,
-		       PyObject *sizes, PyObject *strides)
+/* The dimensions of size > 1 and stride > 0 into dims, their count in
+ * *nd (MAX_DIMS + 1 for more than fit) and their span in elements in
+ * *span. 1 when the tensor is empty, 0, or -1 with an exception. */
+static int ranges_dims(PyObject *sizes, PyObject *strides, struct dim *dims,
+		       Py_ssize_t *nd, uint64_t *span)
 {
-	struct dim dims[MAX_DIMS];
-	Py_ssize_t n = PyTuple_Size(sizes), nd = 0, i;
-	uint64_t run = 1, count = 1, span = 1, offsets[MAX_RUNS];
-	size_t noff = 1;
-	int too_many = 0;
+	Py_ssize_t n = PyTuple_Size(sizes);
 
 	if (n < 0 || PyTuple_Size(strides) != n) {
 		if (!PyErr_Occurred())
 			PyErr_SetString(PyExc_ValueError, "sizes and strides");
 		return -1;
 	}
-	for (i = 0; i < n; i++) {
+	*nd = 0;
+	*span = 1;
+	for (Py_ssize_t i = 0; i < n; i++) {
 		int64_t size = PyLong_AsLongLong(PyTuple_GET_ITEM(sizes, i));
 		int64_t stride = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
 
 		if (PyErr_Occurred())
 			return -1;
 		if (size == 0)
-			return 0;
+			return 1;
 		if (size > 1 && stride > 0) {
-			span += (uint64_t)(size - 1) * (uint64_t)stride;
-			if (nd == MAX_DIMS)
-				too_many = 1;
-			else
-				dims[nd++] = (struct dim){ stride, size };
+			*span += (uint64_t)(size - 1) * (uint64_t)stride;
+			if (*nd < MAX_DIMS)
+				dims[*nd] = (struct dim){ stride, size };
+			if (*nd <= MAX_DIMS)
+				(*nd)++;
 		}
 	}
-	/* Too many dimensions to sort here: their span. */
-	if (too_many)
-		return ranges_push(r, ptr, span * elem);
+	return 0;
+}
+
 /* Insertion sort by (stride, size), as Python sorts the pairs. */
-	for (i = 1; i < nd; i++) {
+static void ranges_sort_dims(struct dim *dims, Py_ssize_t nd)
+{
+	for (Py_ssize_t i = 1; i < nd; i++) {
 		struct dim d = dims[i];
 		Py_ssize_t j = i;
 
@@ -149,14 +151,17 @@ int ranges_add_strided(struct ranges *r, uint64_t ptr, uint64_t elem,
 		}
 		dims[j] = d;
 	}
-	for (i = 0; i < nd && (uint64_t)dims[i].stride == run; i++)
-		run *= (uint64_t)dims[i].size;
-	for (Py_ssize_t k = i; k < nd && count <= MAX_RUNS; k++)
-		count *= (uint64_t)dims[k].size;
-	if (count > MAX_RUNS)
-		return ranges_push(r, ptr, span * elem);
+}
+
+/* The sorted element offsets of the runs of the outer dimensions
+ * dims[0..nd) (at most MAX_RUNS runs in all); returns their count. */
+static size_t ranges_offsets(const struct dim *dims, Py_ssize_t nd,
+			     uint64_t *offsets)
+{
+	size_t noff = 1;
+
 	offsets[0] = 0;
-	for (Py_ssize_t k = i; k < nd; k++) {
+	for (Py_ssize_t k = 0; k < nd; k++) {
 		size_t had = noff;
 
 		/* offsets = [o + j * stride for o in offsets for j in range] */
@@ -178,6 +183,32 @@ int ranges_add_strided(struct ranges *r, uint64_t ptr, uint64_t elem,
 		}
 		offsets[b] = o;
 	}
+	return noff;
+}
+
+/* Pushes the ranges of a strided tensor, as _classify.strided_ranges(). */
+int ranges_add_strided(struct ranges *r, uint64_t ptr, uint64_t elem,
+		       PyObject *sizes, PyObject *strides)
+{
+	struct dim dims[MAX_DIMS];
+	uint64_t run = 1, count = 1, span, offsets[MAX_RUNS];
+	Py_ssize_t nd, i;
+	size_t noff;
+	int empty = ranges_dims(sizes, strides, dims, &nd, &span);
+
+	if (empty != 0)
+		return empty < 0 ? -1 : 0;
+	/* Too many dimensions to sort here: their span. */
+	if (nd > MAX_DIMS)
+		return ranges_push(r, ptr, span * elem);
+	ranges_sort_dims(dims, nd);
+	for (i = 0; i < nd && (uint64_t)dims[i].stride == run; i++)
+		run *= (uint64_t)dims[i].size;
+	for (Py_ssize_t k = i; k < nd && count <= MAX_RUNS; k++)
+		count *= (uint64_t)dims[k].size;
+	if (count > MAX_RUNS)
+		return ranges_push(r, ptr, span * elem);
+	noff = ranges_offsets(dims + i, nd - i, offsets);
 	for (size_t a = 0; a < noff; a++) {
 		if (ranges_push(r, ptr + offsets[a] * elem, run * elem) < 0)
 			return -1;
