@@ -558,10 +558,11 @@ def _c_mode_stack(speedups: ModuleType, mode) -> Optional[object]:
     c = torch._C
     names = ("_len_torch_dispatch_stack", "_pop_torch_dispatch_stack",
              "_push_on_torch_dispatch_stack", "_set_torch_dispatch_mode")
-    if stack_mode is None or not all(hasattr(c, n) for n in names):
+    make = getattr(speedups, "ModeStack", None)  # None: an older build
+    if (make is None or stack_mode is None
+            or not all(hasattr(c, n) for n in names)):
         return None
-    return speedups.ModeStack(mode, stack_mode(),
-                              *(getattr(c, n) for n in names))
+    return make(mode, stack_mode(), *(getattr(c, n) for n in names))
 
 
 class DispatchMode(TorchDispatchMode):
