@@ -160,6 +160,8 @@ class AdapterCase(unittest.TestCase):
         self.assertEqual(self.adapter.core is not None, self.speedups)
         self.adapter.register()
         self.adapter.mode.__enter__()
+        # As start() does: on PyTorch 1.13 the C path runs the mode stack.
+        self.adapter.run_stack_in_c()
 
     def tearDown(self):
         self.adapter.mode.__exit__(None, None, None)
@@ -609,6 +611,76 @@ class Proof(StartCase):
                        "npusan: off: ValueError: cannot classify\n")
 
 
+class OtherModes(StartCase):
+    """npusan's mode among others: each mode sees the operators, npusan
+    records them as it does alone, and the modes stay as they were, on PyTorch
+    1.13 with the C path's ModeStack running the stack for npusan's layer."""
+
+    def log_mode(self, seen: list):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Log(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                seen.append(func)
+                return func(*args, **(kwargs or {}))
+
+        return Log()
+
+    def test_a_mode_on_top_sees_the_operator_npusan_launches_it(self):
+        self.assertEqual(self.start(), (True, ""))
+        x = torch.ones(4)
+        seen = []
+        with self.log_mode(seen):
+            x.add_(1)
+        self.assertEqual(seen, [torch.ops.aten.add_.Tensor])
+        self.assertEqual(self.agent.named("launch")[-1][2:5],
+                         ("aten::add_.Tensor", [], [(x.data_ptr(), 16)]))
+        self.assertEqual(mode_stack(), [self.adapter.mode])
+        x.mul_(2)
+        self.assertEqual(self.agent.named("launch")[-1][2],
+                         "aten::mul_.Tensor")
+        self.assertEqual(x.tolist(), [4.0] * 4)
+
+    def test_an_operator_that_raises_leaves_the_modes_as_they_were(self):
+        from npusan.torch import _adapter
+
+        self.assertEqual(self.start(), (True, ""))
+        before = _adapter.mode_stack()
+        with self.assertRaises(RuntimeError):
+            torch.ones(2) + torch.ones(3)
+        self.assertEqual(_adapter.mode_stack(), before)
+        x = torch.ones(4)
+        x.add_(1)
+        self.assertEqual(self.agent.named("launch")[-1][2],
+                         "aten::add_.Tensor")
+
+    def test_npusan_layer_costs_no_python_stack_mode(self):
+        # PyTorch 1.13 reaches each mode through _TorchDispatchStackMode's
+        # Python; with the C path, npusan's layer goes through ModeStack
+        # and only the emulation's mode, below it, through PyTorch's.
+        stack_mode = getattr(torch.utils._python_dispatch,
+                             "_TorchDispatchStackMode", None)
+        if stack_mode is None:
+            self.skipTest("this PyTorch runs its mode stack in C++")
+        self.assertEqual(self.start(), (True, ""))
+        x = torch.ones(4)
+        calls = []
+        original = stack_mode.__torch_dispatch__
+
+        def counted(mode, *args):
+            calls.append(mode)
+            return original(mode, *args)
+
+        stack_mode.__torch_dispatch__ = counted
+        try:
+            x.add_(1)
+        finally:
+            stack_mode.__torch_dispatch__ = original
+        self.assertEqual(len(calls), 1 if self.speedups else 2)
+        self.assertEqual(self.agent.named("launch")[-1][2],
+                         "aten::add_.Tensor")
+
+
 def mode_stack() -> list:
     """This thread's dispatch modes of npusan's adapter (not the
     emulation's), innermost last."""
@@ -933,7 +1005,7 @@ def main() -> None:
                                                      args.speedups):
             sys.exit(f"test_torch_adapter: {args.speedups} did not load")
         for case in (Ranges, Operators, Streams, PythonStacks, Failures,
-                     Proof, Threads):
+                     Proof, Threads, OtherModes):
             twin = type(case.__name__ + "_C", (case,), {"speedups": True})
             globals()[twin.__name__] = twin
     # Without --root, every case but StartAsRoot, which has an entry of its

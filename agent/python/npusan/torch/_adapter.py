@@ -55,6 +55,7 @@ from ._classify import WRITE, OpSpec, strided_ranges
 from ._graphs import Graphs
 
 _Tensor = torch.Tensor
+_OpOverload = torch._ops.OpOverload
 
 # The operator start() runs through the mode: a view, which reports nothing.
 _PROBE = torch.ops.aten.detach.default
@@ -123,7 +124,9 @@ class Adapter:
         self.is_device = operator.attrgetter(backend.device_attr)
         self.current_stream = backend.current_stream
         self.per_device = backend.per_device
-        self.specs: Dict[object, Tuple[OpSpec, int]] = {}
+        self.specs: Dict[object, tuple] = {}
+        # id(func) -> the C path's plan of func (npusan._speedups).
+        self.plans: Dict[int, object] = {}
         # Storage start -> allocation stream, for allocations no operator
         # has returned yet; and the starts the agent has been told of.
         self.pending: Dict[int, int] = {}
@@ -140,10 +143,14 @@ class Adapter:
         # __torch_dispatch__, bound to the mode, with no Python frame in
         # between.
         self.core = None
+        # With speedups on PyTorch 1.13, what runs the mode stack in C
+        # while the mode is on top (run_stack_in_c()).
+        self.mode_stack = None
         if speedups is not None:
             self.core = _c_mode_class(speedups)(self, stacks,
                                                 agent.pointers())
             self.mode = self.core
+            self.mode_stack = _c_mode_stack(speedups, self.core)
         else:
             self.mode = DispatchMode(self)
         # The threading profile hook that was there before ours, and the
@@ -159,8 +166,10 @@ class Adapter:
         on; else npusan is off, with one line said, and the mode left."""
         probe = torch.empty(0)
         self.specs.pop(_PROBE, None)
+        self.plans.pop(id(_PROBE), None)
         try:
             self.mode.__enter__()
+            self.run_stack_in_c()
             probe.detach()
             if self.on and _PROBE not in self.specs:
                 raise RuntimeError("the dispatch mode saw no operator")
@@ -207,8 +216,19 @@ class Adapter:
                     entered.append(mode)
             if entered:
                 self.thread_local.leave = _LeaveAtThreadEnd(entered)
+                self.run_stack_in_c()
         except Exception as err:
             self.fail(err)
+
+    def run_stack_in_c(self) -> None:
+        """Where PyTorch runs its dispatch-mode stack in Python (1.13) and
+        the mode is on this thread's stack: has the C path's ModeStack run
+        it, which does what PyTorch's does, in C while the mode is on top
+        (npusan/_speedups_mode.c)."""
+        if self.mode_stack is None:
+            return
+        if any(m is self.mode for m in mode_stack()):
+            torch._C._set_torch_dispatch_mode(self.mode_stack)
 
     def on_thread_start(self, frame, event, arg):
         """threading's profile hook: the first event of each new thread."""
@@ -240,9 +260,11 @@ class Adapter:
             self.on = False
             say(f"off: {type(err).__name__}: {err}")
 
-    def spec(self, func) -> Tuple[OpSpec, int, tuple, tuple]:
+    def spec(self, func) -> Tuple[OpSpec, int, tuple, tuple, object]:
         """func's classification and operator id, cached per overload,
-        with the ids of the names of spec.args and spec.returns."""
+        with the ids of the names of spec.args and spec.returns, and what
+        runs it: an OpOverload's C++ callable, which its __call__ only
+        forwards to, else func."""
         schema = func._schema
         spec = _classify.classify(schema)
         intern = self.agent.intern
@@ -250,7 +272,10 @@ class Adapter:
         args = tuple(intern(name.encode()) for _, name, _, _ in spec.args)
         rets = tuple(intern(_classify.return_name(schema, i).encode())
                      for i, _ in spec.returns)
-        entry = (spec, op, args, rets)
+        run = func
+        if type(func) is _OpOverload:
+            run = getattr(func, "_op", func)
+        entry = (spec, op, args, rets, run)
         self.specs[func] = entry
         return entry
 
@@ -525,6 +550,21 @@ def _c_mode_class(speedups: ModuleType) -> type:
     return CDispatchMode
 
 
+def _c_mode_stack(speedups: ModuleType, mode) -> Optional[object]:
+    """A ModeStack for `mode` where PyTorch runs its mode stack in Python,
+    through a _TorchDispatchStackMode (1.13); else None."""
+    stack_mode = getattr(torch.utils._python_dispatch,
+                         "_TorchDispatchStackMode", None)
+    c = torch._C
+    names = ("_len_torch_dispatch_stack", "_pop_torch_dispatch_stack",
+             "_push_on_torch_dispatch_stack", "_set_torch_dispatch_mode")
+    make = getattr(speedups, "ModeStack", None)  # None: an older build
+    if (make is None or stack_mode is None
+            or not all(hasattr(c, n) for n in names)):
+        return None
+    return make(mode, stack_mode(), *(getattr(c, n) for n in names))
+
+
 class DispatchMode(TorchDispatchMode):
     """One launch per operator that touches device memory.
 
@@ -547,7 +587,7 @@ class DispatchMode(TorchDispatchMode):
             entry = a.specs.get(func)
             if entry is None:
                 entry = a.spec(func)
-            spec, op, arg_ids, ret_ids = entry
+            spec, op, arg_ids, ret_ids, _ = entry
             if spec.record_stream:
                 return a.record_stream(func, args, kwargs)
             is_device = a.is_device
