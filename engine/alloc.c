@@ -146,7 +146,7 @@ static void alloc_link(struct engine *e, struct alloc *a,
  */
 #define USAGE_EXACT 8
 
-static size_t alloc_usage_cap(size_t n)
+size_t alloc__usage_cap(size_t n)
 {
 	size_t cap = USAGE_EXACT;
 
@@ -162,7 +162,7 @@ static void alloc_usages_put(struct engine *e, struct usage *u, size_t n)
 	if (n == 1)
 		pool__put(e, &e->usage_pool, u);
 	else if (n > 1)
-		pool__free(e, u, alloc_usage_cap(n) * sizeof(*u));
+		pool__free(e, u, alloc__usage_cap(n) * sizeof(*u));
 }
 
 /* Room for usage n + 1 of `a` (holding n); 0 or -ENOMEM. */
@@ -170,7 +170,7 @@ static int alloc_usages_grow(struct engine *e, struct alloc *a, size_t n)
 {
 	struct usage *u;
 
-	if (alloc_usage_cap(n + 1) == alloc_usage_cap(n))
+	if (alloc__usage_cap(n + 1) == alloc__usage_cap(n))
 		return 0;
 	if (n == 0) {
 		u = pool__get(e, &e->usage_pool);
@@ -180,8 +180,8 @@ static int alloc_usages_grow(struct engine *e, struct alloc *a, size_t n)
 			pool__put(e, &e->usage_pool, a->usages);
 		}
 	} else {
-		u = pool__realloc(e, a->usages, alloc_usage_cap(n) * sizeof(*u),
-				  alloc_usage_cap(n + 1) * sizeof(*u));
+		u = pool__realloc(e, a->usages, alloc__usage_cap(n) * sizeof(*u),
+				  alloc__usage_cap(n + 1) * sizeof(*u));
 	}
 	if (u == NULL)
 		return -ENOMEM;

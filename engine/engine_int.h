@@ -202,7 +202,7 @@ struct alloc {
 	struct alloc *hnext; /* chain in the exact-start hash */
 	uint64_t start;
 	uint64_t last;
-	struct usage *usages; /* alloc_usage_cap(nusage) entries */
+	struct usage *usages; /* alloc__usage_cap(nusage) entries */
 	union {                 /* the history of its bytes (DESIGN 3) */
 		struct hist whole;   /* tree == 0: one record for all */
 		struct rb_root segs; /* tree == 1: segments */
@@ -440,6 +440,7 @@ void alloc__neighbors(const struct engine *e, uint64_t ptr,
 		      struct alloc **below, struct alloc **above,
 		      struct alloc_slot *slot);
 struct alloc *alloc__containing(struct engine *e, uint64_t ptr);
+size_t alloc__usage_cap(size_t n);
 struct usage *alloc__usage_get(struct engine *e, struct alloc *a, uint16_t s);
 void alloc__usages_free(struct engine *e, struct alloc *a);
 void alloc__pending_add(struct engine *e, struct alloc *a);

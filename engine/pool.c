@@ -203,3 +203,60 @@ void pool__fini(struct pool *p)
 		free(c);
 	}
 }
+
+/* ---- engine_get_memory() --------------------------------------------- */
+
+static void pool_slabs(const struct pool *p, size_t *slabs, size_t *used)
+{
+	for (const struct chunk *c = p->all; c != NULL; c = c->next) {
+		*slabs += POOL_CHUNK;
+		*used += (size_t)(c->cap - c->nfree) * p->size;
+	}
+}
+
+static size_t pool_hist_reads(const struct hist *h)
+{
+	const struct reads *m = history__many(h);
+
+	return m != NULL ? sizeof(*m) + m->cap * sizeof(m->v[0]) : 0;
+}
+
+static size_t pool_segs_reads(const struct rb_root *root)
+{
+	size_t n = 0;
+
+	for (struct rb_node *g = rb_first(root); g != NULL; g = rb_next(g))
+		n += pool_hist_reads(&history__seg_of(g)->h);
+	return n;
+}
+
+static void pool_allocs_memory(const struct engine *e,
+			       struct engine_memory *m)
+{
+	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n)) {
+		const struct alloc *a = alloc__of(n);
+
+		m->read_lists += a->tree ? pool_segs_reads(&a->segs)
+					 : pool_hist_reads(&a->whole);
+		if (a->nusage > 1)
+			m->usage_arrays += alloc__usage_cap(a->nusage) *
+					   sizeof(struct usage);
+	}
+}
+
+void engine_get_memory(const struct engine *e, struct engine_memory *out)
+{
+	struct engine_memory m = { 0 };
+
+	pool_slabs(&e->alloc_pool, &m.alloc_slabs, &m.alloc_used);
+	pool_slabs(&e->access_pool, &m.access_slabs, &m.access_used);
+	pool_slabs(&e->seg_pool, &m.seg_slabs, &m.seg_used);
+	pool_slabs(&e->usage_pool, &m.usage_slabs, &m.usage_used);
+	m.read_lists = pool_segs_reads(&e->outside);
+	pool_allocs_memory(e, &m);
+	m.alloc_hash = (e->amask + 1) * sizeof(*e->abuckets);
+	m.other = pool__bytes(e) - m.alloc_slabs - m.access_slabs -
+		  m.seg_slabs - m.usage_slabs - m.read_lists -
+		  m.usage_arrays - m.alloc_hash;
+	*out = m;
+}
