@@ -22,7 +22,7 @@
 
 /* ---- allocations ------------------------------------------------------- */
 
-struct alloc **alloc__bucket(const struct engine *e, uint64_t start)
+uint32_t *alloc__bucket(const struct engine *e, uint64_t start)
 {
 	return &e->abuckets[hash_u64(start) & e->amask];
 }
@@ -30,10 +30,10 @@ struct alloc **alloc__bucket(const struct engine *e, uint64_t start)
 /* The allocation that starts exactly at `start`, if any. */
 struct alloc *alloc__at(const struct engine *e, uint64_t start)
 {
-	struct alloc *a = *alloc__bucket(e, start);
+	struct alloc *a = alloc__of(e, *alloc__bucket(e, start));
 
 	while (a != NULL && a->start != start)
-		a = a->hnext;
+		a = alloc__of(e, a->hnext);
 	return a;
 }
 
@@ -42,21 +42,21 @@ struct alloc *alloc__at(const struct engine *e, uint64_t start)
 static int alloc_hash_grow(struct engine *e)
 {
 	size_t n = e->amask + 1, nn = n * 2;
-	struct alloc **b = pool__realloc(e, NULL, 0, nn * sizeof(*b));
+	uint32_t *b = pool__realloc(e, NULL, 0, nn * sizeof(*b));
 
 	assert((n & (n - 1)) == 0);
 	if (b == NULL)
 		return -ENOMEM;
 	memset(b, 0, nn * sizeof(*b));
 	for (size_t i = 0; i < n; i++) {
-		struct alloc *a = e->abuckets[i], *next;
+		struct alloc *a = alloc__of(e, e->abuckets[i]), *next;
 
 		for (; a != NULL; a = next) {
 			size_t j = hash_u64(a->start) & (nn - 1);
 
-			next = a->hnext;
+			next = alloc__of(e, a->hnext);
 			a->hnext = b[j];
-			b[j] = a;
+			b[j] = alloc__idx(e, a);
 		}
 	}
 	pool__free(e, e->abuckets, n * sizeof(*b));
@@ -74,23 +74,24 @@ void alloc__neighbors(const struct engine *e, uint64_t ptr,
 		      struct alloc **below, struct alloc **above,
 		      struct alloc_slot *slot)
 {
-	struct rb_node *const *link = &e->allocs.node;
-	struct rb_node *n, *parent = NULL, *lo = NULL, *hi = NULL;
+	const uint32_t *link = &e->allocs.node;
+	uint32_t parent = 0, lo = 0, hi = 0;
+	struct alloc *n;
 
-	while ((n = *link) != NULL) {
-		parent = n;
-		if (alloc__of(n)->start <= ptr) {
-			lo = n;
-			link = &n->right;
+	while ((n = alloc__of(e, *link)) != NULL) {
+		parent = *link;
+		if (n->start <= ptr) {
+			lo = parent;
+			link = &n->node.right;
 		} else {
-			hi = n;
-			link = &n->left;
+			hi = parent;
+			link = &n->node.left;
 		}
 	}
-	*below = alloc__of(lo);
-	*above = alloc__of(hi);
+	*below = alloc__of(e, lo);
+	*above = alloc__of(e, hi);
 	if (slot != NULL)
-		*slot = (struct alloc_slot){ parent, (struct rb_node **)link };
+		*slot = (struct alloc_slot){ parent, (uint32_t *)link };
 }
 
 /* The allocation containing ptr: the one starting there (a hash probe),
@@ -117,22 +118,23 @@ struct alloc *alloc__containing(struct engine *e, uint64_t ptr)
 static void alloc_link(struct engine *e, struct alloc *a,
 		       const struct alloc_slot *slot)
 {
-	struct rb_node **link = &e->allocs.node, *parent = NULL;
-	struct alloc **bucket = alloc__bucket(e, a->start);
+	uint32_t *link = &e->allocs.node, parent = 0;
+	uint32_t *bucket = alloc__bucket(e, a->start);
+	struct alloc *p;
 
 	assert(a->start <= a->last);
 	if (slot != NULL) {
 		parent = slot->parent;
 		link = slot->link;
 	}
-	while (*link != NULL) {
+	while ((p = alloc__of(e, *link)) != NULL) {
 		parent = *link;
-		link = a->start < alloc__of(parent)->start ? &parent->left
-							   : &parent->right;
+		link = a->start < p->start ? &p->node.left : &p->node.right;
 	}
-	rb_insert(&e->allocs, &a->node, parent, link);
+	rb32_insert(&e->alloc_pool.dir, &e->allocs, alloc__idx(e, a), parent,
+		    link);
 	a->hnext = *bucket;
-	*bucket = a;
+	*bucket = alloc__idx(e, a);
 	e->st.live_allocs++;
 }
 
@@ -233,14 +235,14 @@ static void alloc_pending_del(struct engine *e, struct alloc *a)
 /* Forgets allocation `a` with its history and usages. */
 static void alloc_unlink(struct engine *e, struct alloc *a)
 {
-	struct alloc **p = alloc__bucket(e, a->start);
+	uint32_t *p = alloc__bucket(e, a->start), i = alloc__idx(e, a);
 
-	while (*p != a)
-		p = &(*p)->hnext;
+	while (*p != i)
+		p = &alloc__of(e, *p)->hnext;
 	*p = a->hnext;
 	if (e->last_view == a)
 		e->last_view = NULL;
-	rb_erase(&e->allocs, &a->node);
+	rb32_erase(&e->alloc_pool.dir, &e->allocs, i);
 	alloc_pending_del(e, a);
 	history__alloc_clear(e, a);
 	alloc__usages_free(e, a);
@@ -363,7 +365,7 @@ int alloc__on_alloc(struct engine *e, const struct op *op)
 	if (old == NULL || old->last < op->ptr)
 		old = above;
 	while (old != NULL && old->start <= last) {
-		struct alloc *next = alloc__of(rb_next(&old->node));
+		struct alloc *next = alloc__next(e, old);
 
 		alloc_unlink(e, old);
 		old = next;
@@ -442,9 +444,9 @@ void alloc__on_flush(struct engine *e)
 	size_t nreport = 0;
 
 	if (e->pending_all) {
-		for (struct rb_node *n = rb_first(&e->allocs); n;
-		     n = rb_next(n))
-			alloc_flush_one(e, alloc__of(n));
+		for (struct alloc *a = alloc__first(e); a != NULL;
+		     a = alloc__next(e, a))
+			alloc_flush_one(e, a);
 		e->pending_all = false;
 		return;
 	}
@@ -471,18 +473,18 @@ int alloc__init(struct engine *e)
 {
 	e->amask = 63;
 	e->abuckets =
-		pool__realloc(e, NULL, 0, (e->amask + 1) * sizeof(void *));
+		pool__realloc(e, NULL, 0, (e->amask + 1) * sizeof(*e->abuckets));
 	if (e->abuckets == NULL)
 		return -ENOMEM;
-	memset(e->abuckets, 0, (e->amask + 1) * sizeof(void *));
+	memset(e->abuckets, 0, (e->amask + 1) * sizeof(*e->abuckets));
 	return 0;
 }
 
 /* Frees every allocation with its history and usages, then the table. */
 void alloc__fini(struct engine *e)
 {
-	while (e->allocs.node != NULL)
-		alloc_unlink(e, alloc__of(e->allocs.node));
+	while (e->allocs.node != 0)
+		alloc_unlink(e, alloc__of(e, e->allocs.node));
 	free(e->abuckets);
 	free(e->pending);
 }

@@ -159,14 +159,14 @@ static void check_allocs(struct check *c)
 	const struct alloc *prev = NULL;
 	uint64_t live = 0, pending = 0;
 
-	if (rb_check(&e->allocs) < 0)
+	if (rb32_check(&e->alloc_pool.dir, &e->allocs) < 0)
 		check_fail(c, "the allocation tree is not a red-black tree");
-	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n)) {
-		const struct alloc *a = alloc__of(n);
-		const struct alloc *h = *alloc__bucket(e, a->start);
+	for (const struct alloc *a = alloc__first(e); a;
+	     a = alloc__next(e, a)) {
+		const struct alloc *h = alloc__of(e, *alloc__bucket(e, a->start));
 
 		while (h != NULL && h != a)
-			h = h->hnext;
+			h = alloc__of(e, h->hnext);
 		if (h == NULL)
 			check_fail(c, "a live allocation is missing from the "
 				      "start hash");
@@ -203,14 +203,11 @@ static void check_outside(struct check *c)
 		const struct seg *g = history__seg_of(n);
 		struct alloc *a =
 			alloc__containing((struct engine *)e, g->start);
-		struct rb_node *after;
 
 		if (a == NULL) {
-			after = rb_first(&e->allocs);
-			while (after != NULL &&
-			       alloc__of(after)->last < g->start)
-				after = rb_next(after);
-			a = after != NULL ? alloc__of(after) : NULL;
+			a = alloc__first(e);
+			while (a != NULL && a->last < g->start)
+				a = alloc__next(e, a);
 		}
 		if (a != NULL && a->start <= g->last && a->last >= g->start)
 			check_fail(c, "bytes of a live allocation have history "

@@ -147,6 +147,7 @@ int engine_new(const struct engine_opts *o, struct engine **out)
 	e->access_pool.size = sizeof(struct access);
 	e->seg_pool.size = sizeof(struct seg);
 	e->alloc_pool.size = sizeof(struct alloc);
+	e->alloc_pool.indexed = true;
 	e->usage_pool.size = sizeof(struct usage);
 	pool__note(e, sizeof(*e));
 	if (alloc__init(e) < 0 || u64map_init(&e->stream_ids) < 0 ||

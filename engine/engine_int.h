@@ -191,15 +191,17 @@ static inline void usage__set_seq(struct usage *u, uint64_t seq)
 }
 
 /*
- * One per live allocation, so every byte counts: 88 bytes, the numbers
+ * One per live allocation, so every byte counts: 72 bytes. Its links in
+ * the tree and in the hash are 32-bit names of allocations
+ * (pool__index() in e->alloc_pool, an indexed pool), and the numbers are
  * packed into two words. A stream number needs 11 bits (STREAM_NONE
  * included), a serial 48 (2^48 allocations outlast any process, as
  * SEQ_MAX's launches do) and a place in e->pending 21: past 2^21 pending
  * allocations the next flush walks them all (DESIGN 6).
  */
 struct alloc {
-	struct rb_node node;
-	struct alloc *hnext; /* chain in the exact-start hash */
+	struct rb32_node node; /* in e->allocs */
+	uint32_t hnext;	       /* chain in the exact-start hash, 0 ends */
 	uint64_t start;
 	uint64_t last;
 	struct usage *usages; /* alloc__usage_cap(nusage) entries */
@@ -222,7 +224,8 @@ struct alloc {
 #define ALLOC_SERIAL_MAX ((UINT64_C(1) << 48) - 1)
 #define ALLOC_PENDING_MAX (UINT32_C(1) << 21)
 
-_Static_assert(sizeof(struct alloc) == 88, "one per live allocation");
+_Static_assert(sizeof(struct alloc) == 72, "one per live allocation");
+_Static_assert(offsetof(struct alloc, node) == 0, "an alloc is its node");
 _Static_assert(STREAM_NONE < (1 << 11), "stream numbers fit sidx");
 _Static_assert(ENGINE_MAX_STREAMS < (1 << 11), "usage count fits nusage");
 
@@ -244,7 +247,9 @@ struct event {
  * A slab of POOL_CHUNK bytes, aligned to its size so that an object finds
  * its chunk by masking its address. Chunks that become empty go back to
  * malloc (all but one per pool), so the engine's memory follows the live
- * working set down as well as up.
+ * working set down as well as up. The chunks of an indexed pool also have
+ * a number, their place in the pool's directory, so that an object can be
+ * named in 32 bits (pool__index(), rbtree.h's rb32 links).
  */
 struct chunk {
 	struct chunk *next; /* every chunk of the pool */
@@ -252,8 +257,9 @@ struct chunk {
 	struct chunk *pnext; /* chunks with a free object */
 	struct chunk *pprev;
 	void *free;
-	uint32_t nfree;
-	uint32_t cap;
+	uint16_t nfree;
+	uint16_t cap;
+	uint32_t no; /* indexed pools: its place in dir */
 };
 
 struct pool {
@@ -261,7 +267,19 @@ struct pool {
 	struct chunk *all;
 	struct chunk *partial;
 	struct chunk *empty; /* the one empty chunk kept for reuse */
+	bool indexed;
+	/* Indexed pools: chunk number -> chunk, ndir slots; a free slot
+	 * holds the next free one's number + 1 as (that << 1 | 1), and
+	 * dir_free is the first's number + 1 (0: none). */
+	struct rb32_dir dir;
+	uint32_t ndir;
+	uint32_t dir_free;
 };
+
+#define POOL_DIR_MAX (UINT32_C(1) << (32 - RB32_SHIFT))
+
+_Static_assert(POOL_CHUNK == 1 << RB32_SHIFT, "rb32 links name chunks");
+_Static_assert(POOL_CHUNK / sizeof(void *) <= UINT16_MAX, "chunk counts");
 
 /* An operator, a stack, the operator's argument (0: none) and, for an
  * access a capture recorded or a replay made, the graph: what an access
@@ -302,6 +320,7 @@ struct region {
 
 /* Cuts [cur, last] into regions, in address order. */
 struct region_walk {
+	const struct engine *e;
 	uint64_t cur;
 	uint64_t last;
 	struct alloc *in;   /* the allocation containing cur, or NULL */
@@ -332,9 +351,9 @@ struct engine {
 	uint16_t last_sidx;
 	struct u64map events; /* id -> struct event * */
 
-	struct rb_root allocs;
+	struct rb32_root allocs; /* links: pool__index() in alloc_pool */
 	struct alloc *last_view; /* see alloc__containing() */
-	struct alloc **abuckets; /* exact-start hash (DESIGN 3) */
+	uint32_t *abuckets; /* exact-start hash (DESIGN 3), likewise */
 	size_t amask;
 	struct rb_root outside; /* history of bytes no allocation covers */
 	struct alloc **pending; /* DESIGN 6: the pending allocations */
@@ -389,8 +408,8 @@ struct engine {
 
 /* Where an allocation starting at some address goes in the tree. */
 struct alloc_slot {
-	struct rb_node *parent;
-	struct rb_node **link;
+	uint32_t parent;
+	uint32_t *link;
 };
 
 /* ---- what the parts call in one another ------------------------------ */
@@ -405,6 +424,19 @@ int pool__grow(struct engine *e, void **arr, size_t *cap, size_t need,
 void *pool__get(struct engine *e, struct pool *p);
 void pool__put(struct engine *e, struct pool *p, void *o);
 void pool__fini(struct pool *p);
+
+/* The 32-bit name of object `o` of indexed pool `p`: rb32_node() of
+ * p->dir finds it again. Never 0, since no object starts a chunk. */
+static inline uint32_t pool__index(const struct pool *p, const void *o)
+{
+	uintptr_t c = (uintptr_t)o & ~(uintptr_t)(POOL_CHUNK - 1);
+
+	assert(p->indexed && p->dir.chunks[((const struct chunk *)c)->no] ==
+				     (void *)c);
+	(void)p;
+	return ((const struct chunk *)c)->no << RB32_SHIFT |
+	       (uint32_t)((uintptr_t)o - c);
+}
 
 /* sync.c: streams, events, clocks. */
 int sync__stream_create(struct engine *e, uint64_t id, uint16_t *out);
@@ -434,7 +466,7 @@ void finding__fini(struct engine *e);
 
 /* alloc.c: the allocation table and the ops on it. */
 int alloc__init(struct engine *e);
-struct alloc **alloc__bucket(const struct engine *e, uint64_t start);
+uint32_t *alloc__bucket(const struct engine *e, uint64_t start);
 struct alloc *alloc__at(const struct engine *e, uint64_t start);
 void alloc__neighbors(const struct engine *e, uint64_t ptr,
 		      struct alloc **below, struct alloc **above,
@@ -532,9 +564,28 @@ static inline int pool__grow_array(struct engine *e, void **arr, size_t *cap,
 	return need <= *cap ? 0 : pool__grow(e, arr, cap, need, size);
 }
 
-static inline struct alloc *alloc__of(struct rb_node *n)
+/* The allocation that 32-bit link `i` names, NULL for 0. */
+static inline struct alloc *alloc__of(const struct engine *e, uint32_t i)
 {
-	return n != NULL ? rb_container_of(n, struct alloc, node) : NULL;
+	return (struct alloc *)(void *)rb32_node(&e->alloc_pool.dir, i);
+}
+
+static inline uint32_t alloc__idx(const struct engine *e,
+				  const struct alloc *a)
+{
+	return pool__index(&e->alloc_pool, a);
+}
+
+/* The allocations in address order: alloc__first(), alloc__next(). */
+static inline struct alloc *alloc__first(const struct engine *e)
+{
+	return alloc__of(e, rb32_first(&e->alloc_pool.dir, &e->allocs));
+}
+
+static inline struct alloc *alloc__next(const struct engine *e,
+					const struct alloc *a)
+{
+	return alloc__of(e, rb32_next(&e->alloc_pool.dir, alloc__idx(e, a)));
 }
 
 /* The read list of `h` when it is a struct reads, else NULL. */
@@ -584,6 +635,7 @@ static inline void history__walk_init(const struct engine *e,
 
 	assert(start <= last);
 	assert(in == NULL || (in->start <= start && start <= in->last));
+	w->e = e;
 	w->cur = start;
 	w->last = last;
 	w->in = in;
@@ -612,7 +664,7 @@ static inline bool history__walk_next(struct region_walk *w, struct region *r)
 	}
 	w->cur = r->last + 1;
 	if (w->in != NULL) {
-		struct alloc *n = alloc__of(rb_next(&w->in->node));
+		struct alloc *n = alloc__next(w->e, w->in);
 
 		w->in = n != NULL && n->start == w->cur ? n : NULL;
 		w->next = w->in == NULL ? n : NULL;

@@ -440,8 +440,7 @@ void history__alloc_clear(struct engine *e, struct alloc *a)
 void history__forget(struct engine *e)
 {
 	history__segs_clear(e, &e->outside);
-	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n)) {
-		struct alloc *a = alloc__of(n);
+	for (struct alloc *a = alloc__first(e); a; a = alloc__next(e, a)) {
 
 		history__alloc_clear(e, a);
 		alloc__usages_free(e, a);
@@ -492,8 +491,7 @@ void history__drop_dead_writes(struct engine *e)
 	floor = sync__floor(e);
 	assert(!e->hist_local);
 	history_segs_drop_dead_writes(e, &e->outside, floor);
-	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n)) {
-		struct alloc *a = alloc__of(n);
+	for (struct alloc *a = alloc__first(e); a; a = alloc__next(e, a)) {
 
 		if (a->tree)
 			history_segs_drop_dead_writes(e, &a->segs, floor);

@@ -115,6 +115,42 @@ static void pool_partial_del(struct pool *p, struct chunk *c)
 		c->pnext->pprev = c->pprev;
 }
 
+/*
+ * A number for chunk `c` of indexed pool `p`, its place in p->dir: a free
+ * slot, else a new one. 0, or -ENOMEM (also past POOL_DIR_MAX chunks).
+ */
+static int pool_dir_take(struct engine *e, struct pool *p, struct chunk *c)
+{
+	size_t cap = p->ndir;
+	uint32_t no;
+
+	if (p->dir_free != 0) {
+		no = p->dir_free - 1;
+		p->dir_free = (uint32_t)((uintptr_t)p->dir.chunks[no] >> 1);
+	} else {
+		if (p->ndir >= POOL_DIR_MAX ||
+		    pool__grow_array(e, (void **)&p->dir.chunks, &cap,
+				     p->ndir + 1, sizeof(void *)) < 0)
+			return -ENOMEM;
+		/* the slots past ndir join the free list */
+		for (size_t i = cap; i-- > p->ndir + 1;) {
+			p->dir.chunks[i] = (void *)((uintptr_t)p->dir_free << 1 | 1);
+			p->dir_free = (uint32_t)i + 1;
+		}
+		no = p->ndir;
+		p->ndir = (uint32_t)cap;
+	}
+	p->dir.chunks[no] = c;
+	c->no = no;
+	return 0;
+}
+
+static void pool_dir_give(struct pool *p, const struct chunk *c)
+{
+	p->dir.chunks[c->no] = (void *)((uintptr_t)p->dir_free << 1 | 1);
+	p->dir_free = c->no + 1;
+}
+
 static struct chunk *pool_chunk_new(struct engine *e, struct pool *p)
 {
 	size_t first = (sizeof(struct chunk) + 15) & ~(size_t)15;
@@ -124,9 +160,13 @@ static struct chunk *pool_chunk_new(struct engine *e, struct pool *p)
 	if (pool_over_limit(e, POOL_CHUNK) ||
 	    (c = aligned_alloc(POOL_CHUNK, POOL_CHUNK)) == NULL)
 		return NULL;
-	pool__note(e, POOL_CHUNK);
 	memset(c, 0, sizeof(*c));
-	c->cap = (uint32_t)((POOL_CHUNK - first) / p->size);
+	if (p->indexed && pool_dir_take(e, p, c) < 0) {
+		free(c);
+		return NULL;
+	}
+	pool__note(e, POOL_CHUNK);
+	c->cap = (uint16_t)((POOL_CHUNK - first) / p->size);
 	for (uint32_t i = c->cap; i-- > 0;) {
 		void *o = (char *)c + first + i * p->size;
 
@@ -153,6 +193,8 @@ static void pool_chunk_release(struct engine *e, struct pool *p,
 		p->all = c->next;
 	if (c->next != NULL)
 		c->next->prev = c->prev;
+	if (p->indexed)
+		pool_dir_give(p, c);
 	e->bytes -= POOL_CHUNK;
 	free(c);
 }
@@ -202,6 +244,7 @@ void pool__fini(struct pool *p)
 		next = c->next;
 		free(c);
 	}
+	free(p->dir.chunks);
 }
 
 /* ---- engine_get_memory() --------------------------------------------- */
@@ -233,8 +276,7 @@ static size_t pool_segs_reads(const struct rb_root *root)
 static void pool_allocs_memory(const struct engine *e,
 			       struct engine_memory *m)
 {
-	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n)) {
-		const struct alloc *a = alloc__of(n);
+	for (struct alloc *a = alloc__first(e); a; a = alloc__next(e, a)) {
 
 		m->read_lists += a->tree ? pool_segs_reads(&a->segs)
 					 : pool_hist_reads(&a->whole);
