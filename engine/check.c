@@ -59,24 +59,28 @@ static void check_access_ref(struct check *c, const struct access *a)
 
 static void check_hist(struct check *c, const struct hist *h)
 {
-	struct access *const *r = history__reads(h);
-	const struct reads *m = history__many(h);
+	const struct engine *e = c->e;
+	const uint32_t *r = history__reads(e, (struct hist *)h);
+	const struct reads *m = history__many(e, h);
+	const struct access *w = history__write(e, h);
 
 	if (m != NULL && m->n > m->cap)
 		check_fail(c, "a read list holds more than its capacity");
-	if (h->write != NULL)
-		check_access_ref(c, h->write);
-	for (uint32_t i = 0; i < history__nreads(h); i++) {
-		if (r[i] == NULL) {
+	if (w != NULL)
+		check_access_ref(c, w);
+	for (uint32_t i = 0; i < history__nreads(e, h); i++) {
+		const struct access *a = history__acc(e, r[i]);
+
+		if (a == NULL) {
 			check_fail(c, "a read list holds a null access");
 			continue;
 		}
-		if (!r[i]->write)
-			check_access_ref(c, r[i]);
+		if (!a->write)
+			check_access_ref(c, a);
 		else
 			check_fail(c, "a write is in a read list");
 	}
-	if (h->write != NULL && h->write->write == 0)
+	if (w != NULL && w->write == 0)
 		check_fail(c, "a read is a segment's last write");
 }
 
@@ -97,7 +101,7 @@ static void check_segs(struct check *c, const struct rb_root *root,
 		if (prev != NULL && g->start <= prev->last)
 			check_fail(c, "history segments overlap or are out of "
 				      "order");
-		if (history__empty(&g->h))
+		if (history__empty(c->e, &g->h))
 			check_fail(c, "an empty history segment is kept");
 		check_hist(c, &g->h);
 		c->segments += !c->compare;

@@ -145,6 +145,7 @@ int engine_new(const struct engine_opts *o, struct engine **out)
 		return -ENOMEM;
 	e->o = *o;
 	e->access_pool.size = sizeof(struct access);
+	e->access_pool.indexed = true;
 	e->seg_pool.size = sizeof(struct seg);
 	e->alloc_pool.size = sizeof(struct alloc);
 	e->alloc_pool.indexed = true;
@@ -163,15 +164,16 @@ int engine_new(const struct engine_opts *o, struct engine **out)
 	return 0;
 }
 
-/* The history first: it drops its references to access records, then the
- * allocations holding the rest of it go. */
+/* The histories first, which drop their references to access records:
+ * the captures', the allocations' with them, then the rest, which frees
+ * the read list table they shared. */
 void engine_free(struct engine *e)
 {
 	if (e == NULL)
 		return;
 	graph__fini(e);
-	history__fini(e);
 	alloc__fini(e);
+	history__fini(e);
 	sync__fini(e);
 	finding__fini(e);
 	launch__fini(e);

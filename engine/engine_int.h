@@ -32,9 +32,9 @@
  *     are element-wise max, so a missing entry behaves exactly like the
  *     dictionaries' .get(stream, -1).
  *  2. The history of some bytes is their last write and the reads since,
- *     as pointers to refcounted access records ("hist"); a launch's access
- *     is one record however many histories hold it. Bytes without a hist
- *     have no history.
+ *     as 32-bit names of refcounted access records ("hist"); a launch's
+ *     access is one record however many histories hold it. Bytes without
+ *     a hist have no history.
  *  3. Allocations are disjoint ranges in an rbtree keyed by start, plus a
  *     hash by exact start, which is what nearly every access and every
  *     free names. An allocation whose bytes all share one history (the
@@ -126,36 +126,38 @@ struct access {
 _Static_assert(sizeof(struct access) == 24, "access records stay small");
 _Static_assert(ENGINE_MAX_STREAMS <= (1 << 15), "stream numbers fit sidx");
 
-/* A read list of more than one read, or one that had more (DESIGN 2). */
+/* A read list of more than one read, or one that had more (DESIGN 2):
+ * access records by their 32-bit names (history__acc()). */
 struct reads {
 	uint32_t n;
 	uint32_t cap;
-	struct access *v[];
+	uint32_t v[];
 };
 
 /*
- * The history of some bytes: their last write and the reads since. 16
- * bytes, since every allocation and segment holds one: the reads are
- * either one record (`one`, NULL for none) or, with the low bit of `many`
- * set, a struct reads, which access records' alignment leaves apart.
+ * The history of some bytes: their last write and the reads since. 8
+ * bytes, since every allocation and segment holds one: access records are
+ * named by pool__index() in e->access_pool (0: none), which is even, so
+ * that the reads are either one record (`rd` even, 0 for none) or, with
+ * `rd` odd, the struct reads e->readv[rd >> 1].
  */
 struct hist {
-	struct access *write;
-	union {
-		struct access *one;
-		uintptr_t many;
-	} rd;
+	uint32_t write;
+	uint32_t rd;
 };
 
-_Static_assert(sizeof(struct hist) == 16, "a history is two words");
+_Static_assert(sizeof(struct hist) == 8, "a history is one word");
 
-/* The history of the bytes [start, last], in a tree of such ranges. */
+/* The history of the bytes [start, last], in a tree of such ranges: 48
+ * bytes. */
 struct seg {
 	struct rb_node node;
 	uint64_t start;
 	uint64_t last;
 	struct hist h;
 };
+
+_Static_assert(sizeof(struct seg) == 48, "segments stay small");
 
 enum {
 	USAGE_USED = 1,
@@ -191,10 +193,10 @@ static inline void usage__set_seq(struct usage *u, uint64_t seq)
 }
 
 /*
- * One per live allocation, so every byte counts: 72 bytes. Its links in
+ * One per live allocation, so every byte counts: 64 bytes. Its links in
  * the tree and in the hash are 32-bit names of allocations
- * (pool__index() in e->alloc_pool, an indexed pool), and the numbers are
- * packed into two words. A stream number needs 11 bits (STREAM_NONE
+ * (pool__index() in e->alloc_pool, an indexed pool), its history names
+ * access records likewise, and the numbers are packed into two words. A stream number needs 11 bits (STREAM_NONE
  * included), a serial 48 (2^48 allocations outlast any process, as
  * SEQ_MAX's launches do) and a place in e->pending 21: past 2^21 pending
  * allocations the next flush walks them all (DESIGN 6).
@@ -224,7 +226,7 @@ struct alloc {
 #define ALLOC_SERIAL_MAX ((UINT64_C(1) << 48) - 1)
 #define ALLOC_PENDING_MAX (UINT32_C(1) << 21)
 
-_Static_assert(sizeof(struct alloc) == 72, "one per live allocation");
+_Static_assert(sizeof(struct alloc) == 64, "one per live allocation");
 _Static_assert(offsetof(struct alloc, node) == 0, "an alloc is its node");
 _Static_assert(STREAM_NONE < (1 << 11), "stream numbers fit sidx");
 _Static_assert(ENGINE_MAX_STREAMS < (1 << 11), "usage count fits nusage");
@@ -360,7 +362,11 @@ struct engine {
 	size_t npending;
 	size_t pending_cap;
 	bool pending_all;	/* the list overflowed: flush walks them all */
-	struct pool access_pool;
+	struct pool access_pool; /* indexed: hists name its records */
+	struct reads **readv; /* hist.rd >> 1 -> read list; a free slot
+				 holds (next free + 1) << 1 | 1 */
+	size_t readv_cap;
+	uint32_t readv_free; /* first free slot + 1, 0 when none */
 	struct pool seg_pool;
 	struct pool alloc_pool;
 	struct pool usage_pool; /* an allocation's single usage */
@@ -425,17 +431,24 @@ void *pool__get(struct engine *e, struct pool *p);
 void pool__put(struct engine *e, struct pool *p, void *o);
 void pool__fini(struct pool *p);
 
-/* The 32-bit name of object `o` of indexed pool `p`: rb32_node() of
- * p->dir finds it again. Never 0, since no object starts a chunk. */
+/* The 32-bit name of object `o` of indexed pool `p`: pool__object()
+ * finds it again, and so does rb32_node() of p->dir. Never 0, since no
+ * object starts a chunk, and even, since objects are. */
 static inline uint32_t pool__index(const struct pool *p, const void *o)
 {
 	uintptr_t c = (uintptr_t)o & ~(uintptr_t)(POOL_CHUNK - 1);
 
 	assert(p->indexed && p->dir.chunks[((const struct chunk *)c)->no] ==
 				     (void *)c);
+	assert(((uintptr_t)o & 1) == 0);
 	(void)p;
 	return ((const struct chunk *)c)->no << RB32_SHIFT |
 	       (uint32_t)((uintptr_t)o - c);
+}
+
+static inline void *pool__object(const struct pool *p, uint32_t i)
+{
+	return rb32_node(&p->dir, i);
 }
 
 /* sync.c: streams, events, clocks. */
@@ -588,30 +601,53 @@ static inline struct alloc *alloc__next(const struct engine *e,
 	return alloc__of(e, rb32_next(&e->alloc_pool.dir, alloc__idx(e, a)));
 }
 
+/* The access record that 32-bit name `i` names, NULL for 0. */
+static inline struct access *history__acc(const struct engine *e,
+					  uint32_t i)
+{
+	return (struct access *)pool__object(&e->access_pool, i);
+}
+
+static inline uint32_t history__acc_idx(const struct engine *e,
+					const struct access *a)
+{
+	return a != NULL ? pool__index(&e->access_pool, a) : 0;
+}
+
+static inline struct access *history__write(const struct engine *e,
+					    const struct hist *h)
+{
+	return history__acc(e, h->write);
+}
+
 /* The read list of `h` when it is a struct reads, else NULL. */
-static inline struct reads *history__many(const struct hist *h)
+static inline struct reads *history__many(const struct engine *e,
+					  const struct hist *h)
 {
-	return (h->rd.many & 1) ? (struct reads *)(h->rd.many - 1) : NULL;
+	return (h->rd & 1) ? e->readv[h->rd >> 1] : NULL;
 }
 
-static inline uint32_t history__nreads(const struct hist *h)
+static inline uint32_t history__nreads(const struct engine *e,
+				       const struct hist *h)
 {
-	const struct reads *m = history__many(h);
+	const struct reads *m = history__many(e, h);
 
-	return m != NULL ? m->n : h->rd.one != NULL;
+	return m != NULL ? m->n : h->rd != 0;
 }
 
-/* The reads of `h`, history__nreads() of them. */
-static inline struct access **history__reads(const struct hist *h)
+/* The reads of `h` by name, history__nreads() of them. */
+static inline uint32_t *history__reads(const struct engine *e,
+				       struct hist *h)
 {
-	struct reads *m = history__many(h);
+	struct reads *m = history__many(e, h);
 
-	return m != NULL ? m->v : (struct access **)&h->rd.one;
+	return m != NULL ? m->v : &h->rd;
 }
 
-static inline bool history__empty(const struct hist *h)
+static inline bool history__empty(const struct engine *e,
+				  const struct hist *h)
 {
-	return h->write == NULL && history__nreads(h) == 0;
+	return h->write == 0 && history__nreads(e, h) == 0;
 }
 
 static inline struct seg *history__seg_of(struct rb_node *n)
@@ -697,7 +733,7 @@ static inline struct hist *history__region_hist(struct engine *e,
 	struct rb_root *tree = history__region_tree(e, r);
 
 	if (tree == NULL) {
-		if (!first || history__empty(&r->alloc->whole))
+		if (!first || history__empty(e, &r->alloc->whole))
 			return NULL;
 		return &r->alloc->whole;
 	}

@@ -153,10 +153,10 @@ static void launch_check_read(struct engine *e, uint16_t s,
 				   launch_alloc_for(e, el, p->start));
 		while (history__walk_next(&w, &r)) {
 			history__for_each_hist (e, &r, h, cursor) {
-				if (h->write != NULL &&
-				    !launch_ordered(e, s, h->write))
-					launch_report_race(e, el, h->write,
-							   tmpl);
+				struct access *lw = history__write(e, h);
+
+				if (lw != NULL && !launch_ordered(e, s, lw))
+					launch_report_race(e, el, lw, tmpl);
 			}
 		}
 	}
@@ -176,16 +176,19 @@ static void launch_check_write(struct engine *e, uint16_t s,
 	history__walk_init(e, &w, el->start, el->last, el->alloc);
 	while (history__walk_next(&w, &r)) {
 		history__for_each_hist (e, &r, h, cursor) {
-			struct access **rd = history__reads(h);
-			uint32_t nreads = history__nreads(h);
+			const uint32_t *rd = history__reads(e, h);
+			uint32_t nreads = history__nreads(e, h);
+			struct access *lw = history__write(e, h);
 
 			for (uint32_t i = 0; i < nreads; i++) {
-				if (!launch_ordered(e, s, rd[i]))
-					launch_report_race(e, el, rd[i], tmpl);
+				struct access *a = history__acc(e, rd[i]);
+
+				if (!launch_ordered(e, s, a))
+					launch_report_race(e, el, a, tmpl);
 			}
-			if (nreads == 0 && h->write != NULL &&
-			    !launch_ordered(e, s, h->write))
-				launch_report_race(e, el, h->write, tmpl);
+			if (nreads == 0 && lw != NULL &&
+			    !launch_ordered(e, s, lw))
+				launch_report_race(e, el, lw, tmpl);
 		}
 	}
 }

@@ -257,19 +257,20 @@ static void pool_slabs(const struct pool *p, size_t *slabs, size_t *used)
 	}
 }
 
-static size_t pool_hist_reads(const struct hist *h)
+static size_t pool_hist_reads(const struct engine *e, const struct hist *h)
 {
-	const struct reads *m = history__many(h);
+	const struct reads *m = history__many(e, h);
 
 	return m != NULL ? sizeof(*m) + m->cap * sizeof(m->v[0]) : 0;
 }
 
-static size_t pool_segs_reads(const struct rb_root *root)
+static size_t pool_segs_reads(const struct engine *e,
+			      const struct rb_root *root)
 {
 	size_t n = 0;
 
 	for (struct rb_node *g = rb_first(root); g != NULL; g = rb_next(g))
-		n += pool_hist_reads(&history__seg_of(g)->h);
+		n += pool_hist_reads(e, &history__seg_of(g)->h);
 	return n;
 }
 
@@ -278,8 +279,8 @@ static void pool_allocs_memory(const struct engine *e,
 {
 	for (struct alloc *a = alloc__first(e); a; a = alloc__next(e, a)) {
 
-		m->read_lists += a->tree ? pool_segs_reads(&a->segs)
-					 : pool_hist_reads(&a->whole);
+		m->read_lists += a->tree ? pool_segs_reads(e, &a->segs)
+					 : pool_hist_reads(e, &a->whole);
 		if (a->nusage > 1)
 			m->usage_arrays += alloc__usage_cap(a->nusage) *
 					   sizeof(struct usage);
@@ -294,7 +295,8 @@ void engine_get_memory(const struct engine *e, struct engine_memory *out)
 	pool_slabs(&e->access_pool, &m.access_slabs, &m.access_used);
 	pool_slabs(&e->seg_pool, &m.seg_slabs, &m.seg_used);
 	pool_slabs(&e->usage_pool, &m.usage_slabs, &m.usage_used);
-	m.read_lists = pool_segs_reads(&e->outside);
+	m.read_lists = pool_segs_reads(e, &e->outside) +
+		       e->readv_cap * sizeof(*e->readv);
 	pool_allocs_memory(e, &m);
 	m.alloc_hash = (e->amask + 1) * sizeof(*e->abuckets);
 	m.other = pool__bytes(e) - m.alloc_slabs - m.access_slabs -

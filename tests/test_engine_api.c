@@ -169,7 +169,9 @@ START_TEST(engine_check_names_the_broken_invariant)
 	     "a usage names a stream that does not exist");
 	SLIP(a->sidx, 1, "a usage is recorded that the record_stream rule "
 			 "never records");
-	SLIP(history__seg_of(rb_first(&e->outside))->h.rd.one->refs, 1,
+	SLIP(history__acc(e, history__seg_of(rb_first(&e->outside))->h.rd)
+		     ->refs,
+	     1,
 	     "an access's reference count differs from the histories that "
 	     "hold it");
 	engine_free(e);
