@@ -30,11 +30,13 @@ uint32_t *alloc__bucket(const struct engine *e, uint64_t start)
 /* The allocation that starts exactly at `start`, if any. */
 struct alloc *alloc__at(const struct engine *e, uint64_t start)
 {
-	struct alloc *a = alloc__of(e, *alloc__bucket(e, start));
+	uint32_t i = *alloc__bucket(e, start);
 
-	while (a != NULL && a->start != start)
-		a = alloc__of(e, a->hnext);
-	return a;
+	for (; i != 0; i = alloc__of_nz(e, i)->hnext) {
+		if (alloc__of_nz(e, i)->start == start)
+			return alloc__of_nz(e, i);
+	}
+	return NULL;
 }
 
 /* Doubles the exact-start hash so that chains stay two long on average:
@@ -76,9 +78,10 @@ void alloc__neighbors(const struct engine *e, uint64_t ptr,
 {
 	const uint32_t *link = &e->allocs.node;
 	uint32_t parent = 0, lo = 0, hi = 0;
-	struct alloc *n;
 
-	while ((n = alloc__of(e, *link)) != NULL) {
+	while (*link != 0) {
+		struct alloc *n = alloc__of_nz(e, *link);
+
 		parent = *link;
 		if (n->start <= ptr) {
 			lo = parent;
@@ -127,8 +130,9 @@ static void alloc_link(struct engine *e, struct alloc *a,
 		parent = slot->parent;
 		link = slot->link;
 	}
-	while ((p = alloc__of(e, *link)) != NULL) {
+	while (*link != 0) {
 		parent = *link;
+		p = alloc__of_nz(e, parent);
 		link = a->start < p->start ? &p->node.left : &p->node.right;
 	}
 	rb32_insert(&e->alloc_pool.dir, &e->allocs, alloc__idx(e, a), parent,

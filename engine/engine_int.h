@@ -270,9 +270,10 @@ struct pool {
 	struct chunk *partial;
 	struct chunk *empty; /* the one empty chunk kept for reuse */
 	bool indexed;
-	/* Indexed pools: chunk number -> chunk, ndir slots; a free slot
-	 * holds the next free one's number + 1 as (that << 1 | 1), and
-	 * dir_free is the first's number + 1 (0: none). */
+	/* Indexed pools: chunk number -> chunk (as rbtree.h's rb32_dir
+	 * says), ndir slots; a free slot holds the next free one's number
+	 * + 1 as (that << 1 | 1), and dir_free is the first's number + 1
+	 * (0: none). */
 	struct rb32_dir dir;
 	uint32_t ndir;
 	uint32_t dir_free;
@@ -438,8 +439,10 @@ static inline uint32_t pool__index(const struct pool *p, const void *o)
 {
 	uintptr_t c = (uintptr_t)o & ~(uintptr_t)(POOL_CHUNK - 1);
 
-	assert(p->indexed && p->dir.chunks[((const struct chunk *)c)->no] ==
-				     (void *)c);
+	assert(p->indexed && p->dir.base[((const struct chunk *)c)->no] +
+					  ((uintptr_t)((const struct chunk *)c)->no
+					   << RB32_SHIFT) ==
+				     c);
 	assert(((uintptr_t)o & 1) == 0);
 	(void)p;
 	return ((const struct chunk *)c)->no << RB32_SHIFT |
@@ -577,10 +580,16 @@ static inline int pool__grow_array(struct engine *e, void **arr, size_t *cap,
 	return need <= *cap ? 0 : pool__grow(e, arr, cap, need, size);
 }
 
-/* The allocation that 32-bit link `i` names, NULL for 0. */
+/* The allocation that 32-bit link `i` names: alloc__of_nz() for i != 0,
+ * alloc__of() NULL for 0. */
+static inline struct alloc *alloc__of_nz(const struct engine *e, uint32_t i)
+{
+	return (struct alloc *)(void *)rb32_node_of(&e->alloc_pool.dir, i);
+}
+
 static inline struct alloc *alloc__of(const struct engine *e, uint32_t i)
 {
-	return (struct alloc *)(void *)rb32_node(&e->alloc_pool.dir, i);
+	return i != 0 ? alloc__of_nz(e, i) : NULL;
 }
 
 static inline uint32_t alloc__idx(const struct engine *e,

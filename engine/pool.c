@@ -126,28 +126,28 @@ static int pool_dir_take(struct engine *e, struct pool *p, struct chunk *c)
 
 	if (p->dir_free != 0) {
 		no = p->dir_free - 1;
-		p->dir_free = (uint32_t)((uintptr_t)p->dir.chunks[no] >> 1);
+		p->dir_free = (uint32_t)(p->dir.base[no] >> 1);
 	} else {
 		if (p->ndir >= POOL_DIR_MAX ||
-		    pool__grow_array(e, (void **)&p->dir.chunks, &cap,
-				     p->ndir + 1, sizeof(void *)) < 0)
+		    pool__grow_array(e, (void **)&p->dir.base, &cap,
+				     p->ndir + 1, sizeof(*p->dir.base)) < 0)
 			return -ENOMEM;
 		/* the slots past ndir join the free list */
 		for (size_t i = cap; i-- > p->ndir + 1;) {
-			p->dir.chunks[i] = (void *)((uintptr_t)p->dir_free << 1 | 1);
+			p->dir.base[i] = (uintptr_t)p->dir_free << 1 | 1;
 			p->dir_free = (uint32_t)i + 1;
 		}
 		no = p->ndir;
 		p->ndir = (uint32_t)cap;
 	}
-	p->dir.chunks[no] = c;
+	p->dir.base[no] = (uintptr_t)c - ((uintptr_t)no << RB32_SHIFT);
 	c->no = no;
 	return 0;
 }
 
 static void pool_dir_give(struct pool *p, const struct chunk *c)
 {
-	p->dir.chunks[c->no] = (void *)((uintptr_t)p->dir_free << 1 | 1);
+	p->dir.base[c->no] = (uintptr_t)p->dir_free << 1 | 1;
 	p->dir_free = c->no + 1;
 }
 
@@ -244,7 +244,7 @@ void pool__fini(struct pool *p)
 		next = c->next;
 		free(c);
 	}
-	free(p->dir.chunks);
+	free(p->dir.base);
 }
 
 /* ---- engine_get_memory() --------------------------------------------- */

@@ -58,5 +58,5 @@ typedef const struct rb_node *rb_clink;
 #define RB_NIL 0
 #define RB_CTXP const struct rb32_dir *d,
 #define RB_CTX d,
-#define RB_N(x) rb32_node(d, (x))
+#define RB_N(x) rb32_node_of(d, (x))
 #include "rbtree_impl.h"

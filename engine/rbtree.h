@@ -62,7 +62,9 @@ int rb_check(const struct rb_root *root);
  * 1 << RB32_SHIFT bytes: a link is the chunk's number (its place in the
  * directory) shifted up, plus the node's offset in the chunk; 0 is no
  * node, so no node may start a chunk, and a node's offset must be even
- * (the colour bit). The functions take the directory; it may move between
+ * (the colour bit). The directory holds, for chunk number n, the chunk's
+ * address less n << RB32_SHIFT, so that a link plus its entry is the
+ * node's address. The functions take the directory; it may move between
  * calls.
  */
 #define RB32_SHIFT 12
@@ -78,17 +80,21 @@ struct rb32_root {
 };
 
 struct rb32_dir {
-	void **chunks;
+	uintptr_t *base;
 };
+
+/* The node that link i, not 0, names. */
+static inline struct rb32_node *rb32_node_of(const struct rb32_dir *d,
+					     uint32_t i)
+{
+	return (struct rb32_node *)(d->base[i >> RB32_SHIFT] + i);
+}
 
 /* The node that link i names, NULL for 0. */
 static inline struct rb32_node *rb32_node(const struct rb32_dir *d,
 					  uint32_t i)
 {
-	if (i == 0)
-		return NULL;
-	return (struct rb32_node *)((char *)d->chunks[i >> RB32_SHIFT] +
-				    (i & ((UINT32_C(1) << RB32_SHIFT) - 1)));
+	return i != 0 ? rb32_node_of(d, i) : NULL;
 }
 
 static inline uint32_t rb32_parent(const struct rb32_dir *d, uint32_t i)
