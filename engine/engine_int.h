@@ -279,6 +279,9 @@ struct pool {
 	uint32_t dir_free;
 };
 
+/* Chunks an indexed pool may number: 4 GiB of one kind of object (66
+ * million allocations, 176 million access records). Past it the pool
+ * refuses as it does at max_bytes, and the engine forgets (DESIGN 7). */
 #define POOL_DIR_MAX (UINT32_C(1) << (32 - RB32_SHIFT))
 
 _Static_assert(POOL_CHUNK == 1 << RB32_SHIFT, "rb32 links name chunks");

@@ -5,8 +5,14 @@
  * usages) come from per-kind pools of slabs; everything else from
  * pool__realloc().
  *
- * Owns the slabs: pool__put() returns an object, pool__fini() frees every
- * slab of a pool at engine_free(). Arrays got from pool__realloc() belong
+ * The allocation and access record pools are indexed: their chunks are
+ * numbered in a directory, so that an object has a 32-bit name
+ * (pool__index(), pool__object()) that the allocation tree and the
+ * histories link by. engine_get_memory() says where the bytes go.
+ *
+ * Owns the slabs and the directories: pool__put() returns an object,
+ * pool__fini() frees every slab of a pool and its directory at
+ * engine_free(). Arrays got from pool__realloc() belong
  * to the part that asked, which frees them with pool__free().
  */
 #include "engine_int.h"
