@@ -5,8 +5,9 @@
  * and the record_stream check over them at free and flush (DESIGN 6); and
  * the ops alloc, free, record_stream and flush.
  *
- * Owns every struct alloc (from e->alloc_pool) with its usages (one from
- * e->usage_pool, more in an array), the hash buckets and the pending
+ * Owns every struct alloc (from e->alloc_pool) with its usages (from
+ * e->usage_pool, or an array past USAGE_SMALL) and their latest uses (from
+ * e->live_pool), the hash buckets and the pending
  * list; alloc__fini() frees them all. The
  * history an allocation holds belongs to history.c, which clears it when
  * the allocation goes.
@@ -143,76 +144,137 @@ static void alloc_link(struct engine *e, struct alloc *a,
 }
 
 /*
- * The capacity of a usage array follows its count, without a field of its
- * own: exact up to USAGE_EXACT entries (one stream's new use of an
- * allocation is rare next to its launches, so a realloc each is cheap),
- * then powers of two. A single usage, the usual case, is an object of
- * e->usage_pool (malloc would round it up to twice its size); more are an
- * array.
+ * The room of an allocation's usages follows their count, without a field
+ * of its own: an object of e->usage_pool for up to USAGE_SMALL (a new
+ * stream's use of an allocation is rare next to its launches), then arrays
+ * of powers of two. Returns the bytes for `n` usages.
  */
-#define USAGE_EXACT 8
-
-size_t alloc__usage_cap(size_t n)
+size_t alloc__usages_size(size_t n)
 {
-	size_t cap = USAGE_EXACT;
+	size_t cap = 2 * USAGE_SMALL;
 
-	if (n <= USAGE_EXACT)
-		return n;
+	if (n <= USAGE_SMALL)
+		return sizeof(struct usages) + USAGE_SMALL * sizeof(struct usage);
 	while (cap < n)
 		cap *= 2;
-	return cap;
+	return sizeof(struct usages) + cap * sizeof(struct usage);
 }
 
-static void alloc_usages_put(struct engine *e, struct usage *u, size_t n)
+static struct usage_live *alloc_live_of(const struct engine *e, uint32_t i)
 {
-	if (n == 1)
-		pool__put(e, &e->usage_pool, u);
-	else if (n > 1)
-		pool__free(e, u, alloc__usage_cap(n) * sizeof(*u));
+	return pool__object(&e->live_pool, i);
+}
+
+/* Frees `a`'s usages (n of them) with their latest uses. */
+static void alloc_usages_put(struct engine *e, struct usages *b, size_t n)
+{
+	uint32_t i, next;
+
+	if (n == 0)
+		return;
+	for (i = b->live; i != 0; i = next) {
+		next = alloc_live_of(e, i)->next;
+		pool__put(e, &e->live_pool, alloc_live_of(e, i));
+	}
+	if (n <= USAGE_SMALL)
+		pool__put(e, &e->usage_pool, b);
+	else
+		pool__free(e, b, alloc__usages_size(n));
 }
 
 /* Room for usage n + 1 of `a` (holding n); 0 or -ENOMEM. */
 static int alloc_usages_grow(struct engine *e, struct alloc *a, size_t n)
 {
-	struct usage *u;
+	size_t old = alloc__usages_size(n), new = alloc__usages_size(n + 1);
+	struct usages *b;
 
-	if (alloc__usage_cap(n + 1) == alloc__usage_cap(n))
+	if (n > 0 && old == new)
 		return 0;
 	if (n == 0) {
-		u = pool__get(e, &e->usage_pool);
-	} else if (n == 1) {
-		if ((u = pool__realloc(e, NULL, 0, 2 * sizeof(*u))) != NULL) {
-			u[0] = a->usages[0];
+		if ((b = pool__get(e, &e->usage_pool)) != NULL)
+			b->live = 0;
+	} else if (n == USAGE_SMALL) {
+		if ((b = pool__realloc(e, NULL, 0, new)) != NULL) {
+			memcpy(b, a->usages, old);
 			pool__put(e, &e->usage_pool, a->usages);
 		}
 	} else {
-		u = pool__realloc(e, a->usages, alloc__usage_cap(n) * sizeof(*u),
-				  alloc__usage_cap(n + 1) * sizeof(*u));
+		b = pool__realloc(e, a->usages, old, new);
 	}
-	if (u == NULL)
+	if (b == NULL)
 		return -ENOMEM;
-	a->usages = u;
+	a->usages = b;
 	return 0;
 }
 
-/* The usage entry of stream `s` in `a`, added when new. */
+/* The usage of stream `s` in `a`, NULL when none. */
+struct usage *alloc__usage_find(const struct alloc *a, uint16_t s)
+{
+	for (size_t i = 0; i < a->nusage; i++) {
+		if (a->usages->u[i].sidx == s)
+			return &a->usages->u[i];
+	}
+	return NULL;
+}
+
+/* The usage of stream `s` in `a`, added when new. */
 struct usage *alloc__usage_get(struct engine *e, struct alloc *a, uint16_t s)
 {
-	size_t n = a->nusage;
-	struct usage *u;
+	struct usage *u = alloc__usage_find(a, s);
 
 	assert(s < e->nstreams);
-	for (size_t i = 0; i < n; i++) {
-		if (a->usages[i].sidx == s)
-			return &a->usages[i];
-	}
-	if (alloc_usages_grow(e, a, n) < 0)
+	if (u != NULL)
+		return u;
+	if (alloc_usages_grow(e, a, a->nusage) < 0)
 		return NULL;
-	assert(n < e->nstreams); /* one usage per stream at most */
-	u = &a->usages[a->nusage++];
-	memset(u, 0, sizeof(*u));
-	u->sidx = s;
+	assert(a->nusage < e->nstreams); /* one usage per stream at most */
+	u = &a->usages->u[a->nusage++];
+	*u = (struct usage){ .sidx = s };
 	return u;
+}
+
+/* The latest use of `a`'s usage of stream `s` that may still report, if
+ * it keeps one (DESIGN 6). */
+struct usage_live *alloc__live_find(const struct engine *e,
+				    const struct alloc *a, uint16_t s)
+{
+	uint32_t i = a->nusage > 0 ? a->usages->live : 0;
+
+	for (; i != 0; i = alloc_live_of(e, i)->next) {
+		if (alloc_live_of(e, i)->sidx == s)
+			return alloc_live_of(e, i);
+	}
+	return NULL;
+}
+
+/* alloc__live_find(), added with launch 0 when none: `a` must have the
+ * usage already. NULL on -ENOMEM. */
+struct usage_live *alloc__live_get(struct engine *e, struct alloc *a,
+				   uint16_t s)
+{
+	struct usage_live *l = alloc__live_find(e, a, s);
+
+	assert(alloc__usage_find(a, s) != NULL);
+	if (l != NULL || (l = pool__get(e, &e->live_pool)) == NULL)
+		return l;
+	*l = (struct usage_live){ .sidx = s, .next = a->usages->live };
+	a->usages->live = pool__index(&e->live_pool, l);
+	return l;
+}
+
+/* DESIGN 6: `a`'s usage of stream `s` settles; its latest use goes. */
+static void alloc_live_drop(struct engine *e, struct alloc *a, uint16_t s)
+{
+	uint32_t *p = a->nusage > 0 ? &a->usages->live : NULL;
+	struct usage_live *l;
+
+	while (p != NULL && *p != 0 && alloc_live_of(e, *p)->sidx != s)
+		p = &alloc_live_of(e, *p)->next;
+	if (p == NULL || *p == 0)
+		return;
+	l = alloc_live_of(e, *p);
+	*p = l->next;
+	pool__put(e, &e->live_pool, l);
 }
 
 void alloc__usages_free(struct engine *e, struct alloc *a)
@@ -255,14 +317,14 @@ static void alloc_unlink(struct engine *e, struct alloc *a)
 	e->unlinks++; /* graph.c: replays recheck their allocations */
 }
 
-/* The record_stream rule for one usage of an allocation whose stream's
- * clock is `cstate`: a use not named by record_stream, not reported yet,
- * and not ordered before the stream's present (not n <= state[C][U]). */
-static bool alloc_usage_unordered(const struct usage *u, const int64_t *cstate)
+/* The record_stream rule for one latest use (U, n) of an allocation whose
+ * stream's clock is `cstate`: not ordered before the stream's present (not
+ * n <= state[C][U]). Only a usage not named by record_stream and not
+ * reported yet keeps its latest use (DESIGN 6). */
+static bool alloc_live_unordered(const struct usage_live *l,
+				 const int64_t *cstate)
 {
-	return (u->flags & (USAGE_USED | USAGE_RECORDED | USAGE_REPORTED)) ==
-		       USAGE_USED &&
-	       (int64_t)usage__seq(u) > cstate[u->sidx];
+	return (int64_t)usage__seq(l) > cstate[l->sidx];
 }
 
 /* The clock of `a`'s stream, or NULL when `a` is exempt from the rule. */
@@ -279,12 +341,31 @@ static const int64_t *alloc_rule_clock(const struct engine *e,
 static bool alloc_would_report(const struct engine *e, const struct alloc *a)
 {
 	const int64_t *cstate = alloc_rule_clock(e, a);
+	uint32_t i = cstate != NULL && a->nusage > 0 ? a->usages->live : 0;
 
-	for (size_t i = 0; cstate != NULL && i < a->nusage; i++) {
-		if (alloc_usage_unordered(&a->usages[i], cstate))
+	for (; i != 0; i = alloc_live_of(e, i)->next) {
+		if (alloc_live_unordered(alloc_live_of(e, i), cstate))
 			return true;
 	}
 	return false;
+}
+
+/* DESIGN 6: the latest uses of `a` found ordered settle. */
+void alloc__settle(struct engine *e, struct alloc *a)
+{
+	const int64_t *cstate = alloc_rule_clock(e, a);
+	uint32_t *p = cstate != NULL && a->nusage > 0 ? &a->usages->live : NULL;
+
+	while (p != NULL && *p != 0) {
+		struct usage_live *l = alloc_live_of(e, *p);
+
+		if (alloc_live_unordered(l, cstate)) {
+			p = &l->next;
+			continue;
+		}
+		*p = l->next;
+		pool__put(e, &e->live_pool, l);
+	}
 }
 
 /*
@@ -300,21 +381,23 @@ static void alloc_check_record_stream(struct engine *e, struct alloc *a,
 	const int64_t *cstate = alloc_rule_clock(e, a);
 
 	for (size_t i = 0; cstate != NULL && i < a->nusage; i++) {
-		struct usage *u = &a->usages[i];
+		struct usage *u = &a->usages->u[i];
+		struct usage_live *l = alloc__live_find(e, a, u->sidx);
 		struct finding f = { .kind = FINDING_MISSING_RECORD_STREAM,
 				     .detected_at = at };
 
-		if (!alloc_usage_unordered(u, cstate))
+		if (l == NULL || !alloc_live_unordered(l, cstate))
 			continue;
 		u->flags |= USAGE_REPORTED;
 		f.ptr = a->start;
 		finding__fill_alloc(e, a, &f);
 		f.access.stream = e->streams[u->sidx].id;
-		f.access.seq = usage__seq(u);
+		f.access.seq = usage__seq(l);
 		f.access.write = (u->flags & USAGE_WROTE) != 0;
-		finding__fill_site(e, u->site, &f.access);
+		finding__fill_site(e, l->site, &f.access);
 		f.has_free = free != NULL;
 		f.free_stack = free != NULL ? free->stack : 0;
+		alloc_live_drop(e, a, u->sidx); /* reported: it settles */
 		finding__emit(e, &f);
 	}
 }
@@ -420,6 +503,7 @@ int alloc__on_record_stream(struct engine *e, const struct op *op)
 		return -ENOMEM;
 	}
 	u->flags |= USAGE_RECORDED;
+	alloc_live_drop(e, a, s); /* recorded: it settles (DESIGN 6) */
 	return 0;
 }
 
@@ -434,6 +518,7 @@ static int alloc_start_cmp(const void *a, const void *b)
 static void alloc_flush_one(struct engine *e, struct alloc *a)
 {
 	alloc_check_record_stream(e, a, DETECTED_AT_FLUSH, NULL);
+	alloc__settle(e, a);
 	a->pending = 0;
 }
 
@@ -461,14 +546,18 @@ void alloc__on_flush(struct engine *e)
 		if (alloc_would_report(e, a)) {
 			e->pending[i] = e->pending[nreport];
 			e->pending[nreport++] = a;
+		} else {
+			alloc__settle(e, a);
 		}
 	}
 	if (nreport > 1)
 		qsort(e->pending, nreport, sizeof(*e->pending),
 		      alloc_start_cmp);
-	for (size_t i = 0; i < nreport; i++)
+	for (size_t i = 0; i < nreport; i++) {
 		alloc_check_record_stream(e, e->pending[i], DETECTED_AT_FLUSH,
 					  NULL);
+		alloc__settle(e, e->pending[i]);
+	}
 	e->npending = 0;
 }
 

@@ -109,24 +109,53 @@ static void check_segs(struct check *c, const struct rb_root *root,
 	}
 }
 
+static const struct usage_live *check_live_of(const struct engine *e,
+					      uint32_t i)
+{
+	return pool__object(&e->live_pool, i);
+}
+
+/* A latest use is kept only for a used usage of its allocation that may
+ * still report, one per usage (DESIGN 6), and names a launch there was. */
+static void check_live(struct check *c, const struct alloc *a)
+{
+	const struct engine *e = c->e;
+	uint32_t i = a->nusage > 0 ? a->usages->live : 0;
+
+	for (; i != 0; i = check_live_of(e, i)->next) {
+		const struct usage_live *l = check_live_of(e, i);
+		const struct usage *u = alloc__usage_find(a, l->sidx);
+
+		if (u == NULL || (u->flags & (USAGE_USED | USAGE_RECORDED |
+					      USAGE_REPORTED)) != USAGE_USED)
+			check_fail(c, "a usage keeps a latest use that can "
+				      "never report");
+		if (l != alloc__live_find(e, a, l->sidx))
+			check_fail(c, "a usage keeps two latest uses");
+		if (usage__seq(l) > e->seq)
+			check_fail(c, "a usage is recorded that the "
+				      "record_stream rule never records");
+	}
+}
+
 static void check_usages(struct check *c, const struct alloc *a)
 {
 	for (size_t i = 0; i < a->nusage; i++) {
-		const struct usage *u = &a->usages[i];
+		const struct usage *u = &a->usages->u[i];
 
 		if (u->sidx >= c->e->nstreams)
 			check_fail(c, "a usage names a stream that does not "
 				      "exist");
 		if ((u->flags & USAGE_USED) &&
-		    (u->sidx == a->sidx || a->exempt ||
-		     usage__seq(u) > c->e->seq))
+		    (u->sidx == a->sidx || a->exempt))
 			check_fail(c, "a usage is recorded that the "
 				      "record_stream rule never records");
 		for (size_t j = 0; j < i; j++) {
-			if (a->usages[j].sidx == u->sidx)
+			if (a->usages->u[j].sidx == u->sidx)
 				check_fail(c, "two usages of one stream");
 		}
 	}
+	check_live(c, a);
 }
 
 /* DESIGN 6: the list holds exactly the pending allocations, each at its
@@ -134,6 +163,7 @@ static void check_usages(struct check *c, const struct alloc *a)
 static void check_pending(struct check *c, const struct alloc *a)
 {
 	const struct engine *e = c->e;
+	uint32_t i = a->nusage > 0 ? a->usages->live : 0;
 
 	if (e->pending_all)
 		return;
@@ -145,13 +175,11 @@ static void check_pending(struct check *c, const struct alloc *a)
 	}
 	if (a->exempt || a->sidx == STREAM_NONE)
 		return;
-	for (size_t i = 0; i < a->nusage; i++) {
-		const struct usage *u = &a->usages[i];
+	for (; i != 0; i = check_live_of(e, i)->next) {
+		const struct usage_live *l = check_live_of(e, i);
 
-		if ((u->flags & (USAGE_USED | USAGE_RECORDED |
-				 USAGE_REPORTED)) == USAGE_USED &&
-		    (int64_t)usage__seq(u) >
-			    e->streams[a->sidx].state[u->sidx])
+		if ((int64_t)usage__seq(l) >
+		    e->streams[a->sidx].state[l->sidx])
 			check_fail(c, "an allocation a flush would skip has an "
 				      "unordered use to report");
 	}

@@ -149,7 +149,9 @@ int engine_new(const struct engine_opts *o, struct engine **out)
 	e->seg_pool.size = sizeof(struct seg);
 	e->alloc_pool.size = sizeof(struct alloc);
 	e->alloc_pool.indexed = true;
-	e->usage_pool.size = sizeof(struct usage);
+	e->usage_pool.size = alloc__usages_size(1);
+	e->live_pool.size = sizeof(struct usage_live);
+	e->live_pool.indexed = true;
 	pool__note(e, sizeof(*e));
 	if (alloc__init(e) < 0 || u64map_init(&e->stream_ids) < 0 ||
 	    u64map_init(&e->events) < 0 ||
@@ -181,6 +183,7 @@ void engine_free(struct engine *e)
 	pool__fini(&e->seg_pool);
 	pool__fini(&e->alloc_pool);
 	pool__fini(&e->usage_pool);
+	pool__fini(&e->live_pool);
 	free(e);
 }
 

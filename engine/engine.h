@@ -234,7 +234,7 @@ struct engine_memory {
 	size_t alloc_slabs, alloc_used;
 	size_t access_slabs, access_used;
 	size_t seg_slabs, seg_used;
-	size_t usage_slabs, usage_used;
+	size_t usage_slabs, usage_used; /* with their latest uses */
 	size_t read_lists;
 	size_t usage_arrays;
 	size_t alloc_hash;

@@ -67,6 +67,10 @@
  *     something to check; flush sorts the list into address order, as a
  *     walk of every allocation would go. When the list cannot grow (out of
  *     memory, or ALLOC_PENDING_MAX), the next flush walks them all.
+ *     For the same reasons a usage keeps its latest use (launch and site,
+ *     a struct usage_live) only while that use may still report: a check
+ *     that finds it ordered, reports it, or a record_stream of its stream
+ *     lets it go ("settles" it). A used usage without one is ordered.
  *  7. Every allocation of memory that could fail happens before the state
  *     it would change is touched, except while updating the history after
  *     a launch; a failure there forgets the history as `gap` does, which
@@ -167,29 +171,50 @@ enum {
 };
 
 /* What one stream other than the allocation stream did with an allocation:
- * 12 bytes, in words of 32 bits so that arrays of them pack, the sequence
- * number's 48 bits split in two (usage__seq()). */
+ * 2 bytes. An allocation's usages keep the order of their first use, the
+ * order a check reports them in. */
 struct usage {
-	uint32_t site;
-	uint32_t seq_lo;
-	uint32_t seq_hi : 16;
-	uint32_t sidx : 11;
-	uint32_t flags : 5;
+	uint16_t sidx : 11;
+	uint16_t flags : 5;
 };
 
-_Static_assert(sizeof(struct usage) == 12, "usages pack");
+_Static_assert(sizeof(struct usage) == 2, "usages pack");
 _Static_assert(ENGINE_MAX_STREAMS <= (1 << 11), "stream numbers fit usage");
 
-static inline uint64_t usage__seq(const struct usage *u)
+/* An allocation's usages, a->nusage of them, after the first latest use
+ * that may still report (struct usage_live, by pool__index() in
+ * e->live_pool; 0 when none). Up to USAGE_SMALL usages fit an object of
+ * e->usage_pool; more are an array (alloc__usages_size()). */
+struct usages {
+	uint32_t live;
+	struct usage u[];
+};
+
+#define USAGE_SMALL 2
+
+/* The latest use of a usage that may still report (DESIGN 6): its launch,
+ * the sequence number's 48 bits split in two (usage__seq()), and its
+ * site. 16 bytes, in a list from struct usages. */
+struct usage_live {
+	uint32_t site;
+	uint32_t seq_lo;
+	uint16_t seq_hi;
+	uint16_t sidx;
+	uint32_t next; /* the next of the allocation, 0 ends */
+};
+
+_Static_assert(sizeof(struct usage_live) == 16, "live usages stay small");
+
+static inline uint64_t usage__seq(const struct usage_live *l)
 {
-	return (uint64_t)u->seq_hi << 32 | u->seq_lo;
+	return (uint64_t)l->seq_hi << 32 | l->seq_lo;
 }
 
-static inline void usage__set_seq(struct usage *u, uint64_t seq)
+static inline void usage__set_seq(struct usage_live *l, uint64_t seq)
 {
 	assert(seq <= SEQ_MAX);
-	u->seq_lo = (uint32_t)seq;
-	u->seq_hi = (uint32_t)(seq >> 32);
+	l->seq_lo = (uint32_t)seq;
+	l->seq_hi = (uint16_t)(seq >> 32);
 }
 
 /*
@@ -206,7 +231,7 @@ struct alloc {
 	uint32_t hnext;	       /* chain in the exact-start hash, 0 ends */
 	uint64_t start;
 	uint64_t last;
-	struct usage *usages; /* alloc__usage_cap(nusage) entries */
+	struct usages *usages; /* NULL while nusage is 0 */
 	union {                 /* the history of its bytes (DESIGN 3) */
 		struct hist whole;   /* tree == 0: one record for all */
 		struct rb_root segs; /* tree == 1: segments */
@@ -373,7 +398,8 @@ struct engine {
 	uint32_t readv_free; /* first free slot + 1, 0 when none */
 	struct pool seg_pool;
 	struct pool alloc_pool;
-	struct pool usage_pool; /* an allocation's single usage */
+	struct pool usage_pool; /* an allocation's first USAGE_SMALL usages */
+	struct pool live_pool;	/* indexed: struct usage_live */
 	uint64_t max_access_len;
 
 	struct elem *elems; /* launch scratch: writes, then reads */
@@ -491,9 +517,15 @@ void alloc__neighbors(const struct engine *e, uint64_t ptr,
 		      struct alloc **below, struct alloc **above,
 		      struct alloc_slot *slot);
 struct alloc *alloc__containing(struct engine *e, uint64_t ptr);
-size_t alloc__usage_cap(size_t n);
+size_t alloc__usages_size(size_t n);
+struct usage *alloc__usage_find(const struct alloc *a, uint16_t s);
 struct usage *alloc__usage_get(struct engine *e, struct alloc *a, uint16_t s);
+struct usage_live *alloc__live_find(const struct engine *e,
+				    const struct alloc *a, uint16_t s);
+struct usage_live *alloc__live_get(struct engine *e, struct alloc *a,
+				   uint16_t s);
 void alloc__usages_free(struct engine *e, struct alloc *a);
+void alloc__settle(struct engine *e, struct alloc *a);
 void alloc__pending_add(struct engine *e, struct alloc *a);
 int alloc__on_alloc(struct engine *e, const struct op *op);
 int alloc__on_free(struct engine *e, const struct op *op);

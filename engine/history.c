@@ -484,7 +484,6 @@ void history__forget(struct engine *e)
 {
 	history__segs_clear(e, &e->outside);
 	for (struct alloc *a = alloc__first(e); a; a = alloc__next(e, a)) {
-
 		history__alloc_clear(e, a);
 		alloc__usages_free(e, a);
 		a->exempt = 1;
@@ -496,7 +495,8 @@ void history__forget(struct engine *e)
  * once: every dead last write goes, and a segment left empty with it. A
  * dead write can never race, and while reads follow it they alone are
  * checked; its reads stay, since a read list's length decides when it is
- * pruned and coalesced (the occurrence counts depend on that).
+ * pruned and coalesced (the occurrence counts depend on that). The same
+ * walk settles the usages found ordered (DESIGN 6).
  */
 static void history_drop_dead_write_in(struct engine *e, struct hist *h,
 				       const int64_t *floor)
@@ -537,11 +537,11 @@ void history__drop_dead_writes(struct engine *e)
 	assert(!e->hist_local);
 	history_segs_drop_dead_writes(e, &e->outside, floor);
 	for (struct alloc *a = alloc__first(e); a; a = alloc__next(e, a)) {
-
 		if (a->tree)
 			history_segs_drop_dead_writes(e, &a->segs, floor);
 		else
 			history_drop_dead_write_in(e, &a->whole, floor);
+		alloc__settle(e, a); /* and the uses found ordered settle */
 	}
 }
 

@@ -1,14 +1,15 @@
 /*
  * pool.c - the engine's memory: every byte it holds is counted here, so that
  * engine_get_stats() can report it and max_bytes can refuse growth past it.
- * Small fixed-size objects (access records, segments, allocations, single
- * usages) come from per-kind pools of slabs; everything else from
+ * Small fixed-size objects (access records, segments, allocations, the
+ * usages of most and their latest uses) come from per-kind pools of
+ * slabs; everything else from
  * pool__realloc().
  *
- * The allocation and access record pools are indexed: their chunks are
+ * The allocation, access record and latest use pools are indexed: their chunks are
  * numbered in a directory, so that an object has a 32-bit name
- * (pool__index(), pool__object()) that the allocation tree and the
- * histories link by. engine_get_memory() says where the bytes go.
+ * (pool__index(), pool__object()) that the allocation tree, the
+ * histories and the usages link by. engine_get_memory() says where the bytes go.
  *
  * Owns the slabs and the directories: pool__put() returns an object,
  * pool__fini() frees every slab of a pool and its directory at
@@ -284,12 +285,10 @@ static void pool_allocs_memory(const struct engine *e,
 			       struct engine_memory *m)
 {
 	for (struct alloc *a = alloc__first(e); a; a = alloc__next(e, a)) {
-
 		m->read_lists += a->tree ? pool_segs_reads(e, &a->segs)
 					 : pool_hist_reads(e, &a->whole);
-		if (a->nusage > 1)
-			m->usage_arrays += alloc__usage_cap(a->nusage) *
-					   sizeof(struct usage);
+		if (a->nusage > USAGE_SMALL)
+			m->usage_arrays += alloc__usages_size(a->nusage);
 	}
 }
 
@@ -301,6 +300,7 @@ void engine_get_memory(const struct engine *e, struct engine_memory *out)
 	pool_slabs(&e->access_pool, &m.access_slabs, &m.access_used);
 	pool_slabs(&e->seg_pool, &m.seg_slabs, &m.seg_used);
 	pool_slabs(&e->usage_pool, &m.usage_slabs, &m.usage_used);
+	pool_slabs(&e->live_pool, &m.usage_slabs, &m.usage_used);
 	m.read_lists = pool_segs_reads(e, &e->outside) +
 		       e->readv_cap * sizeof(*e->readv);
 	pool_allocs_memory(e, &m);
