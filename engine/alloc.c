@@ -5,8 +5,9 @@
  * and the record_stream check over them at free and flush (DESIGN 6); and
  * the ops alloc, free, record_stream and flush.
  *
- * Owns every struct alloc (from e->alloc_pool) with its usages (one from
- * e->usage_pool, more in an array), the hash buckets and the pending
+ * Owns every struct alloc (from e->alloc_pool) with its usages (from
+ * e->usage_pool, or an array past USAGE_SMALL) and their latest uses (from
+ * e->live_pool), the hash buckets and the pending
  * list; alloc__fini() frees them all. The
  * history an allocation holds belongs to history.c, which clears it when
  * the allocation goes.
@@ -22,7 +23,7 @@
 
 /* ---- allocations ------------------------------------------------------- */
 
-struct alloc **alloc__bucket(const struct engine *e, uint64_t start)
+uint32_t *alloc__bucket(const struct engine *e, uint64_t start)
 {
 	return &e->abuckets[hash_u64(start) & e->amask];
 }
@@ -30,11 +31,13 @@ struct alloc **alloc__bucket(const struct engine *e, uint64_t start)
 /* The allocation that starts exactly at `start`, if any. */
 struct alloc *alloc__at(const struct engine *e, uint64_t start)
 {
-	struct alloc *a = *alloc__bucket(e, start);
+	uint32_t i = *alloc__bucket(e, start);
 
-	while (a != NULL && a->start != start)
-		a = a->hnext;
-	return a;
+	for (; i != 0; i = alloc__of_nz(e, i)->hnext) {
+		if (alloc__of_nz(e, i)->start == start)
+			return alloc__of_nz(e, i);
+	}
+	return NULL;
 }
 
 /* Doubles the exact-start hash so that chains stay two long on average:
@@ -42,21 +45,21 @@ struct alloc *alloc__at(const struct engine *e, uint64_t start)
 static int alloc_hash_grow(struct engine *e)
 {
 	size_t n = e->amask + 1, nn = n * 2;
-	struct alloc **b = pool__realloc(e, NULL, 0, nn * sizeof(*b));
+	uint32_t *b = pool__realloc(e, NULL, 0, nn * sizeof(*b));
 
 	assert((n & (n - 1)) == 0);
 	if (b == NULL)
 		return -ENOMEM;
 	memset(b, 0, nn * sizeof(*b));
 	for (size_t i = 0; i < n; i++) {
-		struct alloc *a = e->abuckets[i], *next;
+		struct alloc *a = alloc__of(e, e->abuckets[i]), *next;
 
 		for (; a != NULL; a = next) {
 			size_t j = hash_u64(a->start) & (nn - 1);
 
-			next = a->hnext;
+			next = alloc__of(e, a->hnext);
 			a->hnext = b[j];
-			b[j] = a;
+			b[j] = alloc__idx(e, a);
 		}
 	}
 	pool__free(e, e->abuckets, n * sizeof(*b));
@@ -74,23 +77,25 @@ void alloc__neighbors(const struct engine *e, uint64_t ptr,
 		      struct alloc **below, struct alloc **above,
 		      struct alloc_slot *slot)
 {
-	struct rb_node *const *link = &e->allocs.node;
-	struct rb_node *n, *parent = NULL, *lo = NULL, *hi = NULL;
+	const uint32_t *link = &e->allocs.node;
+	uint32_t parent = 0, lo = 0, hi = 0;
 
-	while ((n = *link) != NULL) {
-		parent = n;
-		if (alloc__of(n)->start <= ptr) {
-			lo = n;
-			link = &n->right;
+	while (*link != 0) {
+		struct alloc *n = alloc__of_nz(e, *link);
+
+		parent = *link;
+		if (n->start <= ptr) {
+			lo = parent;
+			link = &n->node.right;
 		} else {
-			hi = n;
-			link = &n->left;
+			hi = parent;
+			link = &n->node.left;
 		}
 	}
-	*below = alloc__of(lo);
-	*above = alloc__of(hi);
+	*below = alloc__of(e, lo);
+	*above = alloc__of(e, hi);
 	if (slot != NULL)
-		*slot = (struct alloc_slot){ parent, (struct rb_node **)link };
+		*slot = (struct alloc_slot){ parent, (uint32_t *)link };
 }
 
 /* The allocation containing ptr: the one starting there (a hash probe),
@@ -117,96 +122,159 @@ struct alloc *alloc__containing(struct engine *e, uint64_t ptr)
 static void alloc_link(struct engine *e, struct alloc *a,
 		       const struct alloc_slot *slot)
 {
-	struct rb_node **link = &e->allocs.node, *parent = NULL;
-	struct alloc **bucket = alloc__bucket(e, a->start);
+	uint32_t *link = &e->allocs.node, parent = 0;
+	uint32_t *bucket = alloc__bucket(e, a->start);
+	struct alloc *p;
 
 	assert(a->start <= a->last);
 	if (slot != NULL) {
 		parent = slot->parent;
 		link = slot->link;
 	}
-	while (*link != NULL) {
+	while (*link != 0) {
 		parent = *link;
-		link = a->start < alloc__of(parent)->start ? &parent->left
-							   : &parent->right;
+		p = alloc__of_nz(e, parent);
+		link = a->start < p->start ? &p->node.left : &p->node.right;
 	}
-	rb_insert(&e->allocs, &a->node, parent, link);
+	rb32_insert(&e->alloc_pool.dir, &e->allocs, alloc__idx(e, a), parent,
+		    link);
 	a->hnext = *bucket;
-	*bucket = a;
+	*bucket = alloc__idx(e, a);
 	e->st.live_allocs++;
 }
 
 /*
- * The capacity of a usage array follows its count, without a field of its
- * own: exact up to USAGE_EXACT entries (one stream's new use of an
- * allocation is rare next to its launches, so a realloc each is cheap),
- * then powers of two. A single usage, the usual case, is an object of
- * e->usage_pool (malloc would round it up to twice its size); more are an
- * array.
+ * The room of an allocation's usages follows their count, without a field
+ * of its own: an object of e->usage_pool for up to USAGE_SMALL (a new
+ * stream's use of an allocation is rare next to its launches), then arrays
+ * of powers of two. Returns the bytes for `n` usages.
  */
-#define USAGE_EXACT 8
-
-static size_t alloc_usage_cap(size_t n)
+size_t alloc__usages_size(size_t n)
 {
-	size_t cap = USAGE_EXACT;
+	size_t cap = 2 * USAGE_SMALL;
 
-	if (n <= USAGE_EXACT)
-		return n;
+	if (n <= USAGE_SMALL)
+		return sizeof(struct usages) + USAGE_SMALL * sizeof(struct usage);
 	while (cap < n)
 		cap *= 2;
-	return cap;
+	return sizeof(struct usages) + cap * sizeof(struct usage);
 }
 
-static void alloc_usages_put(struct engine *e, struct usage *u, size_t n)
+static struct usage_live *alloc_live_of(const struct engine *e, uint32_t i)
 {
-	if (n == 1)
-		pool__put(e, &e->usage_pool, u);
-	else if (n > 1)
-		pool__free(e, u, alloc_usage_cap(n) * sizeof(*u));
+	return pool__object(&e->live_pool, i);
+}
+
+/* Frees `a`'s usages (n of them) with their latest uses. */
+static void alloc_usages_put(struct engine *e, struct usages *b, size_t n)
+{
+	uint32_t i, next;
+
+	if (n == 0)
+		return;
+	for (i = b->live; i != 0; i = next) {
+		next = alloc_live_of(e, i)->next;
+		pool__put(e, &e->live_pool, alloc_live_of(e, i));
+	}
+	if (n <= USAGE_SMALL)
+		pool__put(e, &e->usage_pool, b);
+	else
+		pool__free(e, b, alloc__usages_size(n));
 }
 
 /* Room for usage n + 1 of `a` (holding n); 0 or -ENOMEM. */
 static int alloc_usages_grow(struct engine *e, struct alloc *a, size_t n)
 {
-	struct usage *u;
+	size_t old = alloc__usages_size(n), new = alloc__usages_size(n + 1);
+	struct usages *b;
 
-	if (alloc_usage_cap(n + 1) == alloc_usage_cap(n))
+	if (n > 0 && old == new)
 		return 0;
 	if (n == 0) {
-		u = pool__get(e, &e->usage_pool);
-	} else if (n == 1) {
-		if ((u = pool__realloc(e, NULL, 0, 2 * sizeof(*u))) != NULL) {
-			u[0] = a->usages[0];
+		if ((b = pool__get(e, &e->usage_pool)) != NULL)
+			b->live = 0;
+	} else if (n == USAGE_SMALL) {
+		if ((b = pool__realloc(e, NULL, 0, new)) != NULL) {
+			memcpy(b, a->usages, old);
 			pool__put(e, &e->usage_pool, a->usages);
 		}
 	} else {
-		u = pool__realloc(e, a->usages, alloc_usage_cap(n) * sizeof(*u),
-				  alloc_usage_cap(n + 1) * sizeof(*u));
+		b = pool__realloc(e, a->usages, old, new);
 	}
-	if (u == NULL)
+	if (b == NULL)
 		return -ENOMEM;
-	a->usages = u;
+	a->usages = b;
 	return 0;
 }
 
-/* The usage entry of stream `s` in `a`, added when new. */
+/* The usage of stream `s` in `a`, NULL when none. */
+struct usage *alloc__usage_find(const struct alloc *a, uint16_t s)
+{
+	for (size_t i = 0; i < a->nusage; i++) {
+		if (a->usages->u[i].sidx == s)
+			return &a->usages->u[i];
+	}
+	return NULL;
+}
+
+/* The usage of stream `s` in `a`, added when new. */
 struct usage *alloc__usage_get(struct engine *e, struct alloc *a, uint16_t s)
 {
-	size_t n = a->nusage;
-	struct usage *u;
+	struct usage *u = alloc__usage_find(a, s);
 
 	assert(s < e->nstreams);
-	for (size_t i = 0; i < n; i++) {
-		if (a->usages[i].sidx == s)
-			return &a->usages[i];
-	}
-	if (alloc_usages_grow(e, a, n) < 0)
+	if (u != NULL)
+		return u;
+	if (alloc_usages_grow(e, a, a->nusage) < 0)
 		return NULL;
-	assert(n < e->nstreams); /* one usage per stream at most */
-	u = &a->usages[a->nusage++];
-	memset(u, 0, sizeof(*u));
-	u->sidx = s;
+	assert(a->nusage < e->nstreams); /* one usage per stream at most */
+	u = &a->usages->u[a->nusage++];
+	*u = (struct usage){ .sidx = s };
 	return u;
+}
+
+/* The latest use of `a`'s usage of stream `s` that may still report, if
+ * it keeps one (DESIGN 6). */
+struct usage_live *alloc__live_find(const struct engine *e,
+				    const struct alloc *a, uint16_t s)
+{
+	uint32_t i = a->nusage > 0 ? a->usages->live : 0;
+
+	for (; i != 0; i = alloc_live_of(e, i)->next) {
+		if (alloc_live_of(e, i)->sidx == s)
+			return alloc_live_of(e, i);
+	}
+	return NULL;
+}
+
+/* alloc__live_find(), added with launch 0 when none: `a` must have the
+ * usage already. NULL on -ENOMEM. */
+struct usage_live *alloc__live_get(struct engine *e, struct alloc *a,
+				   uint16_t s)
+{
+	struct usage_live *l = alloc__live_find(e, a, s);
+
+	assert(alloc__usage_find(a, s) != NULL);
+	if (l != NULL || (l = pool__get(e, &e->live_pool)) == NULL)
+		return l;
+	*l = (struct usage_live){ .sidx = s, .next = a->usages->live };
+	a->usages->live = pool__index(&e->live_pool, l);
+	return l;
+}
+
+/* DESIGN 6: `a`'s usage of stream `s` settles; its latest use goes. */
+static void alloc_live_drop(struct engine *e, struct alloc *a, uint16_t s)
+{
+	uint32_t *p = a->nusage > 0 ? &a->usages->live : NULL;
+	struct usage_live *l;
+
+	while (p != NULL && *p != 0 && alloc_live_of(e, *p)->sidx != s)
+		p = &alloc_live_of(e, *p)->next;
+	if (p == NULL || *p == 0)
+		return;
+	l = alloc_live_of(e, *p);
+	*p = l->next;
+	pool__put(e, &e->live_pool, l);
 }
 
 void alloc__usages_free(struct engine *e, struct alloc *a)
@@ -233,14 +301,14 @@ static void alloc_pending_del(struct engine *e, struct alloc *a)
 /* Forgets allocation `a` with its history and usages. */
 static void alloc_unlink(struct engine *e, struct alloc *a)
 {
-	struct alloc **p = alloc__bucket(e, a->start);
+	uint32_t *p = alloc__bucket(e, a->start), i = alloc__idx(e, a);
 
-	while (*p != a)
-		p = &(*p)->hnext;
+	while (*p != i)
+		p = &alloc__of(e, *p)->hnext;
 	*p = a->hnext;
 	if (e->last_view == a)
 		e->last_view = NULL;
-	rb_erase(&e->allocs, &a->node);
+	rb32_erase(&e->alloc_pool.dir, &e->allocs, i);
 	alloc_pending_del(e, a);
 	history__alloc_clear(e, a);
 	alloc__usages_free(e, a);
@@ -249,14 +317,14 @@ static void alloc_unlink(struct engine *e, struct alloc *a)
 	e->unlinks++; /* graph.c: replays recheck their allocations */
 }
 
-/* The record_stream rule for one usage of an allocation whose stream's
- * clock is `cstate`: a use not named by record_stream, not reported yet,
- * and not ordered before the stream's present (not n <= state[C][U]). */
-static bool alloc_usage_unordered(const struct usage *u, const int64_t *cstate)
+/* The record_stream rule for one latest use (U, n) of an allocation whose
+ * stream's clock is `cstate`: not ordered before the stream's present (not
+ * n <= state[C][U]). Only a usage not named by record_stream and not
+ * reported yet keeps its latest use (DESIGN 6). */
+static bool alloc_live_unordered(const struct usage_live *l,
+				 const int64_t *cstate)
 {
-	return (u->flags & (USAGE_USED | USAGE_RECORDED | USAGE_REPORTED)) ==
-		       USAGE_USED &&
-	       (int64_t)usage__seq(u) > cstate[u->sidx];
+	return (int64_t)usage__seq(l) > cstate[l->sidx];
 }
 
 /* The clock of `a`'s stream, or NULL when `a` is exempt from the rule. */
@@ -273,12 +341,31 @@ static const int64_t *alloc_rule_clock(const struct engine *e,
 static bool alloc_would_report(const struct engine *e, const struct alloc *a)
 {
 	const int64_t *cstate = alloc_rule_clock(e, a);
+	uint32_t i = cstate != NULL && a->nusage > 0 ? a->usages->live : 0;
 
-	for (size_t i = 0; cstate != NULL && i < a->nusage; i++) {
-		if (alloc_usage_unordered(&a->usages[i], cstate))
+	for (; i != 0; i = alloc_live_of(e, i)->next) {
+		if (alloc_live_unordered(alloc_live_of(e, i), cstate))
 			return true;
 	}
 	return false;
+}
+
+/* DESIGN 6: the latest uses of `a` found ordered settle. */
+void alloc__settle(struct engine *e, struct alloc *a)
+{
+	const int64_t *cstate = alloc_rule_clock(e, a);
+	uint32_t *p = cstate != NULL && a->nusage > 0 ? &a->usages->live : NULL;
+
+	while (p != NULL && *p != 0) {
+		struct usage_live *l = alloc_live_of(e, *p);
+
+		if (alloc_live_unordered(l, cstate)) {
+			p = &l->next;
+			continue;
+		}
+		*p = l->next;
+		pool__put(e, &e->live_pool, l);
+	}
 }
 
 /*
@@ -294,21 +381,23 @@ static void alloc_check_record_stream(struct engine *e, struct alloc *a,
 	const int64_t *cstate = alloc_rule_clock(e, a);
 
 	for (size_t i = 0; cstate != NULL && i < a->nusage; i++) {
-		struct usage *u = &a->usages[i];
+		struct usage *u = &a->usages->u[i];
+		struct usage_live *l = alloc__live_find(e, a, u->sidx);
 		struct finding f = { .kind = FINDING_MISSING_RECORD_STREAM,
 				     .detected_at = at };
 
-		if (!alloc_usage_unordered(u, cstate))
+		if (l == NULL || !alloc_live_unordered(l, cstate))
 			continue;
 		u->flags |= USAGE_REPORTED;
 		f.ptr = a->start;
 		finding__fill_alloc(e, a, &f);
 		f.access.stream = e->streams[u->sidx].id;
-		f.access.seq = usage__seq(u);
+		f.access.seq = usage__seq(l);
 		f.access.write = (u->flags & USAGE_WROTE) != 0;
-		finding__fill_site(e, u->site, &f.access);
+		finding__fill_site(e, l->site, &f.access);
 		f.has_free = free != NULL;
 		f.free_stack = free != NULL ? free->stack : 0;
+		alloc_live_drop(e, a, u->sidx); /* reported: it settles */
 		finding__emit(e, &f);
 	}
 }
@@ -363,7 +452,7 @@ int alloc__on_alloc(struct engine *e, const struct op *op)
 	if (old == NULL || old->last < op->ptr)
 		old = above;
 	while (old != NULL && old->start <= last) {
-		struct alloc *next = alloc__of(rb_next(&old->node));
+		struct alloc *next = alloc__next(e, old);
 
 		alloc_unlink(e, old);
 		old = next;
@@ -414,6 +503,7 @@ int alloc__on_record_stream(struct engine *e, const struct op *op)
 		return -ENOMEM;
 	}
 	u->flags |= USAGE_RECORDED;
+	alloc_live_drop(e, a, s); /* recorded: it settles (DESIGN 6) */
 	return 0;
 }
 
@@ -428,6 +518,7 @@ static int alloc_start_cmp(const void *a, const void *b)
 static void alloc_flush_one(struct engine *e, struct alloc *a)
 {
 	alloc_check_record_stream(e, a, DETECTED_AT_FLUSH, NULL);
+	alloc__settle(e, a);
 	a->pending = 0;
 }
 
@@ -442,9 +533,9 @@ void alloc__on_flush(struct engine *e)
 	size_t nreport = 0;
 
 	if (e->pending_all) {
-		for (struct rb_node *n = rb_first(&e->allocs); n;
-		     n = rb_next(n))
-			alloc_flush_one(e, alloc__of(n));
+		for (struct alloc *a = alloc__first(e); a != NULL;
+		     a = alloc__next(e, a))
+			alloc_flush_one(e, a);
 		e->pending_all = false;
 		return;
 	}
@@ -455,14 +546,18 @@ void alloc__on_flush(struct engine *e)
 		if (alloc_would_report(e, a)) {
 			e->pending[i] = e->pending[nreport];
 			e->pending[nreport++] = a;
+		} else {
+			alloc__settle(e, a);
 		}
 	}
 	if (nreport > 1)
 		qsort(e->pending, nreport, sizeof(*e->pending),
 		      alloc_start_cmp);
-	for (size_t i = 0; i < nreport; i++)
+	for (size_t i = 0; i < nreport; i++) {
 		alloc_check_record_stream(e, e->pending[i], DETECTED_AT_FLUSH,
 					  NULL);
+		alloc__settle(e, e->pending[i]);
+	}
 	e->npending = 0;
 }
 
@@ -471,18 +566,18 @@ int alloc__init(struct engine *e)
 {
 	e->amask = 63;
 	e->abuckets =
-		pool__realloc(e, NULL, 0, (e->amask + 1) * sizeof(void *));
+		pool__realloc(e, NULL, 0, (e->amask + 1) * sizeof(*e->abuckets));
 	if (e->abuckets == NULL)
 		return -ENOMEM;
-	memset(e->abuckets, 0, (e->amask + 1) * sizeof(void *));
+	memset(e->abuckets, 0, (e->amask + 1) * sizeof(*e->abuckets));
 	return 0;
 }
 
 /* Frees every allocation with its history and usages, then the table. */
 void alloc__fini(struct engine *e)
 {
-	while (e->allocs.node != NULL)
-		alloc_unlink(e, alloc__of(e->allocs.node));
+	while (e->allocs.node != 0)
+		alloc_unlink(e, alloc__of(e, e->allocs.node));
 	free(e->abuckets);
 	free(e->pending);
 }

@@ -59,24 +59,28 @@ static void check_access_ref(struct check *c, const struct access *a)
 
 static void check_hist(struct check *c, const struct hist *h)
 {
-	struct access *const *r = history__reads(h);
-	const struct reads *m = history__many(h);
+	const struct engine *e = c->e;
+	const uint32_t *r = history__reads(e, (struct hist *)h);
+	const struct reads *m = history__many(e, h);
+	const struct access *w = history__write(e, h);
 
 	if (m != NULL && m->n > m->cap)
 		check_fail(c, "a read list holds more than its capacity");
-	if (h->write != NULL)
-		check_access_ref(c, h->write);
-	for (uint32_t i = 0; i < history__nreads(h); i++) {
-		if (r[i] == NULL) {
+	if (w != NULL)
+		check_access_ref(c, w);
+	for (uint32_t i = 0; i < history__nreads(e, h); i++) {
+		const struct access *a = history__acc(e, r[i]);
+
+		if (a == NULL) {
 			check_fail(c, "a read list holds a null access");
 			continue;
 		}
-		if (!r[i]->write)
-			check_access_ref(c, r[i]);
+		if (!a->write)
+			check_access_ref(c, a);
 		else
 			check_fail(c, "a write is in a read list");
 	}
-	if (h->write != NULL && h->write->write == 0)
+	if (w != NULL && w->write == 0)
 		check_fail(c, "a read is a segment's last write");
 }
 
@@ -97,7 +101,7 @@ static void check_segs(struct check *c, const struct rb_root *root,
 		if (prev != NULL && g->start <= prev->last)
 			check_fail(c, "history segments overlap or are out of "
 				      "order");
-		if (history__empty(&g->h))
+		if (history__empty(c->e, &g->h))
 			check_fail(c, "an empty history segment is kept");
 		check_hist(c, &g->h);
 		c->segments += !c->compare;
@@ -105,24 +109,53 @@ static void check_segs(struct check *c, const struct rb_root *root,
 	}
 }
 
+static const struct usage_live *check_live_of(const struct engine *e,
+					      uint32_t i)
+{
+	return pool__object(&e->live_pool, i);
+}
+
+/* A latest use is kept only for a used usage of its allocation that may
+ * still report, one per usage (DESIGN 6), and names a launch there was. */
+static void check_live(struct check *c, const struct alloc *a)
+{
+	const struct engine *e = c->e;
+	uint32_t i = a->nusage > 0 ? a->usages->live : 0;
+
+	for (; i != 0; i = check_live_of(e, i)->next) {
+		const struct usage_live *l = check_live_of(e, i);
+		const struct usage *u = alloc__usage_find(a, l->sidx);
+
+		if (u == NULL || (u->flags & (USAGE_USED | USAGE_RECORDED |
+					      USAGE_REPORTED)) != USAGE_USED)
+			check_fail(c, "a usage keeps a latest use that can "
+				      "never report");
+		if (l != alloc__live_find(e, a, l->sidx))
+			check_fail(c, "a usage keeps two latest uses");
+		if (usage__seq(l) > e->seq)
+			check_fail(c, "a usage is recorded that the "
+				      "record_stream rule never records");
+	}
+}
+
 static void check_usages(struct check *c, const struct alloc *a)
 {
 	for (size_t i = 0; i < a->nusage; i++) {
-		const struct usage *u = &a->usages[i];
+		const struct usage *u = &a->usages->u[i];
 
 		if (u->sidx >= c->e->nstreams)
 			check_fail(c, "a usage names a stream that does not "
 				      "exist");
 		if ((u->flags & USAGE_USED) &&
-		    (u->sidx == a->sidx || a->exempt ||
-		     usage__seq(u) > c->e->seq))
+		    (u->sidx == a->sidx || a->exempt))
 			check_fail(c, "a usage is recorded that the "
 				      "record_stream rule never records");
 		for (size_t j = 0; j < i; j++) {
-			if (a->usages[j].sidx == u->sidx)
+			if (a->usages->u[j].sidx == u->sidx)
 				check_fail(c, "two usages of one stream");
 		}
 	}
+	check_live(c, a);
 }
 
 /* DESIGN 6: the list holds exactly the pending allocations, each at its
@@ -130,6 +163,7 @@ static void check_usages(struct check *c, const struct alloc *a)
 static void check_pending(struct check *c, const struct alloc *a)
 {
 	const struct engine *e = c->e;
+	uint32_t i = a->nusage > 0 ? a->usages->live : 0;
 
 	if (e->pending_all)
 		return;
@@ -141,13 +175,11 @@ static void check_pending(struct check *c, const struct alloc *a)
 	}
 	if (a->exempt || a->sidx == STREAM_NONE)
 		return;
-	for (size_t i = 0; i < a->nusage; i++) {
-		const struct usage *u = &a->usages[i];
+	for (; i != 0; i = check_live_of(e, i)->next) {
+		const struct usage_live *l = check_live_of(e, i);
 
-		if ((u->flags & (USAGE_USED | USAGE_RECORDED |
-				 USAGE_REPORTED)) == USAGE_USED &&
-		    (int64_t)usage__seq(u) >
-			    e->streams[a->sidx].state[u->sidx])
+		if ((int64_t)usage__seq(l) >
+		    e->streams[a->sidx].state[l->sidx])
 			check_fail(c, "an allocation a flush would skip has an "
 				      "unordered use to report");
 	}
@@ -159,14 +191,14 @@ static void check_allocs(struct check *c)
 	const struct alloc *prev = NULL;
 	uint64_t live = 0, pending = 0;
 
-	if (rb_check(&e->allocs) < 0)
+	if (rb32_check(&e->alloc_pool.dir, &e->allocs) < 0)
 		check_fail(c, "the allocation tree is not a red-black tree");
-	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n)) {
-		const struct alloc *a = alloc__of(n);
-		const struct alloc *h = *alloc__bucket(e, a->start);
+	for (const struct alloc *a = alloc__first(e); a;
+	     a = alloc__next(e, a)) {
+		const struct alloc *h = alloc__of(e, *alloc__bucket(e, a->start));
 
 		while (h != NULL && h != a)
-			h = h->hnext;
+			h = alloc__of(e, h->hnext);
 		if (h == NULL)
 			check_fail(c, "a live allocation is missing from the "
 				      "start hash");
@@ -203,14 +235,11 @@ static void check_outside(struct check *c)
 		const struct seg *g = history__seg_of(n);
 		struct alloc *a =
 			alloc__containing((struct engine *)e, g->start);
-		struct rb_node *after;
 
 		if (a == NULL) {
-			after = rb_first(&e->allocs);
-			while (after != NULL &&
-			       alloc__of(after)->last < g->start)
-				after = rb_next(after);
-			a = after != NULL ? alloc__of(after) : NULL;
+			a = alloc__first(e);
+			while (a != NULL && a->last < g->start)
+				a = alloc__next(e, a);
 		}
 		if (a != NULL && a->start <= g->last && a->last >= g->start)
 			check_fail(c, "bytes of a live allocation have history "

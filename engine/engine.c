@@ -145,9 +145,13 @@ int engine_new(const struct engine_opts *o, struct engine **out)
 		return -ENOMEM;
 	e->o = *o;
 	e->access_pool.size = sizeof(struct access);
+	e->access_pool.indexed = true;
 	e->seg_pool.size = sizeof(struct seg);
 	e->alloc_pool.size = sizeof(struct alloc);
-	e->usage_pool.size = sizeof(struct usage);
+	e->alloc_pool.indexed = true;
+	e->usage_pool.size = alloc__usages_size(1);
+	e->live_pool.size = sizeof(struct usage_live);
+	e->live_pool.indexed = true;
 	pool__note(e, sizeof(*e));
 	if (alloc__init(e) < 0 || u64map_init(&e->stream_ids) < 0 ||
 	    u64map_init(&e->events) < 0 ||
@@ -162,15 +166,16 @@ int engine_new(const struct engine_opts *o, struct engine **out)
 	return 0;
 }
 
-/* The history first: it drops its references to access records, then the
- * allocations holding the rest of it go. */
+/* The histories first, which drop their references to access records:
+ * the captures', the allocations' with them, then the rest, which frees
+ * the read list table they shared. */
 void engine_free(struct engine *e)
 {
 	if (e == NULL)
 		return;
 	graph__fini(e);
-	history__fini(e);
 	alloc__fini(e);
+	history__fini(e);
 	sync__fini(e);
 	finding__fini(e);
 	launch__fini(e);
@@ -178,6 +183,7 @@ void engine_free(struct engine *e)
 	pool__fini(&e->seg_pool);
 	pool__fini(&e->alloc_pool);
 	pool__fini(&e->usage_pool);
+	pool__fini(&e->live_pool);
 	free(e);
 }
 

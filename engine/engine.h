@@ -225,6 +225,25 @@ int engine_feed_or_skip(struct engine *e, const struct op *op,
 
 void engine_get_stats(const struct engine *e, struct engine_stats *out);
 
+/* Where engine_stats.bytes go, for benchmarks: the slabs of each kind of
+ * small object (used: what their live objects fill), the read lists and
+ * usage arrays of the allocations and of the bytes outside them, the
+ * exact-start hash, and the rest (clocks, sites, findings, graphs,
+ * scratch). */
+struct engine_memory {
+	size_t alloc_slabs, alloc_used;
+	size_t access_slabs, access_used;
+	size_t seg_slabs, seg_used;
+	size_t usage_slabs, usage_used; /* with their latest uses */
+	size_t read_lists;
+	size_t usage_arrays;
+	size_t alloc_hash;
+	size_t other;
+};
+
+/* Walks everything, so it is for benchmarks, never per operation. */
+void engine_get_memory(const struct engine *e, struct engine_memory *out);
+
 /*
  * Checks what every operation must leave behind: history segments ordered,
  * disjoint, never empty and inside their allocation (or outside every

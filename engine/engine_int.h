@@ -32,9 +32,9 @@
  *     are element-wise max, so a missing entry behaves exactly like the
  *     dictionaries' .get(stream, -1).
  *  2. The history of some bytes is their last write and the reads since,
- *     as pointers to refcounted access records ("hist"); a launch's access
- *     is one record however many histories hold it. Bytes without a hist
- *     have no history.
+ *     as 32-bit names of refcounted access records ("hist"); a launch's
+ *     access is one record however many histories hold it. Bytes without
+ *     a hist have no history.
  *  3. Allocations are disjoint ranges in an rbtree keyed by start, plus a
  *     hash by exact start, which is what nearly every access and every
  *     free names. An allocation whose bytes all share one history (the
@@ -67,6 +67,10 @@
  *     something to check; flush sorts the list into address order, as a
  *     walk of every allocation would go. When the list cannot grow (out of
  *     memory, or ALLOC_PENDING_MAX), the next flush walks them all.
+ *     For the same reasons a usage keeps its latest use (launch and site,
+ *     a struct usage_live) only while that use may still report: a check
+ *     that finds it ordered, reports it, or a record_stream of its stream
+ *     lets it go ("settles" it). A used usage without one is ordered.
  *  7. Every allocation of memory that could fail happens before the state
  *     it would change is touched, except while updating the history after
  *     a launch; a failure there forgets the history as `gap` does, which
@@ -126,36 +130,38 @@ struct access {
 _Static_assert(sizeof(struct access) == 24, "access records stay small");
 _Static_assert(ENGINE_MAX_STREAMS <= (1 << 15), "stream numbers fit sidx");
 
-/* A read list of more than one read, or one that had more (DESIGN 2). */
+/* A read list of more than one read, or one that had more (DESIGN 2):
+ * access records by their 32-bit names (history__acc()). */
 struct reads {
 	uint32_t n;
 	uint32_t cap;
-	struct access *v[];
+	uint32_t v[];
 };
 
 /*
- * The history of some bytes: their last write and the reads since. 16
- * bytes, since every allocation and segment holds one: the reads are
- * either one record (`one`, NULL for none) or, with the low bit of `many`
- * set, a struct reads, which access records' alignment leaves apart.
+ * The history of some bytes: their last write and the reads since. 8
+ * bytes, since every allocation and segment holds one: access records are
+ * named by pool__index() in e->access_pool (0: none), which is even, so
+ * that the reads are either one record (`rd` even, 0 for none) or, with
+ * `rd` odd, the struct reads e->readv[rd >> 1].
  */
 struct hist {
-	struct access *write;
-	union {
-		struct access *one;
-		uintptr_t many;
-	} rd;
+	uint32_t write;
+	uint32_t rd;
 };
 
-_Static_assert(sizeof(struct hist) == 16, "a history is two words");
+_Static_assert(sizeof(struct hist) == 8, "a history is one word");
 
-/* The history of the bytes [start, last], in a tree of such ranges. */
+/* The history of the bytes [start, last], in a tree of such ranges: 48
+ * bytes. */
 struct seg {
 	struct rb_node node;
 	uint64_t start;
 	uint64_t last;
 	struct hist h;
 };
+
+_Static_assert(sizeof(struct seg) == 48, "segments stay small");
 
 enum {
 	USAGE_USED = 1,
@@ -165,44 +171,67 @@ enum {
 };
 
 /* What one stream other than the allocation stream did with an allocation:
- * 12 bytes, in words of 32 bits so that arrays of them pack, the sequence
- * number's 48 bits split in two (usage__seq()). */
+ * 2 bytes. An allocation's usages keep the order of their first use, the
+ * order a check reports them in. */
 struct usage {
-	uint32_t site;
-	uint32_t seq_lo;
-	uint32_t seq_hi : 16;
-	uint32_t sidx : 11;
-	uint32_t flags : 5;
+	uint16_t sidx : 11;
+	uint16_t flags : 5;
 };
 
-_Static_assert(sizeof(struct usage) == 12, "usages pack");
+_Static_assert(sizeof(struct usage) == 2, "usages pack");
 _Static_assert(ENGINE_MAX_STREAMS <= (1 << 11), "stream numbers fit usage");
 
-static inline uint64_t usage__seq(const struct usage *u)
+/* An allocation's usages, a->nusage of them, after the first latest use
+ * that may still report (struct usage_live, by pool__index() in
+ * e->live_pool; 0 when none). Up to USAGE_SMALL usages fit an object of
+ * e->usage_pool; more are an array (alloc__usages_size()). */
+struct usages {
+	uint32_t live;
+	struct usage u[];
+};
+
+#define USAGE_SMALL 2
+
+/* The latest use of a usage that may still report (DESIGN 6): its launch,
+ * the sequence number's 48 bits split in two (usage__seq()), and its
+ * site. 16 bytes, in a list from struct usages. */
+struct usage_live {
+	uint32_t site;
+	uint32_t seq_lo;
+	uint16_t seq_hi;
+	uint16_t sidx;
+	uint32_t next; /* the next of the allocation, 0 ends */
+};
+
+_Static_assert(sizeof(struct usage_live) == 16, "live usages stay small");
+
+static inline uint64_t usage__seq(const struct usage_live *l)
 {
-	return (uint64_t)u->seq_hi << 32 | u->seq_lo;
+	return (uint64_t)l->seq_hi << 32 | l->seq_lo;
 }
 
-static inline void usage__set_seq(struct usage *u, uint64_t seq)
+static inline void usage__set_seq(struct usage_live *l, uint64_t seq)
 {
 	assert(seq <= SEQ_MAX);
-	u->seq_lo = (uint32_t)seq;
-	u->seq_hi = (uint32_t)(seq >> 32);
+	l->seq_lo = (uint32_t)seq;
+	l->seq_hi = (uint16_t)(seq >> 32);
 }
 
 /*
- * One per live allocation, so every byte counts: 88 bytes, the numbers
- * packed into two words. A stream number needs 11 bits (STREAM_NONE
+ * One per live allocation, so every byte counts: 64 bytes. Its links in
+ * the tree and in the hash are 32-bit names of allocations
+ * (pool__index() in e->alloc_pool, an indexed pool), its history names
+ * access records likewise, and the numbers are packed into two words. A stream number needs 11 bits (STREAM_NONE
  * included), a serial 48 (2^48 allocations outlast any process, as
  * SEQ_MAX's launches do) and a place in e->pending 21: past 2^21 pending
  * allocations the next flush walks them all (DESIGN 6).
  */
 struct alloc {
-	struct rb_node node;
-	struct alloc *hnext; /* chain in the exact-start hash */
+	struct rb32_node node; /* in e->allocs */
+	uint32_t hnext;	       /* chain in the exact-start hash, 0 ends */
 	uint64_t start;
 	uint64_t last;
-	struct usage *usages; /* alloc_usage_cap(nusage) entries */
+	struct usages *usages; /* NULL while nusage is 0 */
 	union {                 /* the history of its bytes (DESIGN 3) */
 		struct hist whole;   /* tree == 0: one record for all */
 		struct rb_root segs; /* tree == 1: segments */
@@ -222,7 +251,8 @@ struct alloc {
 #define ALLOC_SERIAL_MAX ((UINT64_C(1) << 48) - 1)
 #define ALLOC_PENDING_MAX (UINT32_C(1) << 21)
 
-_Static_assert(sizeof(struct alloc) == 88, "one per live allocation");
+_Static_assert(sizeof(struct alloc) == 64, "one per live allocation");
+_Static_assert(offsetof(struct alloc, node) == 0, "an alloc is its node");
 _Static_assert(STREAM_NONE < (1 << 11), "stream numbers fit sidx");
 _Static_assert(ENGINE_MAX_STREAMS < (1 << 11), "usage count fits nusage");
 
@@ -244,7 +274,9 @@ struct event {
  * A slab of POOL_CHUNK bytes, aligned to its size so that an object finds
  * its chunk by masking its address. Chunks that become empty go back to
  * malloc (all but one per pool), so the engine's memory follows the live
- * working set down as well as up.
+ * working set down as well as up. The chunks of an indexed pool also have
+ * a number, their place in the pool's directory, so that an object can be
+ * named in 32 bits (pool__index(), rbtree.h's rb32 links).
  */
 struct chunk {
 	struct chunk *next; /* every chunk of the pool */
@@ -252,8 +284,9 @@ struct chunk {
 	struct chunk *pnext; /* chunks with a free object */
 	struct chunk *pprev;
 	void *free;
-	uint32_t nfree;
-	uint32_t cap;
+	uint16_t nfree;
+	uint16_t cap;
+	uint32_t no; /* indexed pools: its place in dir */
 };
 
 struct pool {
@@ -261,7 +294,23 @@ struct pool {
 	struct chunk *all;
 	struct chunk *partial;
 	struct chunk *empty; /* the one empty chunk kept for reuse */
+	bool indexed;
+	/* Indexed pools: chunk number -> chunk (as rbtree.h's rb32_dir
+	 * says), ndir slots; a free slot holds the next free one's number
+	 * + 1 as (that << 1 | 1), and dir_free is the first's number + 1
+	 * (0: none). */
+	struct rb32_dir dir;
+	uint32_t ndir;
+	uint32_t dir_free;
 };
+
+/* Chunks an indexed pool may number: 4 GiB of one kind of object (66
+ * million allocations, 176 million access records). Past it the pool
+ * refuses as it does at max_bytes, and the engine forgets (DESIGN 7). */
+#define POOL_DIR_MAX (UINT32_C(1) << (32 - RB32_SHIFT))
+
+_Static_assert(POOL_CHUNK == 1 << RB32_SHIFT, "rb32 links name chunks");
+_Static_assert(POOL_CHUNK / sizeof(void *) <= UINT16_MAX, "chunk counts");
 
 /* An operator, a stack, the operator's argument (0: none) and, for an
  * access a capture recorded or a replay made, the graph: what an access
@@ -302,6 +351,7 @@ struct region {
 
 /* Cuts [cur, last] into regions, in address order. */
 struct region_walk {
+	const struct engine *e;
 	uint64_t cur;
 	uint64_t last;
 	struct alloc *in;   /* the allocation containing cur, or NULL */
@@ -332,19 +382,24 @@ struct engine {
 	uint16_t last_sidx;
 	struct u64map events; /* id -> struct event * */
 
-	struct rb_root allocs;
+	struct rb32_root allocs; /* links: pool__index() in alloc_pool */
 	struct alloc *last_view; /* see alloc__containing() */
-	struct alloc **abuckets; /* exact-start hash (DESIGN 3) */
+	uint32_t *abuckets; /* exact-start hash (DESIGN 3), likewise */
 	size_t amask;
 	struct rb_root outside; /* history of bytes no allocation covers */
 	struct alloc **pending; /* DESIGN 6: the pending allocations */
 	size_t npending;
 	size_t pending_cap;
 	bool pending_all;	/* the list overflowed: flush walks them all */
-	struct pool access_pool;
+	struct pool access_pool; /* indexed: hists name its records */
+	struct reads **readv; /* hist.rd >> 1 -> read list; a free slot
+				 holds (next free + 1) << 1 | 1 */
+	size_t readv_cap;
+	uint32_t readv_free; /* first free slot + 1, 0 when none */
 	struct pool seg_pool;
 	struct pool alloc_pool;
-	struct pool usage_pool; /* an allocation's single usage */
+	struct pool usage_pool; /* an allocation's first USAGE_SMALL usages */
+	struct pool live_pool;	/* indexed: struct usage_live */
 	uint64_t max_access_len;
 
 	struct elem *elems; /* launch scratch: writes, then reads */
@@ -389,8 +444,8 @@ struct engine {
 
 /* Where an allocation starting at some address goes in the tree. */
 struct alloc_slot {
-	struct rb_node *parent;
-	struct rb_node **link;
+	uint32_t parent;
+	uint32_t *link;
 };
 
 /* ---- what the parts call in one another ------------------------------ */
@@ -405,6 +460,28 @@ int pool__grow(struct engine *e, void **arr, size_t *cap, size_t need,
 void *pool__get(struct engine *e, struct pool *p);
 void pool__put(struct engine *e, struct pool *p, void *o);
 void pool__fini(struct pool *p);
+
+/* The 32-bit name of object `o` of indexed pool `p`: pool__object()
+ * finds it again, and so does rb32_node() of p->dir. Never 0, since no
+ * object starts a chunk, and even, since objects are. */
+static inline uint32_t pool__index(const struct pool *p, const void *o)
+{
+	uintptr_t c = (uintptr_t)o & ~(uintptr_t)(POOL_CHUNK - 1);
+
+	assert(p->indexed && p->dir.base[((const struct chunk *)c)->no] +
+					  ((uintptr_t)((const struct chunk *)c)->no
+					   << RB32_SHIFT) ==
+				     c);
+	assert(((uintptr_t)o & 1) == 0);
+	(void)p;
+	return ((const struct chunk *)c)->no << RB32_SHIFT |
+	       (uint32_t)((uintptr_t)o - c);
+}
+
+static inline void *pool__object(const struct pool *p, uint32_t i)
+{
+	return rb32_node(&p->dir, i);
+}
 
 /* sync.c: streams, events, clocks. */
 int sync__stream_create(struct engine *e, uint64_t id, uint16_t *out);
@@ -434,14 +511,21 @@ void finding__fini(struct engine *e);
 
 /* alloc.c: the allocation table and the ops on it. */
 int alloc__init(struct engine *e);
-struct alloc **alloc__bucket(const struct engine *e, uint64_t start);
+uint32_t *alloc__bucket(const struct engine *e, uint64_t start);
 struct alloc *alloc__at(const struct engine *e, uint64_t start);
 void alloc__neighbors(const struct engine *e, uint64_t ptr,
 		      struct alloc **below, struct alloc **above,
 		      struct alloc_slot *slot);
 struct alloc *alloc__containing(struct engine *e, uint64_t ptr);
+size_t alloc__usages_size(size_t n);
+struct usage *alloc__usage_find(const struct alloc *a, uint16_t s);
 struct usage *alloc__usage_get(struct engine *e, struct alloc *a, uint16_t s);
+struct usage_live *alloc__live_find(const struct engine *e,
+				    const struct alloc *a, uint16_t s);
+struct usage_live *alloc__live_get(struct engine *e, struct alloc *a,
+				   uint16_t s);
 void alloc__usages_free(struct engine *e, struct alloc *a);
+void alloc__settle(struct engine *e, struct alloc *a);
 void alloc__pending_add(struct engine *e, struct alloc *a);
 int alloc__on_alloc(struct engine *e, const struct op *op);
 int alloc__on_free(struct engine *e, const struct op *op);
@@ -531,35 +615,83 @@ static inline int pool__grow_array(struct engine *e, void **arr, size_t *cap,
 	return need <= *cap ? 0 : pool__grow(e, arr, cap, need, size);
 }
 
-static inline struct alloc *alloc__of(struct rb_node *n)
+/* The allocation that 32-bit link `i` names: alloc__of_nz() for i != 0,
+ * alloc__of() NULL for 0. */
+static inline struct alloc *alloc__of_nz(const struct engine *e, uint32_t i)
 {
-	return n != NULL ? rb_container_of(n, struct alloc, node) : NULL;
+	return (struct alloc *)(void *)rb32_node_of(&e->alloc_pool.dir, i);
+}
+
+static inline struct alloc *alloc__of(const struct engine *e, uint32_t i)
+{
+	return i != 0 ? alloc__of_nz(e, i) : NULL;
+}
+
+static inline uint32_t alloc__idx(const struct engine *e,
+				  const struct alloc *a)
+{
+	return pool__index(&e->alloc_pool, a);
+}
+
+/* The allocations in address order: alloc__first(), alloc__next(). */
+static inline struct alloc *alloc__first(const struct engine *e)
+{
+	return alloc__of(e, rb32_first(&e->alloc_pool.dir, &e->allocs));
+}
+
+static inline struct alloc *alloc__next(const struct engine *e,
+					const struct alloc *a)
+{
+	return alloc__of(e, rb32_next(&e->alloc_pool.dir, alloc__idx(e, a)));
+}
+
+/* The access record that 32-bit name `i` names, NULL for 0. */
+static inline struct access *history__acc(const struct engine *e,
+					  uint32_t i)
+{
+	return (struct access *)pool__object(&e->access_pool, i);
+}
+
+static inline uint32_t history__acc_idx(const struct engine *e,
+					const struct access *a)
+{
+	return a != NULL ? pool__index(&e->access_pool, a) : 0;
+}
+
+static inline struct access *history__write(const struct engine *e,
+					    const struct hist *h)
+{
+	return history__acc(e, h->write);
 }
 
 /* The read list of `h` when it is a struct reads, else NULL. */
-static inline struct reads *history__many(const struct hist *h)
+static inline struct reads *history__many(const struct engine *e,
+					  const struct hist *h)
 {
-	return (h->rd.many & 1) ? (struct reads *)(h->rd.many - 1) : NULL;
+	return (h->rd & 1) ? e->readv[h->rd >> 1] : NULL;
 }
 
-static inline uint32_t history__nreads(const struct hist *h)
+static inline uint32_t history__nreads(const struct engine *e,
+				       const struct hist *h)
 {
-	const struct reads *m = history__many(h);
+	const struct reads *m = history__many(e, h);
 
-	return m != NULL ? m->n : h->rd.one != NULL;
+	return m != NULL ? m->n : h->rd != 0;
 }
 
-/* The reads of `h`, history__nreads() of them. */
-static inline struct access **history__reads(const struct hist *h)
+/* The reads of `h` by name, history__nreads() of them. */
+static inline uint32_t *history__reads(const struct engine *e,
+				       struct hist *h)
 {
-	struct reads *m = history__many(h);
+	struct reads *m = history__many(e, h);
 
-	return m != NULL ? m->v : (struct access **)&h->rd.one;
+	return m != NULL ? m->v : &h->rd;
 }
 
-static inline bool history__empty(const struct hist *h)
+static inline bool history__empty(const struct engine *e,
+				  const struct hist *h)
 {
-	return h->write == NULL && history__nreads(h) == 0;
+	return h->write == 0 && history__nreads(e, h) == 0;
 }
 
 static inline struct seg *history__seg_of(struct rb_node *n)
@@ -583,6 +715,7 @@ static inline void history__walk_init(const struct engine *e,
 
 	assert(start <= last);
 	assert(in == NULL || (in->start <= start && start <= in->last));
+	w->e = e;
 	w->cur = start;
 	w->last = last;
 	w->in = in;
@@ -611,7 +744,7 @@ static inline bool history__walk_next(struct region_walk *w, struct region *r)
 	}
 	w->cur = r->last + 1;
 	if (w->in != NULL) {
-		struct alloc *n = alloc__of(rb_next(&w->in->node));
+		struct alloc *n = alloc__next(w->e, w->in);
 
 		w->in = n != NULL && n->start == w->cur ? n : NULL;
 		w->next = w->in == NULL ? n : NULL;
@@ -644,7 +777,7 @@ static inline struct hist *history__region_hist(struct engine *e,
 	struct rb_root *tree = history__region_tree(e, r);
 
 	if (tree == NULL) {
-		if (!first || history__empty(&r->alloc->whole))
+		if (!first || history__empty(e, &r->alloc->whole))
 			return NULL;
 		return &r->alloc->whole;
 	}

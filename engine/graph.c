@@ -343,13 +343,15 @@ static void graph_check_elem(struct engine *e, const struct capture *c,
 		g = history__seg_first_from(&c->hist, a);
 
 		for (; g != NULL && g->start <= b; g = history__seg_next(g)) {
-			struct access **rd = history__reads(&g->h);
-			struct access *w = g->h.write;
-			uint32_t nreads = history__nreads(&g->h);
+			const uint32_t *rd = history__reads(e, &g->h);
+			struct access *w = history__write(e, &g->h);
+			uint32_t nreads = history__nreads(e, &g->h);
 
 			for (uint32_t j = 0; cur->write && j < nreads; j++) {
-				if (!graph_ordered(e, c, m, rd[j]))
-					graph_report_race(e, el, rd[j], cur);
+				struct access *r = history__acc(e, rd[j]);
+
+				if (!graph_ordered(e, c, m, r))
+					graph_report_race(e, el, r, cur);
 			}
 			if ((!cur->write || nreads == 0) && w != NULL &&
 			    !graph_ordered(e, c, m, w))

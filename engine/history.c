@@ -6,9 +6,10 @@
  * says where its history lives (the allocation's whole-allocation hist, its
  * tree of segments, or the tree of bytes outside every allocation).
  *
- * Owns the segments (from e->seg_pool), the read arrays of hists and the
- * tree e->outside, freed by history__fini() and history__alloc_clear(). An
- * access record is freed here when its last reference goes.
+ * Owns the segments (from e->seg_pool), the read arrays of hists with the
+ * table e->readv that names them, and the tree e->outside, freed by
+ * history__fini() and history__alloc_clear(). An access record is freed
+ * here when its last reference goes.
  */
 #include "engine_int.h"
 
@@ -28,34 +29,66 @@ void history__access_put(struct engine *e, struct access *a)
 	}
 }
 
-static size_t history_reads_size(uint32_t cap)
+/* history__access_put() of the record named `i`, if any. */
+static void history_put(struct engine *e, uint32_t i)
 {
-	return sizeof(struct reads) + cap * sizeof(struct access *);
+	history__access_put(e, history__acc(e, i));
 }
 
-static void history_set_many(struct hist *h, struct reads *m)
+static size_t history_reads_size(uint32_t cap)
 {
-	assert(((uintptr_t)m & 1) == 0);
-	h->rd.many = (uintptr_t)m | 1;
+	return sizeof(struct reads) + cap * sizeof(uint32_t);
+}
+
+static void history_readv_give(struct engine *e, uint32_t slot)
+{
+	e->readv[slot] = (struct reads *)((uintptr_t)e->readv_free << 1 | 1);
+	e->readv_free = slot + 1;
+}
+
+/* A slot of e->readv holding `m`, named in *rd as a hist names it. 0, or
+ * -ENOMEM with nothing changed. */
+static int history_readv_take(struct engine *e, struct reads *m,
+			      uint32_t *rd)
+{
+	size_t cap = e->readv_cap;
+	uint32_t slot;
+
+	if (e->readv_free == 0) {
+		if (cap >= (size_t)1 << 30 ||
+		    pool__grow_array(e, (void **)&e->readv, &cap, cap + 1,
+				     sizeof(*e->readv)) < 0)
+			return -ENOMEM;
+		for (size_t i = cap; i-- > e->readv_cap;)
+			history_readv_give(e, (uint32_t)i);
+		e->readv_cap = cap;
+	}
+	slot = e->readv_free - 1;
+	e->readv_free = (uint32_t)((uintptr_t)e->readv[slot] >> 1);
+	e->readv[slot] = m;
+	*rd = slot << 1 | 1;
+	return 0;
 }
 
 static void history_hist_clear_reads(struct engine *e, struct hist *h)
 {
-	struct reads *m = history__many(h);
-	struct access **r = history__reads(h);
-	uint32_t n = history__nreads(h);
+	struct reads *m = history__many(e, h);
+	uint32_t *r = history__reads(e, h);
+	uint32_t n = history__nreads(e, h);
 
 	for (uint32_t i = 0; i < n; i++)
-		history__access_put(e, r[i]);
-	if (m != NULL)
+		history_put(e, r[i]);
+	if (m != NULL) {
+		history_readv_give(e, h->rd >> 1);
 		pool__free(e, m, history_reads_size(m->cap));
-	h->rd.one = NULL;
+	}
+	h->rd = 0;
 }
 
 static void history_hist_clear(struct engine *e, struct hist *h)
 {
-	history__access_put(e, h->write);
-	h->write = NULL;
+	history_put(e, h->write);
+	h->write = 0;
 	history_hist_clear_reads(e, h);
 }
 
@@ -65,7 +98,7 @@ static void history_hist_set_write(struct engine *e, struct hist *h,
 {
 	assert(acc->write && acc->refs > 0);
 	history_hist_clear(e, h);
-	h->write = acc;
+	h->write = history__acc_idx(e, acc);
 	acc->refs++;
 }
 
@@ -73,8 +106,8 @@ static void history_hist_set_write(struct engine *e, struct hist *h,
 static int history_hist_copy(struct engine *e, struct hist *dst,
 			     struct hist *src)
 {
-	struct access **r = history__reads(src);
-	uint32_t n = history__nreads(src);
+	const uint32_t *r = history__reads(e, src);
+	uint32_t n = history__nreads(e, src);
 
 	memset(dst, 0, sizeof(*dst));
 	if (n > 1) {
@@ -83,17 +116,20 @@ static int history_hist_copy(struct engine *e, struct hist *dst,
 
 		if (m == NULL)
 			return -ENOMEM;
+		if (history_readv_take(e, m, &dst->rd) < 0) {
+			pool__free(e, m, history_reads_size(n));
+			return -ENOMEM;
+		}
 		m->n = n;
 		m->cap = n;
-		history_set_many(dst, m);
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		history__reads(dst)[i] = r[i];
-		r[i]->refs++;
+		history__reads(e, dst)[i] = r[i];
+		history__acc(e, r[i])->refs++;
 	}
 	dst->write = src->write;
-	if (dst->write != NULL)
-		dst->write->refs++;
+	if (dst->write != 0)
+		history__write(e, dst)->refs++;
 	return 0;
 }
 
@@ -106,15 +142,17 @@ static bool history_same_site(const struct access *a, const struct access *b)
  * past READS_COALESCE, older repeats of a newer read's site. */
 static void history_reads_prune(struct engine *e, struct reads *m)
 {
-	struct access **r = m->v;
+	uint32_t *r = m->v;
 	const int64_t *floor = e->hist_local ? NULL : sync__floor(e);
 	uint32_t n = 0;
 
 	/* A capture's reads carry capture-local numbers: the eager floor
 	 * says nothing of them. */
 	for (uint32_t i = 0; i < m->n; i++) {
-		if (floor != NULL && (int64_t)r[i]->seq <= floor[r[i]->sidx])
-			history__access_put(e, r[i]);
+		struct access *a = history__acc(e, r[i]);
+
+		if (floor != NULL && (int64_t)a->seq <= floor[a->sidx])
+			history__access_put(e, a);
 		else
 			r[n++] = r[i];
 	}
@@ -123,12 +161,13 @@ static void history_reads_prune(struct engine *e, struct reads *m)
 		return;
 	n = 0;
 	for (uint32_t i = 0; i < m->n; i++) {
+		const struct access *a = history__acc(e, r[i]);
 		bool repeated = false;
 
 		for (uint32_t j = i + 1; j < m->n && !repeated; j++)
-			repeated = history_same_site(r[i], r[j]);
+			repeated = history_same_site(a, history__acc(e, r[j]));
 		if (repeated)
-			history__access_put(e, r[i]);
+			history_put(e, r[i]);
 		else
 			r[n++] = r[i];
 	}
@@ -142,13 +181,13 @@ static void history_reads_prune(struct engine *e, struct reads *m)
  * that every event op makes stale. */
 static void history_hist_drop_dead_write(struct engine *e, struct hist *h)
 {
-	const struct access *w = h->write;
+	struct access *w = history__write(e, h);
 
 	if (w == NULL || e->hist_local || (int64_t)w->seq > e->host[w->sidx])
 		return;
 	if ((int64_t)w->seq <= sync__floor(e)[w->sidx]) {
-		history__access_put(e, h->write);
-		h->write = NULL;
+		history__access_put(e, w);
+		h->write = 0;
 	}
 }
 
@@ -156,7 +195,7 @@ static void history_hist_drop_dead_write(struct engine *e, struct hist *h)
  * with `h` unchanged. */
 static int history_reads_make_room(struct engine *e, struct hist *h)
 {
-	struct reads *m = history__many(h);
+	struct reads *m = history__many(e, h);
 
 	if (m != NULL && m->n >= 4 && m->n == m->cap)
 		history_reads_prune(e, m);
@@ -164,17 +203,20 @@ static int history_reads_make_room(struct engine *e, struct hist *h)
 		m = pool__realloc(e, NULL, 0, history_reads_size(2));
 		if (m == NULL)
 			return -ENOMEM;
-		m->v[0] = h->rd.one;
+		m->v[0] = h->rd;
 		m->n = 1;
 		m->cap = 2;
-		history_set_many(h, m);
+		if (history_readv_take(e, m, &h->rd) < 0) {
+			pool__free(e, m, history_reads_size(2));
+			return -ENOMEM;
+		}
 	} else if (m->n == m->cap) {
 		m = pool__realloc(e, m, history_reads_size(m->cap),
 				  history_reads_size(2 * m->cap));
 		if (m == NULL)
 			return -ENOMEM;
 		m->cap *= 2;
-		history_set_many(h, m);
+		e->readv[h->rd >> 1] = m;
 	}
 	return 0;
 }
@@ -186,14 +228,14 @@ static int history_hist_add_read(struct engine *e, struct hist *h,
 
 	assert(!acc->write && acc->refs > 0);
 	history_hist_drop_dead_write(e, h);
-	if (history__many(h) == NULL && h->rd.one == NULL) {
-		h->rd.one = acc;
+	if (h->rd == 0) {
+		h->rd = history__acc_idx(e, acc);
 	} else {
 		if (history_reads_make_room(e, h) < 0)
 			return -ENOMEM;
-		m = history__many(h);
+		m = history__many(e, h);
 		assert(m->n < m->cap);
-		m->v[m->n++] = acc;
+		m->v[m->n++] = history__acc_idx(e, acc);
 	}
 	acc->refs++;
 	return 0;
@@ -203,25 +245,26 @@ static int history_hist_add_read(struct engine *e, struct hist *h,
 static bool history_hist_drop_starting_at(struct engine *e, struct hist *h,
 					  uint64_t p)
 {
-	struct reads *m = history__many(h);
-	struct access **r = history__reads(h);
-	uint32_t n = 0, nreads = history__nreads(h);
+	struct reads *m = history__many(e, h);
+	uint32_t *r = history__reads(e, h);
+	uint32_t n = 0, nreads = history__nreads(e, h);
+	struct access *w = history__write(e, h);
 
-	if (h->write != NULL && h->write->ptr == p) {
-		history__access_put(e, h->write);
-		h->write = NULL;
+	if (w != NULL && w->ptr == p) {
+		history__access_put(e, w);
+		h->write = 0;
 	}
 	for (uint32_t i = 0; i < nreads; i++) {
-		if (r[i]->ptr == p)
-			history__access_put(e, r[i]);
+		if (history__acc(e, r[i])->ptr == p)
+			history_put(e, r[i]);
 		else
 			r[n++] = r[i];
 	}
 	if (m != NULL)
 		m->n = n;
 	else if (n == 0)
-		h->rd.one = NULL;
-	return history__empty(h);
+		h->rd = 0;
+	return history__empty(e, h);
 }
 
 /* ---- segments: history in byte ranges ------------------------------------ */
@@ -414,7 +457,7 @@ static int history_alloc_to_tree(struct engine *e, struct alloc *a)
 	struct seg *g = NULL;
 
 	assert(!a->tree);
-	if (!history__empty(&one)) {
+	if (!history__empty(e, &one)) {
 		if ((g = history_seg_new(e, a->start, a->last)) == NULL)
 			return -ENOMEM;
 		g->h = one;
@@ -440,9 +483,7 @@ void history__alloc_clear(struct engine *e, struct alloc *a)
 void history__forget(struct engine *e)
 {
 	history__segs_clear(e, &e->outside);
-	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n)) {
-		struct alloc *a = alloc__of(n);
-
+	for (struct alloc *a = alloc__first(e); a; a = alloc__next(e, a)) {
 		history__alloc_clear(e, a);
 		alloc__usages_free(e, a);
 		a->exempt = 1;
@@ -454,14 +495,17 @@ void history__forget(struct engine *e)
  * once: every dead last write goes, and a segment left empty with it. A
  * dead write can never race, and while reads follow it they alone are
  * checked; its reads stay, since a read list's length decides when it is
- * pruned and coalesced (the occurrence counts depend on that).
+ * pruned and coalesced (the occurrence counts depend on that). The same
+ * walk settles the usages found ordered (DESIGN 6).
  */
 static void history_drop_dead_write_in(struct engine *e, struct hist *h,
 				       const int64_t *floor)
 {
-	if (h->write != NULL && (int64_t)h->write->seq <= floor[h->write->sidx]) {
-		history__access_put(e, h->write);
-		h->write = NULL;
+	struct access *w = history__write(e, h);
+
+	if (w != NULL && (int64_t)w->seq <= floor[w->sidx]) {
+		history__access_put(e, w);
+		h->write = 0;
 	}
 }
 
@@ -474,7 +518,7 @@ static void history_segs_drop_dead_writes(struct engine *e,
 	for (; g != NULL; g = next) {
 		next = history__seg_next(g);
 		history_drop_dead_write_in(e, &g->h, floor);
-		if (history__empty(&g->h))
+		if (history__empty(e, &g->h))
 			history_seg_remove(e, root, g);
 	}
 }
@@ -492,13 +536,12 @@ void history__drop_dead_writes(struct engine *e)
 	floor = sync__floor(e);
 	assert(!e->hist_local);
 	history_segs_drop_dead_writes(e, &e->outside, floor);
-	for (struct rb_node *n = rb_first(&e->allocs); n; n = rb_next(n)) {
-		struct alloc *a = alloc__of(n);
-
+	for (struct alloc *a = alloc__first(e); a; a = alloc__next(e, a)) {
 		if (a->tree)
 			history_segs_drop_dead_writes(e, &a->segs, floor);
 		else
 			history_drop_dead_write_in(e, &a->whole, floor);
+		alloc__settle(e, a); /* and the uses found ordered settle */
 	}
 }
 
@@ -598,9 +641,11 @@ void history__drop_starting_at(struct engine *e, uint64_t p)
 	}
 }
 
-/* The history of bytes outside every allocation; allocations clear theirs
- * as they go (alloc__fini()). */
+/* The history of bytes outside every allocation, then the read list
+ * table: allocations (alloc__fini()) and captures (graph__fini()) have
+ * cleared theirs before. */
 void history__fini(struct engine *e)
 {
 	history__segs_clear(e, &e->outside);
+	free(e->readv);
 }

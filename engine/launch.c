@@ -153,10 +153,10 @@ static void launch_check_read(struct engine *e, uint16_t s,
 				   launch_alloc_for(e, el, p->start));
 		while (history__walk_next(&w, &r)) {
 			history__for_each_hist (e, &r, h, cursor) {
-				if (h->write != NULL &&
-				    !launch_ordered(e, s, h->write))
-					launch_report_race(e, el, h->write,
-							   tmpl);
+				struct access *lw = history__write(e, h);
+
+				if (lw != NULL && !launch_ordered(e, s, lw))
+					launch_report_race(e, el, lw, tmpl);
 			}
 		}
 	}
@@ -176,16 +176,19 @@ static void launch_check_write(struct engine *e, uint16_t s,
 	history__walk_init(e, &w, el->start, el->last, el->alloc);
 	while (history__walk_next(&w, &r)) {
 		history__for_each_hist (e, &r, h, cursor) {
-			struct access **rd = history__reads(h);
-			uint32_t nreads = history__nreads(h);
+			const uint32_t *rd = history__reads(e, h);
+			uint32_t nreads = history__nreads(e, h);
+			struct access *lw = history__write(e, h);
 
 			for (uint32_t i = 0; i < nreads; i++) {
-				if (!launch_ordered(e, s, rd[i]))
-					launch_report_race(e, el, rd[i], tmpl);
+				struct access *a = history__acc(e, rd[i]);
+
+				if (!launch_ordered(e, s, a))
+					launch_report_race(e, el, a, tmpl);
 			}
-			if (nreads == 0 && h->write != NULL &&
-			    !launch_ordered(e, s, h->write))
-				launch_report_race(e, el, h->write, tmpl);
+			if (nreads == 0 && lw != NULL &&
+			    !launch_ordered(e, s, lw))
+				launch_report_race(e, el, lw, tmpl);
 		}
 	}
 }
@@ -362,17 +365,26 @@ static int launch_note_usage(struct engine *e, const struct elem *el,
 			     uint16_t s, uint32_t site)
 {
 	struct alloc *a = el->alloc;
+	struct usage_live *l;
 	struct usage *u;
 
 	if (a == NULL || a->exempt || a->sidx == STREAM_NONE || a->sidx == s)
 		return 0;
 	if ((u = alloc__usage_get(e, a, s)) == NULL)
 		return -ENOMEM;
-	if (!(u->flags & USAGE_USED) || usage__seq(u) != e->seq) {
+	if (u->flags & (USAGE_RECORDED | USAGE_REPORTED)) {
+		/* it never reports again: no latest use to keep (DESIGN 6) */
+		u->flags |= USAGE_USED | (el->acc->write ? USAGE_WROTE : 0);
+		alloc__pending_add(e, a);
+		return 0;
+	}
+	if ((l = alloc__live_get(e, a, s)) == NULL)
+		return -ENOMEM;
+	if (!(u->flags & USAGE_USED) || usage__seq(l) != e->seq) {
 		/* a new latest use: its own op, stack and write flag */
-		u->flags = (uint8_t)((u->flags & ~USAGE_WROTE) | USAGE_USED);
-		usage__set_seq(u, e->seq);
-		u->site = site;
+		u->flags = (uint16_t)((u->flags & ~USAGE_WROTE) | USAGE_USED);
+		usage__set_seq(l, e->seq);
+		l->site = site;
 	}
 	if (el->acc->write)
 		u->flags |= USAGE_WROTE;
@@ -396,16 +408,13 @@ static void launch_note_wrote_beyond(struct engine *e, const struct elem *el,
 	history__walk_init(e, &w, el->start, el->last, el->alloc);
 	while (history__walk_next(&w, &r)) {
 		struct alloc *a = r.alloc;
+		struct usage_live *l;
 
 		if (a == NULL || a == el->alloc)
 			continue;
-		for (size_t i = 0; i < a->nusage; i++) {
-			struct usage *u = &a->usages[i];
-
-			if (u->sidx == s && (u->flags & USAGE_USED) &&
-			    usage__seq(u) == e->seq)
-				u->flags |= USAGE_WROTE;
-		}
+		l = alloc__live_find(e, a, s);
+		if (l != NULL && usage__seq(l) == e->seq)
+			alloc__usage_find(a, s)->flags |= USAGE_WROTE;
 	}
 }
 

@@ -1,12 +1,19 @@
 /*
  * pool.c - the engine's memory: every byte it holds is counted here, so that
  * engine_get_stats() can report it and max_bytes can refuse growth past it.
- * Small fixed-size objects (access records, segments, allocations, single
- * usages) come from per-kind pools of slabs; everything else from
+ * Small fixed-size objects (access records, segments, allocations, the
+ * usages of most and their latest uses) come from per-kind pools of
+ * slabs; everything else from
  * pool__realloc().
  *
- * Owns the slabs: pool__put() returns an object, pool__fini() frees every
- * slab of a pool at engine_free(). Arrays got from pool__realloc() belong
+ * The allocation, access record and latest use pools are indexed: their chunks are
+ * numbered in a directory, so that an object has a 32-bit name
+ * (pool__index(), pool__object()) that the allocation tree, the
+ * histories and the usages link by. engine_get_memory() says where the bytes go.
+ *
+ * Owns the slabs and the directories: pool__put() returns an object,
+ * pool__fini() frees every slab of a pool and its directory at
+ * engine_free(). Arrays got from pool__realloc() belong
  * to the part that asked, which frees them with pool__free().
  */
 #include "engine_int.h"
@@ -115,6 +122,42 @@ static void pool_partial_del(struct pool *p, struct chunk *c)
 		c->pnext->pprev = c->pprev;
 }
 
+/*
+ * A number for chunk `c` of indexed pool `p`, its place in p->dir: a free
+ * slot, else a new one. 0, or -ENOMEM (also past POOL_DIR_MAX chunks).
+ */
+static int pool_dir_take(struct engine *e, struct pool *p, struct chunk *c)
+{
+	size_t cap = p->ndir;
+	uint32_t no;
+
+	if (p->dir_free != 0) {
+		no = p->dir_free - 1;
+		p->dir_free = (uint32_t)(p->dir.base[no] >> 1);
+	} else {
+		if (p->ndir >= POOL_DIR_MAX ||
+		    pool__grow_array(e, (void **)&p->dir.base, &cap,
+				     p->ndir + 1, sizeof(*p->dir.base)) < 0)
+			return -ENOMEM;
+		/* the slots past ndir join the free list */
+		for (size_t i = cap; i-- > p->ndir + 1;) {
+			p->dir.base[i] = (uintptr_t)p->dir_free << 1 | 1;
+			p->dir_free = (uint32_t)i + 1;
+		}
+		no = p->ndir;
+		p->ndir = (uint32_t)cap;
+	}
+	p->dir.base[no] = (uintptr_t)c - ((uintptr_t)no << RB32_SHIFT);
+	c->no = no;
+	return 0;
+}
+
+static void pool_dir_give(struct pool *p, const struct chunk *c)
+{
+	p->dir.base[c->no] = (uintptr_t)p->dir_free << 1 | 1;
+	p->dir_free = c->no + 1;
+}
+
 static struct chunk *pool_chunk_new(struct engine *e, struct pool *p)
 {
 	size_t first = (sizeof(struct chunk) + 15) & ~(size_t)15;
@@ -124,9 +167,13 @@ static struct chunk *pool_chunk_new(struct engine *e, struct pool *p)
 	if (pool_over_limit(e, POOL_CHUNK) ||
 	    (c = aligned_alloc(POOL_CHUNK, POOL_CHUNK)) == NULL)
 		return NULL;
-	pool__note(e, POOL_CHUNK);
 	memset(c, 0, sizeof(*c));
-	c->cap = (uint32_t)((POOL_CHUNK - first) / p->size);
+	if (p->indexed && pool_dir_take(e, p, c) < 0) {
+		free(c);
+		return NULL;
+	}
+	pool__note(e, POOL_CHUNK);
+	c->cap = (uint16_t)((POOL_CHUNK - first) / p->size);
 	for (uint32_t i = c->cap; i-- > 0;) {
 		void *o = (char *)c + first + i * p->size;
 
@@ -153,6 +200,8 @@ static void pool_chunk_release(struct engine *e, struct pool *p,
 		p->all = c->next;
 	if (c->next != NULL)
 		c->next->prev = c->prev;
+	if (p->indexed)
+		pool_dir_give(p, c);
 	e->bytes -= POOL_CHUNK;
 	free(c);
 }
@@ -202,4 +251,62 @@ void pool__fini(struct pool *p)
 		next = c->next;
 		free(c);
 	}
+	free(p->dir.base);
+}
+
+/* ---- engine_get_memory() --------------------------------------------- */
+
+static void pool_slabs(const struct pool *p, size_t *slabs, size_t *used)
+{
+	for (const struct chunk *c = p->all; c != NULL; c = c->next) {
+		*slabs += POOL_CHUNK;
+		*used += (size_t)(c->cap - c->nfree) * p->size;
+	}
+}
+
+static size_t pool_hist_reads(const struct engine *e, const struct hist *h)
+{
+	const struct reads *m = history__many(e, h);
+
+	return m != NULL ? sizeof(*m) + m->cap * sizeof(m->v[0]) : 0;
+}
+
+static size_t pool_segs_reads(const struct engine *e,
+			      const struct rb_root *root)
+{
+	size_t n = 0;
+
+	for (struct rb_node *g = rb_first(root); g != NULL; g = rb_next(g))
+		n += pool_hist_reads(e, &history__seg_of(g)->h);
+	return n;
+}
+
+static void pool_allocs_memory(const struct engine *e,
+			       struct engine_memory *m)
+{
+	for (struct alloc *a = alloc__first(e); a; a = alloc__next(e, a)) {
+		m->read_lists += a->tree ? pool_segs_reads(e, &a->segs)
+					 : pool_hist_reads(e, &a->whole);
+		if (a->nusage > USAGE_SMALL)
+			m->usage_arrays += alloc__usages_size(a->nusage);
+	}
+}
+
+void engine_get_memory(const struct engine *e, struct engine_memory *out)
+{
+	struct engine_memory m = { 0 };
+
+	pool_slabs(&e->alloc_pool, &m.alloc_slabs, &m.alloc_used);
+	pool_slabs(&e->access_pool, &m.access_slabs, &m.access_used);
+	pool_slabs(&e->seg_pool, &m.seg_slabs, &m.seg_used);
+	pool_slabs(&e->usage_pool, &m.usage_slabs, &m.usage_used);
+	pool_slabs(&e->live_pool, &m.usage_slabs, &m.usage_used);
+	m.read_lists = pool_segs_reads(e, &e->outside) +
+		       e->readv_cap * sizeof(*e->readv);
+	pool_allocs_memory(e, &m);
+	m.alloc_hash = (e->amask + 1) * sizeof(*e->abuckets);
+	m.other = pool__bytes(e) - m.alloc_slabs - m.access_slabs -
+		  m.seg_slabs - m.usage_slabs - m.read_lists -
+		  m.usage_arrays - m.alloc_hash;
+	*out = m;
 }

@@ -232,6 +232,29 @@ START_TEST(engine_missing_record_stream_reports_latest_use_type)
 }
 END_TEST
 
+/* A host sync lets the uses it orders go (DESIGN 6), never one it does
+ * not order: the free still reports stream 1's read, then stream 2's new
+ * use, in the order the streams first used the allocation. */
+START_TEST(engine_host_sync_keeps_unordered_uses_in_order)
+{
+	run("stream_create stream=1\n"
+	    "stream_create stream=2\n"
+	    "alloc ptr=0x1000 size=64 stream=0\n"
+	    "launch stream=1 op=u1 read=0x1000+8\n"
+	    "launch stream=2 op=u2 read=0x1000+8\n"
+	    "stream_sync stream=2\n"
+	    "launch stream=2 op=u3 write=0x1010+8\n"
+	    "free ptr=0x1000\n");
+	assert_findings(0, 2);
+	ck_assert_str_eq(tu_op(&F, 0, false), "u1");
+	ck_assert(!F.v[0].access.write);
+	ck_assert_uint_eq(F.v[0].access.stream, 1);
+	ck_assert_str_eq(tu_op(&F, 1, false), "u3");
+	ck_assert(F.v[1].access.write);
+	ck_assert_uint_eq(F.v[1].access.stream, 2);
+}
+END_TEST
+
 /* Same-stream use and unknown allocation streams are never checked. */
 START_TEST(engine_record_stream_check_needs_known_other_stream)
 {
@@ -508,6 +531,7 @@ static Suite *engine_suite(void)
 	tcase_add_test(seed, engine_same_stream_used_twice_wait_in_between);
 	tcase_add_test(seed, engine_same_stream_used_twice_wait_after_both);
 	tcase_add_test(seed, engine_missing_record_stream_reports_latest_use_type);
+	tcase_add_test(seed, engine_host_sync_keeps_unordered_uses_in_order);
 	tcase_add_test(seed, engine_record_stream_check_needs_known_other_stream);
 	tcase_add_test(seed, engine_flush_then_free_reports_once);
 	tcase_add_test(seed, engine_flush_reports_in_address_order);

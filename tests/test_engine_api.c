@@ -165,11 +165,13 @@ START_TEST(engine_check_names_the_broken_invariant)
 	SLIP(e->st.segments, 1, "the segments count differs from the trees");
 	SLIP(e->st.accesses, 1, "the accesses count differs from the "
 				"accesses the histories hold");
-	SLIP(a->usages[0].sidx, 5,
+	SLIP(a->usages->u[0].sidx, 5,
 	     "a usage names a stream that does not exist");
 	SLIP(a->sidx, 1, "a usage is recorded that the record_stream rule "
 			 "never records");
-	SLIP(history__seg_of(rb_first(&e->outside))->h.rd.one->refs, 1,
+	SLIP(history__acc(e, history__seg_of(rb_first(&e->outside))->h.rd)
+		     ->refs,
+	     1,
 	     "an access's reference count differs from the histories that "
 	     "hold it");
 	engine_free(e);

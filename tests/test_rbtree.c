@@ -139,6 +139,125 @@ START_TEST(rbtree_erase_root_of_small_trees)
 }
 END_TEST
 
+/* ---- 32-bit links ----------------------------------------------------- */
+
+/* Items in chunks of 1 << RB32_SHIFT bytes, named as rbtree.h says: the
+ * directory entry of chunk n is its address less n << RB32_SHIFT. */
+struct item32 {
+	struct rb32_node node;
+	uint32_t pad;
+	uint64_t key;
+	bool in;
+};
+
+enum { PER_CHUNK = ((1 << RB32_SHIFT) - 32) / sizeof(struct item32) };
+
+struct items32 {
+	struct rb32_dir dir;
+	void *chunks[8];
+	size_t n;
+};
+
+static struct item32 *item32_at(struct items32 *t, size_t i)
+{
+	return (struct item32 *)((char *)t->chunks[i / PER_CHUNK] + 32 +
+				 i % PER_CHUNK * sizeof(struct item32));
+}
+
+static uint32_t item32_link(struct items32 *t, size_t i)
+{
+	size_t c = i / PER_CHUNK;
+
+	return (uint32_t)(c << RB32_SHIFT |
+			  ((uintptr_t)item32_at(t, i) - (uintptr_t)t->chunks[c]));
+}
+
+static void items32_new(struct items32 *t, size_t n)
+{
+	static uintptr_t base[8];
+
+	ck_assert_uint_le(n, 8 * PER_CHUNK);
+	t->n = n;
+	t->dir.base = base;
+	for (size_t c = 0; c < 8; c++) {
+		t->chunks[c] = aligned_alloc(1 << RB32_SHIFT, 1 << RB32_SHIFT);
+		ck_assert_ptr_nonnull(t->chunks[c]);
+		base[c] = (uintptr_t)t->chunks[c] - (c << RB32_SHIFT);
+	}
+	for (size_t i = 0; i < n; i++)
+		*item32_at(t, i) = (struct item32){ .key = rng() % 300 };
+}
+
+static void insert32(struct items32 *t, struct rb32_root *root, size_t i)
+{
+	uint32_t *link = &root->node, parent = 0;
+	struct item32 *it = item32_at(t, i);
+
+	while (*link != 0) {
+		struct item32 *p = (struct item32 *)rb32_node(&t->dir, *link);
+
+		parent = *link;
+		link = it->key < p->key ? &p->node.left : &p->node.right;
+	}
+	rb32_insert(&t->dir, root, item32_link(t, i), parent, link);
+	it->in = true;
+}
+
+static void check32_against_model(struct items32 *t,
+				  const struct rb32_root *root)
+{
+	size_t in = 0, seen = 0;
+	uint64_t prev = 0;
+
+	ck_assert_int_ge(rb32_check(&t->dir, root), 1);
+	for (size_t i = 0; i < t->n; i++)
+		in += item32_at(t, i)->in;
+	for (uint32_t l = rb32_first(&t->dir, root); l != 0;
+	     l = rb32_next(&t->dir, l)) {
+		const struct item32 *it =
+			(const struct item32 *)rb32_node(&t->dir, l);
+
+		ck_assert(it->in);
+		ck_assert(seen == 0 || it->key >= prev);
+		prev = it->key;
+		seen++;
+	}
+	ck_assert_uint_eq(seen, in);
+	for (uint32_t l = rb32_last(&t->dir, root); l != 0;
+	     l = rb32_prev(&t->dir, l))
+		seen--;
+	ck_assert_uint_eq(seen, 0);
+}
+
+START_TEST(rbtree32_random_inserts_and_erases_keep_order_and_balance)
+{
+	struct items32 t;
+	struct rb32_root root = { 0 };
+
+	items32_new(&t, 8 * PER_CHUNK);
+	for (int round = 0; round < 20000; round++) {
+		size_t i = rng() % t.n;
+
+		if (item32_at(&t, i)->in) {
+			rb32_erase(&t.dir, &root, item32_link(&t, i));
+			item32_at(&t, i)->in = false;
+		} else {
+			insert32(&t, &root, i);
+		}
+		if (round % 97 == 0)
+			check32_against_model(&t, &root);
+	}
+	check32_against_model(&t, &root);
+	for (size_t i = 0; i < t.n; i++) {
+		if (item32_at(&t, i)->in)
+			rb32_erase(&t.dir, &root, item32_link(&t, i));
+	}
+	ck_assert_uint_eq(root.node, 0);
+	for (size_t c = 0; c < 8; c++)
+		free(t.chunks[c]);
+}
+END_TEST
+
 static Suite *rbtree_suite(void)
 {
 	Suite *s = suite_create("rbtree");
@@ -147,6 +266,7 @@ static Suite *rbtree_suite(void)
 	tcase_add_test(tc, rbtree_random_inserts_and_erases_keep_order_and_balance);
 	tcase_add_test(tc, rbtree_sequential_keys_stay_logarithmic);
 	tcase_add_test(tc, rbtree_erase_root_of_small_trees);
+	tcase_add_test(tc, rbtree32_random_inserts_and_erases_keep_order_and_balance);
 	suite_add_tcase(s, tc);
 	return s;
 }

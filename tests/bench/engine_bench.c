@@ -252,6 +252,9 @@ static double time_engine(const struct workload *w, size_t n,
 struct mem_report {
 	struct engine_stats end;
 	struct engine_stats at_max;	/* the sample with most allocs */
+	struct engine_memory mem_at_max; /* where its bytes went */
+	struct engine_stats at_worst;	/* the sample of ratio_max */
+	struct engine_memory mem_at_worst;
 	uint64_t max_segments;		/* over all samples */
 	uint64_t max_accesses;
 	double ratio_max;
@@ -282,10 +285,15 @@ static void measure_memory(const struct workload *w, struct mem_report *m)
 		if (st.live_allocs == 0)
 			continue;
 		ratios[n++] = (double)st.bytes / (double)st.live_allocs;
-		if (ratios[n - 1] > m->ratio_max)
+		if (ratios[n - 1] > m->ratio_max) {
 			m->ratio_max = ratios[n - 1];
-		if (st.live_allocs > m->at_max.live_allocs)
+			m->at_worst = st;
+			engine_get_memory(e, &m->mem_at_worst);
+		}
+		if (st.live_allocs > m->at_max.live_allocs) {
 			m->at_max = st;
+			engine_get_memory(e, &m->mem_at_max);
+		}
 	}
 	engine_get_stats(e, &m->end);
 	m->samples = n;
@@ -538,6 +546,28 @@ static void report_parse(const struct workload *w,
 	free(text);
 }
 
+/* Where the bytes of one sample went, per live allocation. */
+static void print_breakdown(const char *what, const struct engine_stats *st,
+			    const struct engine_memory *mm)
+{
+	double n = (double)st->live_allocs;
+
+	printf("engine bytes per live allocation %s (%" PRIu64 "): %.0f B "
+	       "= allocations "
+	       "%.1f (%.1f used), accesses %.1f (%.1f used, %" PRIu64
+	       " live), segments %.1f (%.1f used, %" PRIu64
+	       "), usages %.1f (%.1f used) + arrays %.1f, read lists %.1f, "
+	       "hash %.1f, other %.1f\n",
+	       what, st->live_allocs, (double)st->bytes / n, (double)mm->alloc_slabs / n,
+	       (double)mm->alloc_used / n, (double)mm->access_slabs / n,
+	       (double)mm->access_used / n, st->accesses,
+	       (double)mm->seg_slabs / n, (double)mm->seg_used / n,
+	       st->segments, (double)mm->usage_slabs / n,
+	       (double)mm->usage_used / n, (double)mm->usage_arrays / n,
+	       (double)mm->read_lists / n, (double)mm->alloc_hash / n,
+	       (double)mm->other / n);
+}
+
 static void report_memory(const struct workload *w, struct mem_report *m)
 {
 	struct rusage ru;
@@ -563,6 +593,10 @@ static void report_memory(const struct workload *w, struct mem_report *m)
 		printf("engine bytes per live allocation, steady state: %.0f B "
 		       "at most, %.0f B median, over %zu samples\n",
 		       m->ratio_max, m->ratio_median, m->samples);
+		print_breakdown("at the most live allocations", &m->at_max,
+				&m->mem_at_max);
+		print_breakdown("at the worst sample", &m->at_worst,
+				&m->mem_at_worst);
 	}
 	printf("engine at the end: %.1f KiB, %" PRIu64 " live allocations, %"
 	       PRIu64 " history segments, %" PRIu64 " accesses\n",
