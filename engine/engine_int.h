@@ -94,6 +94,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "engine.h"
 #include "op.h"
@@ -457,9 +458,49 @@ void *pool__realloc(struct engine *e, void *p, size_t old, size_t new);
 void pool__free(struct engine *e, void *p, size_t size);
 int pool__grow(struct engine *e, void **arr, size_t *cap, size_t need,
 	       size_t size);
-void *pool__get(struct engine *e, struct pool *p);
-void pool__put(struct engine *e, struct pool *p, void *o);
+void *pool__get_slow(struct engine *e, struct pool *p);
+void pool__put_slow(struct engine *e, struct pool *p, struct chunk *c,
+		     void *o);
 void pool__fini(struct pool *p);
+
+/* The chunk holding object `o` of any pool. */
+static inline struct chunk *pool__chunk_of(const void *o)
+{
+	return (struct chunk *)((uintptr_t)o & ~(uintptr_t)(POOL_CHUNK - 1));
+}
+
+/* An object of pool `p`, NULL when out of memory. Inline for the common
+ * case, a chunk keeping more than one free object; pool__get_slow()
+ * does the rest. */
+static inline void *pool__get(struct engine *e, struct pool *p)
+{
+	struct chunk *c = p->partial;
+	void *o;
+
+	if (c == NULL || c == p->empty || c->nfree == 1)
+		return pool__get_slow(e, p);
+	assert(c->nfree > 1 && c->free != NULL);
+	o = c->free;
+	memcpy(&c->free, o, sizeof(void *));
+	c->nfree--;
+	return o;
+}
+
+/* Returns object `o` to pool `p`. Inline for the common case, a chunk
+ * neither full nor becoming empty; pool__put_slow() does the rest. */
+static inline void pool__put(struct engine *e, struct pool *p, void *o)
+{
+	struct chunk *c = pool__chunk_of(o);
+
+	assert(c->nfree < c->cap);
+	if (c->nfree == 0 || c->nfree + 1 == c->cap) {
+		pool__put_slow(e, p, c, o);
+		return;
+	}
+	memcpy(o, &c->free, sizeof(void *));
+	c->free = o;
+	c->nfree++;
+}
 
 /* The 32-bit name of object `o` of indexed pool `p`: pool__object()
  * finds it again, and so does rb32_node() of p->dir. Never 0, since no
