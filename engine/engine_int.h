@@ -742,6 +742,17 @@ static inline struct seg *history__seg_of(struct rb_node *n)
 
 /* ---- regions, inline: every access of every launch walks them ---------- */
 
+/* The one history of [start, last] when it is all of allocation `in`,
+ * kept as one whole-allocation record: most accesses are, and need no
+ * walk. NULL otherwise. */
+static inline struct hist *history__whole_of(struct alloc *in, uint64_t start,
+					     uint64_t last)
+{
+	if (in == NULL || in->tree || start != in->start || last != in->last)
+		return NULL;
+	return &in->whole;
+}
+
 static inline struct seg *history__seg_next(struct seg *g)
 {
 	return history__seg_of(rb_next(&g->node));
