@@ -439,6 +439,8 @@ static void launch_note_wrote_beyond(struct engine *e, const struct elem *el,
 	struct region_walk w;
 	struct region r;
 
+	if (el->alloc != NULL && el->last <= el->alloc->last)
+		return; /* the usual write, within its own allocation */
 	history__walk_init(e, &w, el->start, el->last, el->alloc);
 	while (history__walk_next(&w, &r)) {
 		struct alloc *a = r.alloc;
