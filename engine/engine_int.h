@@ -97,6 +97,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "hash.h"
 #include "op.h"
 #include "rbtree.h"
 #include "u64map.h"
@@ -552,12 +553,10 @@ void finding__fini(struct engine *e);
 
 /* alloc.c: the allocation table and the ops on it. */
 int alloc__init(struct engine *e);
-uint32_t *alloc__bucket(const struct engine *e, uint64_t start);
-struct alloc *alloc__at(const struct engine *e, uint64_t start);
 void alloc__neighbors(const struct engine *e, uint64_t ptr,
 		      struct alloc **below, struct alloc **above,
 		      struct alloc_slot *slot);
-struct alloc *alloc__containing(struct engine *e, uint64_t ptr);
+struct alloc *alloc__containing_slow(struct engine *e, uint64_t ptr);
 size_t alloc__usages_size(size_t n);
 struct usage *alloc__usage_find(const struct alloc *a, uint16_t s);
 struct usage *alloc__usage_get(struct engine *e, struct alloc *a, uint16_t s);
@@ -672,6 +671,34 @@ static inline uint32_t alloc__idx(const struct engine *e,
 				  const struct alloc *a)
 {
 	return pool__index(&e->alloc_pool, a);
+}
+
+/* The exact-start hash's bucket for an allocation starting at `start`. */
+static inline uint32_t *alloc__bucket(const struct engine *e, uint64_t start)
+{
+	return &e->abuckets[hash_u64(start) & e->amask];
+}
+
+/* The allocation that starts exactly at `start`, if any. */
+static inline struct alloc *alloc__at(const struct engine *e, uint64_t start)
+{
+	uint32_t i = *alloc__bucket(e, start);
+
+	for (; i != 0; i = alloc__of_nz(e, i)->hnext) {
+		if (alloc__of_nz(e, i)->start == start)
+			return alloc__of_nz(e, i);
+	}
+	return NULL;
+}
+
+/* The allocation containing ptr: the one starting there (a hash probe,
+ * inline since most accesses start an allocation), else
+ * alloc__containing_slow()'s. */
+static inline struct alloc *alloc__containing(struct engine *e, uint64_t ptr)
+{
+	struct alloc *a = alloc__at(e, ptr);
+
+	return a != NULL ? a : alloc__containing_slow(e, ptr);
 }
 
 /* The allocations in address order: alloc__first(), alloc__next(). */

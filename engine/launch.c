@@ -526,6 +526,11 @@ static int launch_sites(struct engine *e, const struct op *op, uint32_t site)
 	size_t nw = op->nwrites;
 	int err;
 
+	if (op->write_args == NULL && op->read_args == NULL) {
+		for (size_t i = 0; i < nw + op->nreads; i++)
+			e->elems[i].site = site;
+		return 0;
+	}
 	for (size_t i = 0; i < nw + op->nreads; i++) {
 		const uint32_t *args = i < nw ? op->write_args : op->read_args;
 		uint32_t arg = args != NULL ? args[i < nw ? i : i - nw] : 0;
