@@ -23,23 +23,6 @@
 
 /* ---- allocations ------------------------------------------------------- */
 
-uint32_t *alloc__bucket(const struct engine *e, uint64_t start)
-{
-	return &e->abuckets[hash_u64(start) & e->amask];
-}
-
-/* The allocation that starts exactly at `start`, if any. */
-struct alloc *alloc__at(const struct engine *e, uint64_t start)
-{
-	uint32_t i = *alloc__bucket(e, start);
-
-	for (; i != 0; i = alloc__of_nz(e, i)->hnext) {
-		if (alloc__of_nz(e, i)->start == start)
-			return alloc__of_nz(e, i);
-	}
-	return NULL;
-}
-
 /* Doubles the exact-start hash so that chains stay two long on average:
  * a bucket costs as much as two allocations' chain links. */
 static int alloc_hash_grow(struct engine *e)
@@ -98,16 +81,12 @@ void alloc__neighbors(const struct engine *e, uint64_t ptr,
 		*slot = (struct alloc_slot){ parent, (uint32_t *)link };
 }
 
-/* The allocation containing ptr: the one starting there (a hash probe),
- * else the last one found (views of one tensor come in runs), else the
- * tree's. */
-struct alloc *alloc__containing(struct engine *e, uint64_t ptr)
+/* alloc__containing() when no allocation starts at ptr: the last one
+ * found (views of one tensor come in runs), else the tree's. */
+struct alloc *alloc__containing_slow(struct engine *e, uint64_t ptr)
 {
-	struct alloc *a = alloc__at(e, ptr), *above;
+	struct alloc *a = e->last_view, *above;
 
-	if (a != NULL)
-		return a;
-	a = e->last_view;
 	if (a != NULL && ptr >= a->start && ptr <= a->last)
 		return a;
 	alloc__neighbors(e, ptr, &a, &above, NULL);

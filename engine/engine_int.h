@@ -94,8 +94,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "engine.h"
+#include "hash.h"
 #include "op.h"
 #include "rbtree.h"
 #include "u64map.h"
@@ -457,9 +459,49 @@ void *pool__realloc(struct engine *e, void *p, size_t old, size_t new);
 void pool__free(struct engine *e, void *p, size_t size);
 int pool__grow(struct engine *e, void **arr, size_t *cap, size_t need,
 	       size_t size);
-void *pool__get(struct engine *e, struct pool *p);
-void pool__put(struct engine *e, struct pool *p, void *o);
+void *pool__get_slow(struct engine *e, struct pool *p);
+void pool__put_slow(struct engine *e, struct pool *p, struct chunk *c,
+		     void *o);
 void pool__fini(struct pool *p);
+
+/* The chunk holding object `o` of any pool. */
+static inline struct chunk *pool__chunk_of(const void *o)
+{
+	return (struct chunk *)((uintptr_t)o & ~(uintptr_t)(POOL_CHUNK - 1));
+}
+
+/* An object of pool `p`, NULL when out of memory. Inline for the common
+ * case, a chunk keeping more than one free object; pool__get_slow()
+ * does the rest. */
+static inline void *pool__get(struct engine *e, struct pool *p)
+{
+	struct chunk *c = p->partial;
+	void *o;
+
+	if (c == NULL || c == p->empty || c->nfree == 1)
+		return pool__get_slow(e, p);
+	assert(c->nfree > 1 && c->free != NULL);
+	o = c->free;
+	memcpy(&c->free, o, sizeof(void *));
+	c->nfree--;
+	return o;
+}
+
+/* Returns object `o` to pool `p`. Inline for the common case, a chunk
+ * neither full nor becoming empty; pool__put_slow() does the rest. */
+static inline void pool__put(struct engine *e, struct pool *p, void *o)
+{
+	struct chunk *c = pool__chunk_of(o);
+
+	assert(c->nfree < c->cap);
+	if (c->nfree == 0 || c->nfree + 1 == c->cap) {
+		pool__put_slow(e, p, c, o);
+		return;
+	}
+	memcpy(o, &c->free, sizeof(void *));
+	c->free = o;
+	c->nfree++;
+}
 
 /* The 32-bit name of object `o` of indexed pool `p`: pool__object()
  * finds it again, and so does rb32_node() of p->dir. Never 0, since no
@@ -511,12 +553,10 @@ void finding__fini(struct engine *e);
 
 /* alloc.c: the allocation table and the ops on it. */
 int alloc__init(struct engine *e);
-uint32_t *alloc__bucket(const struct engine *e, uint64_t start);
-struct alloc *alloc__at(const struct engine *e, uint64_t start);
 void alloc__neighbors(const struct engine *e, uint64_t ptr,
 		      struct alloc **below, struct alloc **above,
 		      struct alloc_slot *slot);
-struct alloc *alloc__containing(struct engine *e, uint64_t ptr);
+struct alloc *alloc__containing_slow(struct engine *e, uint64_t ptr);
 size_t alloc__usages_size(size_t n);
 struct usage *alloc__usage_find(const struct alloc *a, uint16_t s);
 struct usage *alloc__usage_get(struct engine *e, struct alloc *a, uint16_t s);
@@ -633,6 +673,34 @@ static inline uint32_t alloc__idx(const struct engine *e,
 	return pool__index(&e->alloc_pool, a);
 }
 
+/* The exact-start hash's bucket for an allocation starting at `start`. */
+static inline uint32_t *alloc__bucket(const struct engine *e, uint64_t start)
+{
+	return &e->abuckets[hash_u64(start) & e->amask];
+}
+
+/* The allocation that starts exactly at `start`, if any. */
+static inline struct alloc *alloc__at(const struct engine *e, uint64_t start)
+{
+	uint32_t i = *alloc__bucket(e, start);
+
+	for (; i != 0; i = alloc__of_nz(e, i)->hnext) {
+		if (alloc__of_nz(e, i)->start == start)
+			return alloc__of_nz(e, i);
+	}
+	return NULL;
+}
+
+/* The allocation containing ptr: the one starting there (a hash probe,
+ * inline since most accesses start an allocation), else
+ * alloc__containing_slow()'s. */
+static inline struct alloc *alloc__containing(struct engine *e, uint64_t ptr)
+{
+	struct alloc *a = alloc__at(e, ptr);
+
+	return a != NULL ? a : alloc__containing_slow(e, ptr);
+}
+
 /* The allocations in address order: alloc__first(), alloc__next(). */
 static inline struct alloc *alloc__first(const struct engine *e)
 {
@@ -700,6 +768,17 @@ static inline struct seg *history__seg_of(struct rb_node *n)
 }
 
 /* ---- regions, inline: every access of every launch walks them ---------- */
+
+/* The one history of [start, last] when it is all of allocation `in`,
+ * kept as one whole-allocation record: most accesses are, and need no
+ * walk. NULL otherwise. */
+static inline struct hist *history__whole_of(struct alloc *in, uint64_t start,
+					     uint64_t last)
+{
+	if (in == NULL || in->tree || start != in->start || last != in->last)
+		return NULL;
+	return &in->whole;
+}
 
 static inline struct seg *history__seg_next(struct seg *g)
 {

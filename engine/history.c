@@ -597,8 +597,16 @@ int history__record(struct engine *e, uint64_t start, uint64_t last,
 {
 	struct region_walk w;
 	struct region r;
+	struct hist *whole = history__whole_of(in, start, last);
 	int err = 0;
 
+	/* The walk would find that one region: skip it. */
+	if (whole != NULL) {
+		if (!acc->write)
+			return history_hist_add_read(e, whole, acc);
+		history_hist_set_write(e, whole, acc);
+		return 0;
+	}
 	history__walk_init(e, &w, start, last, in);
 	while (err == 0 && history__walk_next(&w, &r)) {
 		if (acc->write)

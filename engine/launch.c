@@ -137,6 +137,36 @@ static void launch_report_race(struct engine *e, const struct elem *cur,
 	finding__emit(e, &f);
 }
 
+/* launch_check_read() of the bytes whose history is `h`. */
+static void launch_check_read_hist(struct engine *e, uint16_t s,
+				   const struct elem *el, struct hist *h,
+				   const struct access *tmpl)
+{
+	struct access *lw = history__write(e, h);
+
+	if (lw != NULL && !launch_ordered(e, s, lw))
+		launch_report_race(e, el, lw, tmpl);
+}
+
+/* launch_check_write() of the bytes whose history is `h`. */
+static void launch_check_write_hist(struct engine *e, uint16_t s,
+				    const struct elem *el, struct hist *h,
+				    const struct access *tmpl)
+{
+	const uint32_t *rd = history__reads(e, h);
+	uint32_t nreads = history__nreads(e, h);
+	struct access *lw = history__write(e, h);
+
+	for (uint32_t i = 0; i < nreads; i++) {
+		struct access *a = history__acc(e, rd[i]);
+
+		if (!launch_ordered(e, s, a))
+			launch_report_race(e, el, a, tmpl);
+	}
+	if (nreads == 0 && lw != NULL && !launch_ordered(e, s, lw))
+		launch_report_race(e, el, lw, tmpl);
+}
+
 /* A read is checked against the last write of each of its bytes. */
 static void launch_check_read(struct engine *e, uint16_t s,
 			      const struct elem *el, const struct access *tmpl)
@@ -144,20 +174,20 @@ static void launch_check_read(struct engine *e, uint16_t s,
 	launch__seen_reset(e);
 	for (uint32_t i = 0; i < el->npieces; i++) {
 		const struct span *p = &e->pieces[el->piece0 + i];
+		struct alloc *in = launch_alloc_for(e, el, p->start);
+		struct hist *h = history__whole_of(in, p->start, p->last);
 		struct region_walk w;
 		struct region r;
 		struct seg *cursor = NULL;
-		struct hist *h;
 
-		history__walk_init(e, &w, p->start, p->last,
-				   launch_alloc_for(e, el, p->start));
+		if (h != NULL) {
+			launch_check_read_hist(e, s, el, h, tmpl);
+			continue;
+		}
+		history__walk_init(e, &w, p->start, p->last, in);
 		while (history__walk_next(&w, &r)) {
-			history__for_each_hist (e, &r, h, cursor) {
-				struct access *lw = history__write(e, h);
-
-				if (lw != NULL && !launch_ordered(e, s, lw))
-					launch_report_race(e, el, lw, tmpl);
-			}
+			history__for_each_hist (e, &r, h, cursor)
+				launch_check_read_hist(e, s, el, h, tmpl);
 		}
 	}
 }
@@ -167,29 +197,20 @@ static void launch_check_read(struct engine *e, uint16_t s,
 static void launch_check_write(struct engine *e, uint16_t s,
 			       const struct elem *el, const struct access *tmpl)
 {
+	struct hist *h = history__whole_of(el->alloc, el->start, el->last);
 	struct region_walk w;
 	struct region r;
 	struct seg *cursor = NULL;
-	struct hist *h;
 
 	launch__seen_reset(e);
+	if (h != NULL) {
+		launch_check_write_hist(e, s, el, h, tmpl);
+		return;
+	}
 	history__walk_init(e, &w, el->start, el->last, el->alloc);
 	while (history__walk_next(&w, &r)) {
-		history__for_each_hist (e, &r, h, cursor) {
-			const uint32_t *rd = history__reads(e, h);
-			uint32_t nreads = history__nreads(e, h);
-			struct access *lw = history__write(e, h);
-
-			for (uint32_t i = 0; i < nreads; i++) {
-				struct access *a = history__acc(e, rd[i]);
-
-				if (!launch_ordered(e, s, a))
-					launch_report_race(e, el, a, tmpl);
-			}
-			if (nreads == 0 && lw != NULL &&
-			    !launch_ordered(e, s, lw))
-				launch_report_race(e, el, lw, tmpl);
-		}
+		history__for_each_hist (e, &r, h, cursor)
+			launch_check_write_hist(e, s, el, h, tmpl);
 	}
 }
 
@@ -235,11 +256,20 @@ static void launch_sorted_spans(struct engine *e, const struct elem *el,
 	launch_sort_spans(e->spans, n);
 }
 
-/* An element listed twice in one list is one access: marks later copies. */
+/* An element listed twice in one list is one access: marks later copies.
+ * A short list compares each pair, cheaper than sorting it. */
 static void launch_mark_dups(struct engine *e, struct elem *el, size_t n)
 {
 	if (n < 2)
 		return;
+	if (n <= 8) {
+		for (size_t j = 1; j < n; j++) {
+			for (size_t i = 0; i < j && !el[j].dup; i++)
+				el[j].dup = el[i].start == el[j].start &&
+					    el[i].last == el[j].last;
+		}
+		return;
+	}
 	launch_sorted_spans(e, el, n);
 	for (size_t i = 1; i < n; i++) {
 		if (e->spans[i].start == e->spans[i - 1].start &&
@@ -255,6 +285,10 @@ static size_t launch_write_union(struct engine *e, const struct elem *w,
 {
 	size_t m = 0;
 
+	if (n == 1) { /* the usual launch: nothing to sort or merge */
+		e->spans[0] = (struct span){ w->start, w->last, 0 };
+		return 1;
+	}
 	launch_sorted_spans(e, w, n);
 	for (size_t i = 0; i < n; i++) {
 		struct span *u = &e->spans[m - (m > 0)];
@@ -405,6 +439,8 @@ static void launch_note_wrote_beyond(struct engine *e, const struct elem *el,
 	struct region_walk w;
 	struct region r;
 
+	if (el->alloc != NULL && el->last <= el->alloc->last)
+		return; /* the usual write, within its own allocation */
 	history__walk_init(e, &w, el->start, el->last, el->alloc);
 	while (history__walk_next(&w, &r)) {
 		struct alloc *a = r.alloc;
@@ -490,6 +526,11 @@ static int launch_sites(struct engine *e, const struct op *op, uint32_t site)
 	size_t nw = op->nwrites;
 	int err;
 
+	if (op->write_args == NULL && op->read_args == NULL) {
+		for (size_t i = 0; i < nw + op->nreads; i++)
+			e->elems[i].site = site;
+		return 0;
+	}
 	for (size_t i = 0; i < nw + op->nreads; i++) {
 		const uint32_t *args = i < nw ? op->write_args : op->read_args;
 		uint32_t arg = args != NULL ? args[i < nw ? i : i - nw] : 0;

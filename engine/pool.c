@@ -98,11 +98,6 @@ int pool__grow(struct engine *e, void **arr, size_t *cap, size_t need,
 
 /* ---- slabs ----------------------------------------------------------- */
 
-static struct chunk *pool_chunk_of(const void *o)
-{
-	return (struct chunk *)((uintptr_t)o & ~(uintptr_t)(POOL_CHUNK - 1));
-}
-
 static void pool_partial_add(struct pool *p, struct chunk *c)
 {
 	c->pprev = NULL;
@@ -206,7 +201,9 @@ static void pool_chunk_release(struct engine *e, struct pool *p,
 	free(c);
 }
 
-void *pool__get(struct engine *e, struct pool *p)
+/* pool__get() when the first partial chunk is missing, kept empty, or
+ * about to fill up: the bookkeeping the common case skips. */
+void *pool__get_slow(struct engine *e, struct pool *p)
 {
 	struct chunk *c = p->partial;
 	void *o;
@@ -223,11 +220,11 @@ void *pool__get(struct engine *e, struct pool *p)
 	return o;
 }
 
-void pool__put(struct engine *e, struct pool *p, void *o)
+/* pool__put() of `o` into chunk `c` when `c` was full or becomes empty:
+ * the partial list and the chunk's release. */
+void pool__put_slow(struct engine *e, struct pool *p, struct chunk *c,
+		     void *o)
 {
-	struct chunk *c = pool_chunk_of(o);
-
-	assert(c->nfree < c->cap);
 	memcpy(o, &c->free, sizeof(void *));
 	c->free = o;
 	if (c->nfree++ == 0)
