@@ -299,6 +299,56 @@ static size_t run_steps(int steps, bool sync)
 	return st.peak_bytes;
 }
 
+/* engine_get_memory(), engine_bench's breakdown: its parts are the bytes
+ * engine_get_stats() counts, none of them used beyond its slabs, and
+ * freeing every allocation leaves none of their records in use. */
+START_TEST(engine_memory_breakdown_adds_up)
+{
+	struct engine_opts o = { .finding_cb = count_cb };
+	struct engine_memory m;
+	struct engine_stats st;
+	struct engine *e;
+	size_t n = 0;
+
+	o.arg = &n;
+	ck_assert_int_eq(engine_new(&o, &e), 0);
+	for (uint64_t i = 0; i < 300; i++) {
+		struct op_range half = { 0x100000 + i * 64, 32 };
+		struct op feed[] = {
+			{ .kind = OP_ALLOC, .ptr = 0x100000 + i * 64,
+			  .size = 64, .stream = 1 },
+			{ .kind = OP_LAUNCH, .stream = 1, .writes = &half,
+			  .nwrites = 1 },
+			{ .kind = OP_LAUNCH, .stream = 1 + i % 3, .reads = &half,
+			  .nreads = 1 },
+		};
+
+		for (size_t k = 0; k < sizeof(feed) / sizeof(feed[0]); k++)
+			ck_assert_int_eq(engine_feed(e, &feed[k]), 0);
+	}
+	engine_get_memory(e, &m);
+	engine_get_stats(e, &st);
+	ck_assert(m.alloc_used > 0 && m.alloc_used <= m.alloc_slabs);
+	ck_assert(m.access_used > 0 && m.access_used <= m.access_slabs);
+	ck_assert(m.seg_used > 0 && m.seg_used <= m.seg_slabs);
+	ck_assert(m.usage_used <= m.usage_slabs);
+	ck_assert(m.alloc_hash > 0);
+	ck_assert_uint_eq(m.alloc_slabs + m.access_slabs + m.seg_slabs +
+				  m.usage_slabs + m.read_lists +
+				  m.usage_arrays + m.alloc_hash + m.other,
+			  st.bytes);
+	ck_assert_uint_lt(m.other, st.bytes);
+	for (uint64_t i = 0; i < 300; i++) {
+		struct op f = { .kind = OP_FREE, .ptr = 0x100000 + i * 64 };
+
+		ck_assert_int_eq(engine_feed(e, &f), 0);
+	}
+	engine_get_memory(e, &m);
+	ck_assert_uint_eq(m.alloc_used, 0);
+	engine_free(e);
+}
+END_TEST
+
 START_TEST(engine_memory_bounded_in_long_run)
 {
 	ck_assert_uint_eq(run_steps(200, true), run_steps(2000, true));
@@ -320,4 +370,5 @@ void engine_api_long_add(TCase *tc)
 {
 	tcase_add_test(tc, engine_out_of_memory_forgets_and_goes_on);
 	tcase_add_test(tc, engine_memory_bounded_in_long_run);
+	tcase_add_test(tc, engine_memory_breakdown_adds_up);
 }
