@@ -435,8 +435,11 @@ static void reg_on_reply(const Npusan__RegisterReply *rr)
 	}
 	if (text_clean(rr->error, why, sizeof(why)) == NULL)
 		why[0] = '\0';
-	reg_log(REG_LOG_INFO, "registration refused by %s: %s", reg.path,
-		why[0] ? why : "no reason given");
+	/* Always said, as configuration errors are: this process now runs
+	 * unanalysed, and `npusanctl run` points at this line. */
+	agent_log("registration refused by %s: %s; this process runs on "
+		  "unanalysed",
+		  reg.path, why[0] ? why : "no reason given");
 	reg_close_sock();
 	reg.state = REG_REFUSED;
 	reg_set_pending(false);
