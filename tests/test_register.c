@@ -531,6 +531,13 @@ START_TEST(register_refused_stops_retrying)
 	struct pollfd p;
 	char c;
 
+	FILE *err = tmpfile();
+	int saved = dup(STDERR_FILENO);
+	char said[512] = "";
+
+	/* What the agent says goes to `err`. */
+	ck_assert(err != NULL && saved >= 0);
+	ck_assert_int_ge(dup2(fileno(err), STDERR_FILENO), 0);
 	fake_start(&f);
 	ck_assert_int_eq(agent_start(memfd), 0);
 	conn = fake_accept(&f, 5000);
@@ -541,6 +548,18 @@ START_TEST(register_refused_stops_retrying)
 	ck_assert_int_eq(poll(&p, 1, 5000), 1);
 	ck_assert_int_eq(read(conn, &c, 1), 0);
 	ck_assert(!register_connected());
+	/* It said so in one line, NPUSAN_LOG unset, the reason made safe to
+	 * print. */
+	ck_assert_int_ge(dup2(saved, STDERR_FILENO), 0);
+	close(saved);
+	rewind(err);
+	said[fread(said, 1, sizeof(said) - 1, err)] = '\0';
+	fclose(err);
+	ck_assert_msg(strstr(said, "registration refused by ") != NULL &&
+			      strstr(said, "not your pid") != NULL &&
+			      strchr(said, '\x1b') == NULL &&
+			      strchr(said, '\n') == strrchr(said, '\n'),
+		      "%s", said);
 	ck_assert(!fake_pending(&f, 700));
 	ck_assert(!register_connected());
 
