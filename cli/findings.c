@@ -101,18 +101,27 @@ struct findings {
 	size_t nkept, capkept;
 };
 
-/* Whether `f` is to be printed: when following, only when new or its
- * count grew. 0 no, 1 yes; -ENOMEM. */
+/*
+ * Whether `f` is to be printed. When following, only when new or its
+ * count grew, and the filters are asked once per finding, so that what
+ * they left out is counted once however often its count grows: `shown`
+ * keeps each id's count shifted left by one over whether it was kept.
+ * 0 no, 1 yes; -ENOMEM.
+ */
 static int findings_news(struct findings *s, const struct finding_view *f)
 {
 	uint64_t *was;
+	bool keep;
 
 	if (!s->follow)
-		return 1;
+		return cli_print_wanted(&s->pr, f);
 	was = u64map_get(&s->shown, f->id);
-	if (was != NULL && *was == f->count)
+	if (was != NULL && *was >> 1 == f->count)
 		return 0;
-	return u64map_put(&s->shown, f->id, f->count) < 0 ? -ENOMEM : 1;
+	keep = was != NULL ? (*was & 1) : cli_print_wanted(&s->pr, f);
+	if (u64map_put(&s->shown, f->id, f->count << 1 | keep) < 0)
+		return -ENOMEM;
+	return keep;
 }
 
 /* client_again_cb: the next ask covers what was seen since the last. */
@@ -240,7 +249,7 @@ static int findings_take(struct findings *s, const Npusan__FindingsReply *r)
 			err = findings_news(s, &f);
 		if (err < 0)
 			return err;
-		if (err == 0 || !cli_print_wanted(&s->pr, &f))
+		if (err == 0)
 			continue;
 		err = findings_holding(s) ? findings_keep(s, &f) :
 					    findings_print(s, &f);

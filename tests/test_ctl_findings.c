@@ -415,6 +415,63 @@ START_TEST(ctl_findings_follow_prints_new_and_updated_until_sigint)
 }
 END_TEST
 
+/*
+ * A finding the filters leave out is counted once, however often its
+ * count grows while following: the summary on standard error says 1.
+ */
+START_TEST(ctl_findings_follow_counts_a_left_out_finding_once)
+{
+	struct fq *q = fq_new();
+	struct cf a1, a2, a3, b;
+	struct cf *v1[] = { &a1 }, *v2[] = { &a2 }, *v3[] = { &a3, &b };
+	const char *argv[] = { tu_bin("npusanctl"), "findings", "--json",
+			       "--follow", "--timeout", "0.5", NULL };
+	char *out = NULL, said[1024] = "";
+	FILE *err = tmpfile();
+	int p[2], saved = dup(STDERR_FILENO);
+	size_t len = 0;
+	pid_t pid;
+
+	cf_op(&a1, 1, "aten::mm", "known");
+	cf_op(&a2, 1, "aten::mm", "known");
+	cf_op(&a3, 1, "aten::mm", "known");
+	a2.f.count = 2;
+	a3.f.count = 3;
+	cf_op(&b, 2, "aten::add.Tensor", NULL);
+	fq_findings(q, v1, 1, true);
+	fq_next(q);
+	fq_findings(q, v2, 1, true);
+	fq_next(q);
+	fq_findings(q, v3, 2, true);
+	fq_next(q);
+	fq_start(q);
+	ck_assert(err != NULL && saved >= 0);
+	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+	/* npusanctl's standard error into `err`, ours back after. */
+	ck_assert_int_ge(dup2(fileno(err), STDERR_FILENO), 0);
+	pid = ctl_spawn(argv, p[1]);
+	ck_assert_int_ge(dup2(saved, STDERR_FILENO), 0);
+	close(saved);
+	close(p[1]);
+	read_until(p[0], &out, &len, "\"id\":2,");
+	ck_assert_int_eq(kill(pid, SIGINT), 0);
+	read_until(p[0], &out, &len, NULL);
+	close(p[0]);
+	ck_assert_int_eq(wait_status(pid), 0);
+	rewind(err);
+	said[fread(said, 1, sizeof(said) - 1, err)] = '\0';
+	fclose(err);
+	ck_assert_msg(strstr(said, "npusanctl: 1 finding suppressed by "
+				   "npusand's suppressions\n") != NULL &&
+			      strstr(said, "  1 by 'known'") != NULL,
+		      "%s", said);
+	ck_assert_ptr_null(strstr(out, "\"id\":1,"));
+	fq_stop(q);
+	free(out);
+	fq_free(q);
+}
+END_TEST
+
 START_TEST(ctl_findings_follow_table_prints_rows_as_they_come)
 {
 	struct fq *q = fq_new();
@@ -472,4 +529,5 @@ void ctl_findings_add(TCase *tc)
 	tcase_add_test(tc, ctl_findings_since_takes_durations_and_timestamps);
 	tcase_add_test(tc, ctl_findings_follow_prints_new_and_updated_until_sigint);
 	tcase_add_test(tc, ctl_findings_follow_table_prints_rows_as_they_come);
+	tcase_add_test(tc, ctl_findings_follow_counts_a_left_out_finding_once);
 }
