@@ -247,6 +247,26 @@ static void check_outside(struct check *c)
 	}
 }
 
+/* The spare read lists: as many as counted, of their class's capacity
+ * (their n is stale, their v[] holds the link). */
+static void check_spares(struct check *c)
+{
+	for (int k = 0; k < READS_SPARE_CLASSES; k++) {
+		const struct reads *m = c->e->reads_spare[k];
+		uint32_t n = 0;
+
+		for (; m != NULL && n <= READS_SPARE_MAX; n++) {
+			if (m->cap != READS_SPARE_CAP(k))
+				check_fail(c, "a spare read list has another "
+					      "class's capacity");
+			memcpy(&m, m->v, sizeof(m));
+		}
+		if (n != c->e->reads_nspare[k] || n > READS_SPARE_MAX)
+			check_fail(c, "the spare read lists differ from "
+				      "their count");
+	}
+}
+
 /* A capture's history: capture-local numbers, no allocations. */
 static void check_capture_segs(void *arg, const struct rb_root *root,
 			       uint64_t max_seq)
@@ -271,6 +291,7 @@ const char *engine_check(const struct engine *e)
 	}
 	check_allocs(&c);
 	check_outside(&c);
+	check_spares(&c);
 	if ((why = graph__check(e, check_capture_segs, &c)) != NULL)
 		check_fail(&c, why);
 	if (c.segments != e->st.segments)

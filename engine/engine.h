@@ -235,7 +235,7 @@ struct engine_memory {
 	size_t access_slabs, access_used;
 	size_t seg_slabs, seg_used;
 	size_t usage_slabs, usage_used; /* with their latest uses */
-	size_t read_lists;
+	size_t read_lists; /* with their table and the freed ones kept */
 	size_t usage_arrays;
 	size_t alloc_hash;
 	size_t other;

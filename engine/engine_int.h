@@ -109,6 +109,12 @@
  * slab holds, the likelier it empties and goes back to malloc. */
 #define POOL_CHUNK (4 * 1024)
 #define READS_COALESCE 64
+/* A hist's reads alternate between one and a short list: a few freed
+ * lists of capacity 2 and 4 are kept to spare malloc and free (history.c),
+ * a few hundred bytes at most. */
+#define READS_SPARE_CLASSES 2
+#define READS_SPARE_CAP(i) (2u << (i))
+#define READS_SPARE_MAX 8
 #define SEQ_MAX ((UINT64_C(1) << 48) - 1)
 #define SEEN_LIST 16
 
@@ -394,6 +400,10 @@ struct engine {
 	size_t pending_cap;
 	bool pending_all;	/* the list overflowed: flush walks them all */
 	struct pool access_pool; /* indexed: hists name its records */
+	/* history.c: freed read lists of capacity READS_SPARE_CAP(i) kept
+	 * for reuse, at most READS_SPARE_MAX each, linked through v[] */
+	struct reads *reads_spare[READS_SPARE_CLASSES];
+	uint32_t reads_nspare[READS_SPARE_CLASSES];
 	struct reads **readv; /* hist.rd >> 1 -> read list; a free slot
 				 holds (next free + 1) << 1 | 1 */
 	size_t readv_cap;
@@ -590,6 +600,7 @@ int history__segs_set_write(struct engine *e, struct rb_root *root,
 			    uint64_t a, uint64_t b, struct access *acc);
 void history__segs_clear(struct engine *e, struct rb_root *root);
 void history__fini(struct engine *e);
+size_t history__spare_bytes(const struct engine *e);
 
 /* launch.c */
 int launch__prepare(struct engine *e, const struct op *op);
@@ -730,6 +741,11 @@ static inline struct access *history__write(const struct engine *e,
 					    const struct hist *h)
 {
 	return history__acc(e, h->write);
+}
+
+static inline size_t history__reads_size(uint32_t cap)
+{
+	return sizeof(struct reads) + cap * sizeof(uint32_t);
 }
 
 /* The read list of `h` when it is a struct reads, else NULL. */

@@ -6,8 +6,9 @@
  * says where its history lives (the allocation's whole-allocation hist, its
  * tree of segments, or the tree of bytes outside every allocation).
  *
- * Owns the segments (from e->seg_pool), the read arrays of hists with the
- * table e->readv that names them, and the tree e->outside, freed by
+ * Owns the segments (from e->seg_pool), the read arrays of hists (from
+ * pool__realloc()) with the table e->readv that names them and the spare
+ * arrays kept for reuse (e->reads_spare), and the tree e->outside, freed by
  * history__fini() and history__alloc_clear(). An access record is freed
  * here when its last reference goes.
  */
@@ -35,9 +36,73 @@ static void history_put(struct engine *e, uint32_t i)
 	history__access_put(e, history__acc(e, i));
 }
 
-static size_t history_reads_size(uint32_t cap)
+/* Which class of e->reads_spare keeps lists of capacity `cap`; -1: none. */
+static int history_spare_class(uint32_t cap)
 {
-	return sizeof(struct reads) + cap * sizeof(uint32_t);
+	for (int i = 0; i < READS_SPARE_CLASSES; i++)
+		if (cap == READS_SPARE_CAP(i))
+			return i;
+	return -1;
+}
+
+/* A read list of capacity `cap` with no reads: a spare one, else from
+ * pool__realloc(); NULL when out of memory. */
+static struct reads *history_reads_new(struct engine *e, uint32_t cap)
+{
+	int c = history_spare_class(cap);
+	struct reads *m;
+
+	if (c >= 0 && e->reads_spare[c] != NULL) {
+		m = e->reads_spare[c];
+		memcpy(&e->reads_spare[c], m->v, sizeof(m));
+		e->reads_nspare[c]--;
+	} else {
+		m = pool__realloc(e, NULL, 0, history__reads_size(cap));
+		if (m == NULL)
+			return NULL;
+	}
+	m->n = 0;
+	m->cap = cap;
+	return m;
+}
+
+/* Keeps `m` as a spare when its class has room, else frees it. */
+static void history_reads_free(struct engine *e, struct reads *m)
+{
+	int c = history_spare_class(m->cap);
+
+	_Static_assert(sizeof(struct reads) + 2 * sizeof(uint32_t) >=
+			       sizeof(struct reads) + sizeof(m),
+		       "a spare list holds the link");
+	if (c >= 0 && e->reads_nspare[c] < READS_SPARE_MAX) {
+		memcpy(m->v, &e->reads_spare[c], sizeof(m));
+		e->reads_spare[c] = m;
+		e->reads_nspare[c]++;
+		return;
+	}
+	pool__free(e, m, history__reads_size(m->cap));
+}
+
+/* `m` with twice the capacity, its reads kept; NULL (with `m` unchanged)
+ * when out of memory. */
+static struct reads *history_reads_grow(struct engine *e, struct reads *m)
+{
+	struct reads *g;
+
+	if (history_spare_class(m->cap) < 0 &&
+	    history_spare_class(2 * m->cap) < 0) {
+		g = pool__realloc(e, m, history__reads_size(m->cap),
+				  history__reads_size(2 * m->cap));
+		if (g != NULL)
+			g->cap *= 2;
+		return g;
+	}
+	if ((g = history_reads_new(e, 2 * m->cap)) == NULL)
+		return NULL;
+	memcpy(g->v, m->v, m->n * sizeof(m->v[0]));
+	g->n = m->n;
+	history_reads_free(e, m);
+	return g;
 }
 
 static void history_readv_give(struct engine *e, uint32_t slot)
@@ -80,7 +145,7 @@ static void history_hist_clear_reads(struct engine *e, struct hist *h)
 		history_put(e, r[i]);
 	if (m != NULL) {
 		history_readv_give(e, h->rd >> 1);
-		pool__free(e, m, history_reads_size(m->cap));
+		history_reads_free(e, m);
 	}
 	h->rd = 0;
 }
@@ -111,17 +176,15 @@ static int history_hist_copy(struct engine *e, struct hist *dst,
 
 	memset(dst, 0, sizeof(*dst));
 	if (n > 1) {
-		struct reads *m =
-			pool__realloc(e, NULL, 0, history_reads_size(n));
+		struct reads *m = history_reads_new(e, n);
 
 		if (m == NULL)
 			return -ENOMEM;
 		if (history_readv_take(e, m, &dst->rd) < 0) {
-			pool__free(e, m, history_reads_size(n));
+			history_reads_free(e, m);
 			return -ENOMEM;
 		}
 		m->n = n;
-		m->cap = n;
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		history__reads(e, dst)[i] = r[i];
@@ -200,22 +263,17 @@ static int history_reads_make_room(struct engine *e, struct hist *h)
 	if (m != NULL && m->n >= 4 && m->n == m->cap)
 		history_reads_prune(e, m);
 	if (m == NULL) {
-		m = pool__realloc(e, NULL, 0, history_reads_size(2));
-		if (m == NULL)
+		if ((m = history_reads_new(e, 2)) == NULL)
 			return -ENOMEM;
 		m->v[0] = h->rd;
 		m->n = 1;
-		m->cap = 2;
 		if (history_readv_take(e, m, &h->rd) < 0) {
-			pool__free(e, m, history_reads_size(2));
+			history_reads_free(e, m);
 			return -ENOMEM;
 		}
 	} else if (m->n == m->cap) {
-		m = pool__realloc(e, m, history_reads_size(m->cap),
-				  history_reads_size(2 * m->cap));
-		if (m == NULL)
+		if ((m = history_reads_grow(e, m)) == NULL)
 			return -ENOMEM;
-		m->cap *= 2;
 		e->readv[h->rd >> 1] = m;
 	}
 	return 0;
@@ -650,10 +708,25 @@ void history__drop_starting_at(struct engine *e, uint64_t p)
 }
 
 /* The history of bytes outside every allocation, then the read list
- * table: allocations (alloc__fini()) and captures (graph__fini()) have
- * cleared theirs before. */
+ * table and the spare lists: allocations (alloc__fini()) and captures
+ * (graph__fini()) have cleared theirs before. */
 void history__fini(struct engine *e)
 {
 	history__segs_clear(e, &e->outside);
 	free(e->readv);
+	for (int c = 0; c < READS_SPARE_CLASSES; c++)
+		while (e->reads_nspare[c] > 0)
+			pool__free(e, history_reads_new(e, READS_SPARE_CAP(c)),
+				   history__reads_size(READS_SPARE_CAP(c)));
+}
+
+/* The bytes of the spare read lists, counted with the read lists. */
+size_t history__spare_bytes(const struct engine *e)
+{
+	size_t n = 0;
+
+	for (int c = 0; c < READS_SPARE_CLASSES; c++)
+		n += e->reads_nspare[c] *
+		     history__reads_size(READS_SPARE_CAP(c));
+	return n;
 }

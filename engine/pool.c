@@ -265,7 +265,7 @@ static size_t pool_hist_reads(const struct engine *e, const struct hist *h)
 {
 	const struct reads *m = history__many(e, h);
 
-	return m != NULL ? sizeof(*m) + m->cap * sizeof(m->v[0]) : 0;
+	return m != NULL ? history__reads_size(m->cap) : 0;
 }
 
 static size_t pool_segs_reads(const struct engine *e,
@@ -299,7 +299,8 @@ void engine_get_memory(const struct engine *e, struct engine_memory *out)
 	pool_slabs(&e->usage_pool, &m.usage_slabs, &m.usage_used);
 	pool_slabs(&e->live_pool, &m.usage_slabs, &m.usage_used);
 	m.read_lists = pool_segs_reads(e, &e->outside) +
-		       e->readv_cap * sizeof(*e->readv);
+		       e->readv_cap * sizeof(*e->readv) +
+		       history__spare_bytes(e);
 	pool_allocs_memory(e, &m);
 	m.alloc_hash = (e->amask + 1) * sizeof(*e->abuckets);
 	m.other = pool__bytes(e) - m.alloc_slabs - m.access_slabs -
