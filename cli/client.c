@@ -30,6 +30,7 @@
 #include "cli.h"
 #include "clock.h"
 #include "frame.h"
+#include "grow.h"
 #include "paths.h"
 
 /* The longest --timeout, in seconds: a day. */
@@ -566,6 +567,23 @@ static void client_access(const Npusan__Access *a, struct finding_view_access *o
 	out->stack = client_stack(a->stack, a->n_stack);
 	out->has_graph = a->has_graph;
 	out->graph = a->has_graph ? a->graph : 0;
+}
+
+int client_replies_keep(struct client_replies *rs, Npusan__FromDaemon *m)
+{
+	if (grow_array((void **)&rs->v, &rs->cap, rs->n + 1,
+		       sizeof(*rs->v)) < 0)
+		return -ENOMEM;
+	rs->v[rs->n++] = m;
+	return 0;
+}
+
+void client_replies_free(struct client_replies *rs)
+{
+	for (size_t i = 0; i < rs->n; i++)
+		npusan__from_daemon__free_unpacked(rs->v[i], NULL);
+	free(rs->v);
+	*rs = (struct client_replies){ 0 };
 }
 
 int client_finding(const Npusan__Finding *f, struct finding_view *out)

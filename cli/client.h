@@ -149,6 +149,20 @@ int client_end_output(const char *cmd, int status);
 
 /* ---- replies ------------------------------------------------------------ */
 
+/* Replies kept whole, for the views into them that outlive their
+ * callback (client_finding(), a list's processes). */
+struct client_replies {
+	Npusan__FromDaemon **v;
+	size_t n, cap;
+};
+
+/* Keeps `m`, which `rs` frees from now on. 0; -ENOMEM, `m` then still
+ * the caller's. */
+int client_replies_keep(struct client_replies *rs, Npusan__FromDaemon *m);
+
+/* Frees every reply kept; *rs is empty, ready to keep more. */
+void client_replies_free(struct client_replies *rs);
+
 /*
  * A view of `f` for report_text() and report_json(), valid as long as `f`.
  * 0; -EBADMSG when it lacks an id, kind, access or detected_at.

@@ -95,8 +95,7 @@ struct findings {
 	 */
 	bool has_limit, asked_again;
 	uint64_t limit;
-	Npusan__FromDaemon **held;
-	size_t nheld, capheld;
+	struct client_replies held;
 	struct finding_view *kept;
 	size_t nkept, capkept;
 };
@@ -228,13 +227,10 @@ static int findings_print_held(struct findings *s)
 /* Frees the held frames and views. */
 static void findings_drop_held(struct findings *s)
 {
-	for (size_t i = 0; i < s->nheld; i++)
-		npusan__from_daemon__free_unpacked(s->held[i], NULL);
-	free(s->held);
+	client_replies_free(&s->held);
 	free(s->kept);
-	s->held = NULL;
 	s->kept = NULL;
-	s->nheld = s->capheld = s->nkept = s->capkept = 0;
+	s->nkept = s->capkept = 0;
 }
 
 /* Prints, or holds for --limit, each finding of reply `r` the filters
@@ -256,16 +252,6 @@ static int findings_take(struct findings *s, const Npusan__FindingsReply *r)
 		if (err < 0)
 			return err;
 	}
-	return 0;
-}
-
-/* Holds frame `m` whose findings are held. 0; -ENOMEM. */
-static int findings_hold(struct findings *s, Npusan__FromDaemon *m)
-{
-	if (grow_array((void **)&s->held, &s->capheld, s->nheld + 1,
-		       sizeof(*s->held)) < 0)
-		return -ENOMEM;
-	s->held[s->nheld++] = m;
 	return 0;
 }
 
@@ -293,7 +279,7 @@ static int findings_reply_cb(void *arg, Npusan__FromDaemon *m)
 
 	if (m->msg_case != NPUSAN__FROM_DAEMON__MSG_FINDINGS)
 		goto out;
-	if (hold && (err = findings_hold(s, m)) < 0)
+	if (hold && (err = client_replies_keep(&s->held, m)) < 0)
 		goto out;
 	err = findings_take(s, m->findings);
 	s->answered = m->findings->has_done && m->findings->done;

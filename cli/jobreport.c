@@ -97,15 +97,6 @@ static const char jr_usage[] =
 	"analysed no operation of the job, 5 no findings but operations were\n"
 	"lost (the verdict is incomplete; 0 with --allow-incomplete).\n";
 
-static int jr_keep(struct jr *r, Npusan__FromDaemon *m)
-{
-	if (grow_array((void **)&r->msgs, &r->msgs_cap, r->nmsgs + 1,
-		       sizeof(*r->msgs)) < 0)
-		return -ENOMEM;
-	r->msgs[r->nmsgs++] = m;
-	return 0;
-}
-
 static int jr_findings_cb(void *arg, Npusan__FromDaemon *m)
 {
 	struct jr *r = arg;
@@ -120,7 +111,7 @@ static int jr_findings_cb(void *arg, Npusan__FromDaemon *m)
 	}
 	if (grow_array((void **)&r->finds, &r->finds_cap,
 		       r->nfinds + fr->n_findings + 1, sizeof(*r->finds)) < 0 ||
-	    jr_keep(r, m) < 0) {
+	    client_replies_keep(&r->replies, m) < 0) {
 		npusan__from_daemon__free_unpacked(m, NULL);
 		return -ENOMEM;
 	}
@@ -152,7 +143,7 @@ static int jr_list_cb(void *arg, Npusan__FromDaemon *m)
 		return -EBADMSG;
 	}
 	done = lr->has_done && lr->done;
-	if (jr_keep(r, m) < 0) {
+	if (client_replies_keep(&r->replies, m) < 0) {
 		npusan__from_daemon__free_unpacked(m, NULL);
 		return -ENOMEM;
 	}
@@ -808,9 +799,7 @@ static void jr_free(struct jr *r)
 		free(r->procs[i].finds);
 	free(r->procs);
 	free(r->finds);
-	for (size_t i = 0; i < r->nmsgs; i++)
-		npusan__from_daemon__free_unpacked(r->msgs[i], NULL);
-	free(r->msgs);
+	client_replies_free(&r->replies);
 }
 
 static int jr_run(struct jr *r, const struct client_opts *co)

@@ -2,7 +2,7 @@
  * jobreport_int.h - what jobreport.c and jobreport_junit.c share and no
  * other file sees: the job as its two queries gave it (struct jr: its
  * processes, struct jr_proc, and the findings, owned by the replies kept
- * in msgs until jr_free()), the sums the verdict is made of, and the
+ * in replies until jr_free()), the sums the verdict is made of, and the
  * helpers both use.
  */
 #ifndef NPUSAN_JOBREPORT_INT_H
@@ -51,8 +51,7 @@ struct jr {
 	size_t nseen;
 	/* Processes that exited but the daemon had not stored in time. */
 	size_t unstored;
-	Npusan__FromDaemon **msgs; /* every reply, kept for its strings */
-	size_t nmsgs, msgs_cap;
+	struct client_replies replies; /* every reply, kept for its strings */
 	const Npusan__Finding **finds;
 	size_t nfinds, finds_cap;
 	struct jr_proc *procs;

@@ -40,8 +40,7 @@ static const char list_usage[] =
 
 struct list {
 	bool json;
-	Npusan__FromDaemon **msgs; /* the replies, kept for their processes */
-	size_t nmsgs, capmsgs;
+	struct client_replies replies; /* kept for their processes */
 	const Npusan__Process **procs;
 	size_t nprocs, capprocs;
 };
@@ -59,10 +58,8 @@ static int list_keep(struct list *l, Npusan__FromDaemon *m)
 
 	if (grow_array((void **)&l->procs, &l->capprocs,
 		       l->nprocs + r->n_processes, sizeof(*l->procs)) < 0 ||
-	    grow_array((void **)&l->msgs, &l->capmsgs, l->nmsgs + 1,
-		       sizeof(*l->msgs)) < 0)
+	    client_replies_keep(&l->replies, m) < 0)
 		return -ENOMEM;
-	l->msgs[l->nmsgs++] = m;
 	for (size_t i = 0; i < r->n_processes; i++)
 		l->procs[l->nprocs++] = r->processes[i];
 	return 0;
@@ -333,9 +330,7 @@ int cli_list(int argc, char **argv)
 		}
 	}
 	free(rows);
-	for (size_t i = 0; i < l.nmsgs; i++)
-		npusan__from_daemon__free_unpacked(l.msgs[i], NULL);
-	free(l.msgs);
+	client_replies_free(&l.replies);
 	free(l.procs);
 	return client_end_output(LIST_CMD, status);
 }
