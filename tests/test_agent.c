@@ -848,6 +848,41 @@ START_TEST(agent_without_operations_waits_for_its_registration)
 }
 END_TEST
 
+/* A daemon that accepted the process but has not drained its ring yet is
+ * waited for: npusan_wait_drained() times out and npusan-replay says the
+ * daemon did not take everything, instead of returning at once as if no
+ * daemon had the ring (-ENOTCONN) and saying nothing. */
+START_TEST(agent_waits_for_a_daemon_that_has_not_drained_yet)
+{
+	static const char one[] = "npusan-trace 1\n"
+				  "process pid=1 job=slow rank=0\n"
+				  "alloc ptr=0x1000 size=64 stream=0\n";
+	char *dir = tu_tmpdir(), sock[PATH_MAX], *trace, *err;
+	const char *argv[] = { NULL, "--wait", "300", NULL, NULL };
+	struct fakedaemon_agent agent;
+	struct fakedaemon *d;
+	char *bin = strdup(tu_bin("agent/npusan-replay"));
+
+	snprintf(sock, sizeof(sock), "%s/npusand.sock", dir);
+	ck_assert_int_eq(fakedaemon_start(sock, &d), 0);
+	setenv("NPUSAN", "1", 1);
+	setenv("NPUSAN_SOCKET", sock, 1);
+	trace = tu_write_file("slow.trace", one);
+	argv[0] = bin;
+	argv[3] = trace;
+	ck_assert_int_eq(tu_run(argv, NULL, NULL, &err), 0);
+	ck_assert_msg(strstr(err, "did not take every operation") != NULL,
+		      "%s", err);
+	while (fakedaemon_next(d, 100, &agent) == 0)
+		close(agent.fd);
+	fakedaemon_stop(d);
+	free(bin);
+	free(err);
+	free(trace);
+	free(dir);
+}
+END_TEST
+
 static Suite *agent_suite(void)
 {
 	Suite *s = suite_create("agent");
@@ -872,6 +907,7 @@ static Suite *agent_suite(void)
 	tcase_add_test(tc, agent_daemon_receives_every_operation);
 	tcase_add_test(tc, agent_daemon_and_recording_both_get_every_launch);
 	tcase_add_test(tc, agent_without_operations_waits_for_its_registration);
+	tcase_add_test(tc, agent_waits_for_a_daemon_that_has_not_drained_yet);
 	suite_add_tcase(s, tc);
 	return s;
 }
