@@ -96,8 +96,8 @@ static int agent_start_recorder(const char *tmpl, bool child)
 		exe[n] = '\0';
 		proc.name = strrchr(exe, '/') ? strrchr(exe, '/') + 1 : exe;
 	}
-	err = recorder_start(path, ring_fd(agent_ring_get(AGENT_RECORDER)),
-			     &proc, &agent.recorder);
+	err = recorder_start(path, agent_ring_get(AGENT_RECORDER), &proc,
+			     &agent.recorder);
 	if (err < 0)
 		agent_log("NPUSAN_RECORD: cannot record to %s: %s",
 			  path, strerror(-err));
