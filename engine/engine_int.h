@@ -604,6 +604,7 @@ size_t history__spare_bytes(const struct engine *e);
 
 /* launch.c */
 int launch__prepare(struct engine *e, const struct op *op);
+int launch__sites(struct engine *e, const struct op *op, uint32_t site);
 void launch__seen_reset(struct engine *e);
 bool launch__pair_seen(struct engine *e, const struct access *prev);
 struct access *launch__access_new(struct engine *e, uint16_t s, uint32_t site,

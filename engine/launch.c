@@ -521,7 +521,7 @@ static int launch_update(struct engine *e, uint16_t s, const struct op *op)
  * Each element's site: `site`, with the element's argument when the op
  * names one. Interns only, before any state changes (DESIGN 7).
  */
-static int launch_sites(struct engine *e, const struct op *op, uint32_t site)
+int launch__sites(struct engine *e, const struct op *op, uint32_t site)
 {
 	size_t nw = op->nwrites;
 	int err;
@@ -558,7 +558,7 @@ int launch__run(struct engine *e, const struct op *op, uint32_t site)
 	if (e->seq == SEQ_MAX)
 		return -EOVERFLOW;
 	if ((err = launch__prepare(e, op)) < 0 ||
-	    (err = launch_sites(e, op, site)) < 0 ||
+	    (err = launch__sites(e, op, site)) < 0 ||
 	    (err = sync__stream_get(e, op->stream, &s)) < 0)
 		return err;
 	e->seq++;
