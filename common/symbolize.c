@@ -78,7 +78,9 @@ int symbolizer_open(const char *debug_dir, struct symbolizer **out)
 		return -ENOMEM;
 	}
 	s->callbacks.find_elf = dwfl_build_id_find_elf;
-	s->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+	/* By build id under debug_dir only: dwfl_standard_find_debuginfo()
+	 * also asks the servers in DEBUGINFOD_URLS (symbolize.h). */
+	s->callbacks.find_debuginfo = dwfl_build_id_find_debuginfo;
 	s->callbacks.section_address = dwfl_offline_section_address;
 	s->callbacks.debuginfo_path = &s->debug_path;
 	*out = s;

@@ -12,7 +12,9 @@
  * turns such a frame into "file:line in function (module+0xoff)" with
  * elfutils' libdw, reading the module file at its path, or, when that file
  * is missing or is another build, DEBUG_DIR/.build-id/xx/rest.debug (what
- * Debian's -dbgsym packages install). A frame it cannot resolve exactly
+ * Debian's -dbgsym packages install). Never a debuginfod server, even with
+ * DEBUGINFOD_URLS set: a report must not wait on the network nor download
+ * debug files behind the user's back. A frame it cannot resolve exactly
  * stays as it is: never a line from a file whose build id differs from the
  * one recorded, never a line from a module without debug information.
  *

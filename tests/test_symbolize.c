@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -383,6 +386,62 @@ START_TEST(symbolize_later_only_from_the_same_build)
 }
 END_TEST
 
+/* A listening TCP socket on 127.0.0.1 that accepts nothing; its port. */
+static int tsym_listen(int *port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+
+	ck_assert_int_ge(fd, 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(fd, 16), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+/*
+ * Text reports read debug information from this machine's files only:
+ * with DEBUGINFOD_URLS set, as Debian's login shells set it where
+ * libdebuginfod-common is installed, a module without debug information
+ * is shown raw at once, and no debuginfod server is asked, which could
+ * stall a CI step for minutes or download gigabytes.
+ */
+START_TEST(symbolize_never_asks_a_debuginfod_server)
+{
+	char *dir = tu_tmpdir(), *trace, *text, prog[PATH_MAX];
+	char url[64], cache[PATH_MAX], cmd[3 * PATH_MAX];
+	char *orig = strdup(tu_bin("tests/agent_prog")); /* static storage */
+	int port, fd = tsym_listen(&port);
+
+	snprintf(prog, sizeof(prog), "%s/agent_prog", dir);
+	tsym_copy(orig, prog);
+	trace = tsym_record(prog, dir);
+	snprintf(cmd, sizeof(cmd), "strip -g '%s'", prog);
+	ck_assert_int_eq(system(cmd), 0);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+	snprintf(cache, sizeof(cache), "%s/debuginfod-cache", dir);
+	setenv("DEBUGINFOD_URLS", url, 1);
+	setenv("DEBUGINFOD_TIMEOUT", "1", 1);
+	setenv("DEBUGINFOD_CACHE_PATH", cache, 1);
+	text = tsym_analyze(trace, dir, false);
+	unsetenv("DEBUGINFOD_URLS");
+	unsetenv("DEBUGINFOD_TIMEOUT");
+	unsetenv("DEBUGINFOD_CACHE_PATH");
+	tsym_expect_raw(text, "stripped, DEBUGINFOD_URLS set");
+	ck_assert_msg(accept(fd, NULL, NULL) < 0 && errno == EAGAIN,
+		      "npusanctl connected to the debuginfod server at %s",
+		      url);
+	close(fd);
+	free(text);
+	free(trace);
+	free(orig);
+	free(dir);
+}
+END_TEST
+
 static Suite *symbolize_suite(void)
 {
 	Suite *s = suite_create("symbolize");
@@ -396,6 +455,7 @@ static Suite *symbolize_suite(void)
 	suite_add_tcase(s, tc);
 	tcase_add_test(e2e, symbolize_analyze_shows_source_lines);
 	tcase_add_test(e2e, symbolize_later_only_from_the_same_build);
+	tcase_add_test(e2e, symbolize_never_asks_a_debuginfod_server);
 	tcase_add_test(e2e, symbolize_daemon_findings_show_source_lines);
 	tcase_add_test(e2e, symbolize_fixed_address_executable);
 	suite_add_tcase(s, e2e);
