@@ -44,7 +44,10 @@ void symbolizer_close(struct symbolizer *s);
 
 /*
  * Writes `frame`'s source line, "file:line in function (module+0xoff)"
- * ("file:line (module+0xoff)" when no function is named), into `buf`.
+ * ("file:line (module+0xoff)" when no function is named), into `buf`;
+ * where that function was inlined, a line more for each function it was
+ * inlined into, at the line of the call, outwards, as addr2line -i shows
+ * them. Lines are separated by '\n' (a name holding one shows '?').
  * Returns the length; -EINVAL when `frame` is not a native frame;
  * -ENOENT when its module (or a debug file of its build id) cannot be
  * read; -ESTALE when the file at its path is another build and no debug

@@ -81,8 +81,8 @@ START_TEST(symbolize_rejects_other_frames)
 }
 END_TEST
 
-/* The line of agent_prog.c its native stacks' innermost frame is at. */
-static int tsym_race_line(void)
+/* The line of agent_prog.c after the one holding `marker`. */
+static int tsym_line_after(const char *marker)
 {
 	char path[PATH_MAX], line[256];
 	FILE *f;
@@ -94,11 +94,17 @@ static int tsym_race_line(void)
 	ck_assert_ptr_nonnull(f);
 	while (fgets(line, sizeof(line), f) != NULL) {
 		n++;
-		if (strstr(line, "NATIVE_RACE_LINE is the next") != NULL)
+		if (strstr(line, marker) != NULL)
 			break;
 	}
 	fclose(f);
 	return n + 1;
+}
+
+/* The line of agent_prog.c its native stacks' innermost frame is at. */
+static int tsym_race_line(void)
+{
+	return tsym_line_after("NATIVE_RACE_LINE is the next");
 }
 
 static void tsym_copy(const char *from, const char *to)
@@ -118,11 +124,12 @@ static void tsym_copy(const char *from, const char *to)
 	ck_assert_int_eq(chmod(to, 0755), 0);
 }
 
-/* Runs `prog native_race` recording into `dir`; the trace's path. */
-static char *tsym_record(const char *prog, const char *dir)
+/* Runs `prog MODE` recording into `dir`; the trace's path. */
+static char *tsym_record_mode(const char *prog, const char *mode,
+			      const char *dir)
 {
 	char tmpl[PATH_MAX], *path = NULL;
-	const char *argv[] = { prog, "native_race", NULL };
+	const char *argv[] = { prog, mode, NULL };
 	struct dirent *e;
 	DIR *d;
 
@@ -143,6 +150,12 @@ static char *tsym_record(const char *prog, const char *dir)
 	closedir(d);
 	ck_assert_ptr_nonnull(path);
 	return path;
+}
+
+/* Runs `prog native_race` recording into `dir`; the trace's path. */
+static char *tsym_record(const char *prog, const char *dir)
+{
+	return tsym_record_mode(prog, "native_race", dir);
 }
 
 /* `npusanctl analyze [--json] TRACE`'s output, with NPUSAN_DEBUG_DIR set
@@ -386,6 +399,39 @@ START_TEST(symbolize_later_only_from_the_same_build)
 }
 END_TEST
 
+/* Code inlined into another function shows both, as addr2line -i does:
+ * the inlined function at its line, then the one it was inlined into at
+ * the line of the call, at the same address. */
+START_TEST(symbolize_inlined_code_shows_where_it_was_inlined)
+{
+	char *dir = tu_tmpdir(), *trace, *text, inner[128], outer[128];
+	const char *p, *next;
+
+	trace = tsym_record_mode(tu_bin("tests/agent_prog"),
+				 "native_inline_race", dir);
+	text = tsym_analyze(trace, NULL, false);
+	snprintf(inner, sizeof(inner), "agent_prog.c:%d in native_inlined "
+		 "(agent_prog+0x",
+		 tsym_line_after("NATIVE_INLINED_LINE is the next"));
+	snprintf(outer, sizeof(outer), "agent_prog.c:%d in native_inliner "
+		 "(agent_prog+0x",
+		 tsym_line_after("NATIVE_INLINE_CALL_LINE is the next"));
+	ck_assert_msg(tu_count_lines(text, inner) == 2, "%s", text);
+	ck_assert_msg(tu_count_lines(text, outer) == 2, "%s", text);
+	/* The line right after the inlined function's is its caller's. */
+	p = strchr(strstr(text, inner), '\n');
+	ck_assert_ptr_nonnull(p);
+	next = strchr(p + 1, '\n');
+	ck_assert_ptr_nonnull(next);
+	ck_assert_msg(memmem(p, (size_t)(next - p), outer, strlen(outer)),
+		      "no \"%s\" right after the inlined frame:\n%s", outer,
+		      text);
+	free(text);
+	free(trace);
+	free(dir);
+}
+END_TEST
+
 /* A listening TCP socket on 127.0.0.1 that accepts nothing; its port. */
 static int tsym_listen(int *port)
 {
@@ -456,6 +502,7 @@ static Suite *symbolize_suite(void)
 	tcase_add_test(e2e, symbolize_analyze_shows_source_lines);
 	tcase_add_test(e2e, symbolize_later_only_from_the_same_build);
 	tcase_add_test(e2e, symbolize_never_asks_a_debuginfod_server);
+	tcase_add_test(e2e, symbolize_inlined_code_shows_where_it_was_inlined);
 	tcase_add_test(e2e, symbolize_daemon_findings_show_source_lines);
 	tcase_add_test(e2e, symbolize_fixed_address_executable);
 	suite_add_tcase(s, e2e);
