@@ -86,6 +86,12 @@
  *     live exactly when the one starting at its start has its serial.
  *     An event's captured record (e->crecs) names its capture by serial;
  *     one whose capture is no longer active is dead and dropped when met.
+ *  9. An access record keeps its element's start (struct access_at) unless
+ *     it starts the allocation it belongs to and ends within it. Such an
+ *     "inside" record is held only by that allocation's history (or a
+ *     capture's), which goes when the allocation stops being live: in the
+ *     live history it never starts at an address where no allocation
+ *     starts, the one question `free` asks of a record's start.
  */
 #ifndef NPUSAN_ENGINE_INT_H
 #define NPUSAN_ENGINE_INT_H
@@ -122,21 +128,34 @@ _Static_assert(ENGINE_MAX_STREAMS < STREAM_NONE, "stream numbers fit u16");
 
 /*
  * One access of one launch, shared by the histories of the bytes it
- * touched. 24 bytes: the history holds a few per live allocation, so their
+ * touched. 16 bytes: the history holds a few per live allocation, so their
  * size is much of the engine's memory. Sequence numbers get 48 bits: 2^48
  * launches is centuries of a process's life.
+ *
+ * Where the element started (its ptr) is read only by `free P` where no
+ * allocation starts at P, and it can start there only when it is not the
+ * start of a live allocation holding all of it. So an access that starts
+ * the allocation it belongs to and ends within it ("inside") keeps no ptr:
+ * every history holding it is that allocation's, which drops it with its
+ * history while still live and starting at ptr (DESIGN 9). Any other is
+ * a struct access_at, from e->access_at_pool, named as the others are.
  */
 struct access {
-	uint64_t ptr; /* start of the element as written */
 	uint64_t seq : 48;
-	uint64_t sidx : 15;
+	uint64_t sidx : 14;
 	uint64_t write : 1;
+	uint64_t at : 1; /* a struct access_at: its ptr is kept */
 	uint32_t refs;
 	uint32_t site; /* operator and stack, see finding__site_get() */
 };
 
-_Static_assert(sizeof(struct access) == 24, "access records stay small");
-_Static_assert(ENGINE_MAX_STREAMS <= (1 << 15), "stream numbers fit sidx");
+struct access_at {
+	struct access a;
+	uint64_t ptr; /* start of the element as written */
+};
+
+_Static_assert(sizeof(struct access) == 16, "access records stay small");
+_Static_assert(ENGINE_MAX_STREAMS <= (1 << 14), "stream numbers fit sidx");
 
 /* A read list of more than one read, or one that had more (DESIGN 2):
  * access records by their 32-bit names (history__acc()). */
@@ -303,6 +322,10 @@ struct pool {
 	struct chunk *partial;
 	struct chunk *empty; /* the one empty chunk kept for reuse */
 	bool indexed;
+	/* An indexed pool whose chunks another pool numbers, in its dir,
+	 * so that the objects of both share one space of names; NULL: it
+	 * numbers its own. */
+	struct pool *names;
 	/* Indexed pools: chunk number -> chunk (as rbtree.h's rb32_dir
 	 * says), ndir slots; a free slot holds the next free one's number
 	 * + 1 as (that << 1 | 1), and dir_free is the first's number + 1
@@ -400,6 +423,7 @@ struct engine {
 	size_t pending_cap;
 	bool pending_all;	/* the list overflowed: flush walks them all */
 	struct pool access_pool; /* indexed: hists name its records */
+	struct pool access_at_pool; /* struct access_at, named by access_pool */
 	/* history.c: freed read lists of capacity READS_SPARE_CAP(i) kept
 	 * for reuse, at most READS_SPARE_MAX each, linked through v[] */
 	struct reads *reads_spare[READS_SPARE_CLASSES];
@@ -584,6 +608,9 @@ void alloc__on_flush(struct engine *e);
 void alloc__fini(struct engine *e);
 
 /* history.c: the access history and the regions it lives in. */
+struct access *history__access_new(struct engine *e, const struct elem *el,
+				   uint16_t s, uint32_t site, uint64_t seq,
+				   bool write);
 void history__access_put(struct engine *e, struct access *a);
 void history__alloc_clear(struct engine *e, struct alloc *a);
 void history__forget(struct engine *e);
@@ -606,8 +633,6 @@ size_t history__spare_bytes(const struct engine *e);
 int launch__prepare(struct engine *e, const struct op *op);
 void launch__seen_reset(struct engine *e);
 bool launch__pair_seen(struct engine *e, const struct access *prev);
-struct access *launch__access_new(struct engine *e, uint16_t s, uint32_t site,
-				  uint64_t seq, uint64_t ptr, bool write);
 int launch__run(struct engine *e, const struct op *op, uint32_t site);
 int launch__on_op(struct engine *e, const struct op *op);
 void launch__fini(struct engine *e);

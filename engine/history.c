@@ -21,13 +21,55 @@
 
 /* ---- access history ---------------------------------------------------- */
 
+/* Whether element `el` is "inside" (DESIGN 9): it starts the allocation it
+ * belongs to and ends within it, so its record need not keep its start. */
+static bool history_elem_inside(const struct elem *el)
+{
+	return el->alloc != NULL && el->start == el->alloc->start &&
+	       el->last <= el->alloc->last;
+}
+
+/* A new access record for element `el` with one reference, the caller's;
+ * NULL when out of memory. */
+struct access *history__access_new(struct engine *e, const struct elem *el,
+				   uint16_t s, uint32_t site, uint64_t seq,
+				   bool write)
+{
+	bool inside = history_elem_inside(el);
+	struct access *a;
+
+	assert(s < e->nstreams && site < e->nsites);
+	a = pool__get(e, inside ? &e->access_pool : &e->access_at_pool);
+	if (a == NULL)
+		return NULL;
+	*a = (struct access){ .seq = seq, .sidx = s, .write = write,
+			      .at = !inside, .refs = 1, .site = site };
+	if (!inside)
+		((struct access_at *)(void *)a)->ptr = el->start;
+	e->st.accesses++;
+	return a;
+}
+
 void history__access_put(struct engine *e, struct access *a)
 {
 	assert(a == NULL || a->refs > 0);
 	if (a != NULL && --a->refs == 0) {
-		pool__put(e, &e->access_pool, a);
+		pool__put(e, a->at ? &e->access_at_pool : &e->access_pool, a);
 		e->st.accesses--;
 	}
+}
+
+/* Whether the record named `i`, held by a history of allocation `in` (NULL:
+ * of no allocation), starts at `p`, where no allocation starts. */
+static bool history_starts_at(const struct engine *e, uint32_t i,
+			      const struct alloc *in, uint64_t p)
+{
+	const struct access *a = history__acc(e, i);
+
+	/* DESIGN 9: an inside record starts `in`, and `in` is live */
+	assert(a->at || (in != NULL && in->start != p));
+	(void)in;
+	return a->at && ((const struct access_at *)(const void *)a)->ptr == p;
 }
 
 /* history__access_put() of the record named `i`, if any. */
@@ -299,21 +341,21 @@ static int history_hist_add_read(struct engine *e, struct hist *h,
 	return 0;
 }
 
-/* Drops the accesses that start at `p`; returns whether `h` is now empty. */
+/* Drops the accesses that start at `p`, from `h`, a history of allocation
+ * `in` (NULL: of no allocation); returns whether `h` is now empty. */
 static bool history_hist_drop_starting_at(struct engine *e, struct hist *h,
-					  uint64_t p)
+					  const struct alloc *in, uint64_t p)
 {
 	struct reads *m = history__many(e, h);
 	uint32_t *r = history__reads(e, h);
 	uint32_t n = 0, nreads = history__nreads(e, h);
-	struct access *w = history__write(e, h);
 
-	if (w != NULL && w->ptr == p) {
-		history__access_put(e, w);
+	if (h->write != 0 && history_starts_at(e, h->write, in, p)) {
+		history_put(e, h->write);
 		h->write = 0;
 	}
 	for (uint32_t i = 0; i < nreads; i++) {
-		if (history__acc(e, r[i])->ptr == p)
+		if (history_starts_at(e, r[i], in, p))
 			history_put(e, r[i]);
 		else
 			r[n++] = r[i];
@@ -695,13 +737,15 @@ void history__drop_starting_at(struct engine *e, uint64_t p)
 		struct seg *g, *next;
 
 		if (tree == NULL) {
-			history_hist_drop_starting_at(e, &r.alloc->whole, p);
+			history_hist_drop_starting_at(e, &r.alloc->whole,
+						      r.alloc, p);
 			continue;
 		}
 		for (g = history__seg_first_from(tree, r.start);
 		     g != NULL && g->start <= r.last; g = next) {
 			next = history__seg_next(g);
-			if (history_hist_drop_starting_at(e, &g->h, p))
+			if (history_hist_drop_starting_at(e, &g->h, r.alloc,
+							  p))
 				history_seg_remove(e, tree, g);
 		}
 	}

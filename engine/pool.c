@@ -9,7 +9,11 @@
  * The allocation, access record and latest use pools are indexed: their chunks are
  * numbered in a directory, so that an object has a 32-bit name
  * (pool__index(), pool__object()) that the allocation tree, the
- * histories and the usages link by. engine_get_memory() says where the bytes go.
+ * histories and the usages link by. The records that keep their start
+ * (struct access_at) come from a pool of their own whose chunks the
+ * access records' directory numbers (struct pool's `names`), so that
+ * both kinds share one space of names. engine_get_memory() says where
+ * the bytes go.
  *
  * Owns the slabs and the directories: pool__put() returns an object,
  * pool__fini() frees every slab of a pool and its directory at
@@ -123,8 +127,12 @@ static void pool_partial_del(struct pool *p, struct chunk *c)
  */
 static int pool_dir_take(struct engine *e, struct pool *p, struct chunk *c)
 {
-	size_t cap = p->ndir;
+	size_t cap;
 	uint32_t no;
+
+	if (p->names != NULL)
+		p = p->names;
+	cap = p->ndir;
 
 	if (p->dir_free != 0) {
 		no = p->dir_free - 1;
@@ -149,6 +157,8 @@ static int pool_dir_take(struct engine *e, struct pool *p, struct chunk *c)
 
 static void pool_dir_give(struct pool *p, const struct chunk *c)
 {
+	if (p->names != NULL)
+		p = p->names;
 	p->dir.base[c->no] = (uintptr_t)p->dir_free << 1 | 1;
 	p->dir_free = c->no + 1;
 }
@@ -295,6 +305,7 @@ void engine_get_memory(const struct engine *e, struct engine_memory *out)
 
 	pool_slabs(&e->alloc_pool, &m.alloc_slabs, &m.alloc_used);
 	pool_slabs(&e->access_pool, &m.access_slabs, &m.access_used);
+	pool_slabs(&e->access_at_pool, &m.access_slabs, &m.access_used);
 	pool_slabs(&e->seg_pool, &m.seg_slabs, &m.seg_used);
 	pool_slabs(&e->usage_pool, &m.usage_slabs, &m.usage_used);
 	pool_slabs(&e->live_pool, &m.usage_slabs, &m.usage_used);
