@@ -608,9 +608,6 @@ void alloc__on_flush(struct engine *e);
 void alloc__fini(struct engine *e);
 
 /* history.c: the access history and the regions it lives in. */
-struct access *history__access_new(struct engine *e, const struct elem *el,
-				   uint16_t s, uint32_t site, uint64_t seq,
-				   bool write);
 void history__access_put(struct engine *e, struct access *a);
 void history__alloc_clear(struct engine *e, struct alloc *a);
 void history__forget(struct engine *e);
@@ -747,6 +744,36 @@ static inline struct alloc *alloc__next(const struct engine *e,
 					const struct alloc *a)
 {
 	return alloc__of(e, rb32_next(&e->alloc_pool.dir, alloc__idx(e, a)));
+}
+
+/* Whether element `el` is "inside" (DESIGN 9): it starts the allocation it
+ * belongs to and ends within it, so its record need not keep its start. */
+static inline bool history__elem_inside(const struct elem *el)
+{
+	return el->alloc != NULL && el->start == el->alloc->start &&
+	       el->last <= el->alloc->last;
+}
+
+/* A new access record for element `el` with one reference, the caller's;
+ * NULL when out of memory. Inline: every access of every launch makes one. */
+static inline struct access *history__access_new(struct engine *e,
+						 const struct elem *el,
+						 uint16_t s, uint32_t site,
+						 uint64_t seq, bool write)
+{
+	bool inside = history__elem_inside(el);
+	struct access *a;
+
+	assert(s < e->nstreams && site < e->nsites);
+	a = pool__get(e, inside ? &e->access_pool : &e->access_at_pool);
+	if (a == NULL)
+		return NULL;
+	*a = (struct access){ .seq = seq, .sidx = s, .write = write,
+			      .at = !inside, .refs = 1, .site = site };
+	if (!inside)
+		((struct access_at *)(void *)a)->ptr = el->start;
+	e->st.accesses++;
+	return a;
 }
 
 /* The access record that 32-bit name `i` names, NULL for 0. */

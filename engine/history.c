@@ -21,35 +21,6 @@
 
 /* ---- access history ---------------------------------------------------- */
 
-/* Whether element `el` is "inside" (DESIGN 9): it starts the allocation it
- * belongs to and ends within it, so its record need not keep its start. */
-static bool history_elem_inside(const struct elem *el)
-{
-	return el->alloc != NULL && el->start == el->alloc->start &&
-	       el->last <= el->alloc->last;
-}
-
-/* A new access record for element `el` with one reference, the caller's;
- * NULL when out of memory. */
-struct access *history__access_new(struct engine *e, const struct elem *el,
-				   uint16_t s, uint32_t site, uint64_t seq,
-				   bool write)
-{
-	bool inside = history_elem_inside(el);
-	struct access *a;
-
-	assert(s < e->nstreams && site < e->nsites);
-	a = pool__get(e, inside ? &e->access_pool : &e->access_at_pool);
-	if (a == NULL)
-		return NULL;
-	*a = (struct access){ .seq = seq, .sidx = s, .write = write,
-			      .at = !inside, .refs = 1, .site = site };
-	if (!inside)
-		((struct access_at *)(void *)a)->ptr = el->start;
-	e->st.accesses++;
-	return a;
-}
-
 void history__access_put(struct engine *e, struct access *a)
 {
 	assert(a == NULL || a->refs > 0);
