@@ -608,7 +608,7 @@ void alloc__on_flush(struct engine *e);
 void alloc__fini(struct engine *e);
 
 /* history.c: the access history and the regions it lives in. */
-void history__access_put(struct engine *e, struct access *a);
+void history__access_free(struct engine *e, struct access *a);
 void history__alloc_clear(struct engine *e, struct alloc *a);
 void history__forget(struct engine *e);
 void history__drop_dead_writes(struct engine *e);
@@ -774,6 +774,15 @@ static inline struct access *history__access_new(struct engine *e,
 		((struct access_at *)(void *)a)->ptr = el->start;
 	e->st.accesses++;
 	return a;
+}
+
+/* Drops a reference to access record `a`, if any, freeing it with its
+ * last. Inline: every access of every launch drops its maker's. */
+static inline void history__access_put(struct engine *e, struct access *a)
+{
+	assert(a == NULL || a->refs > 0);
+	if (a != NULL && --a->refs == 0)
+		history__access_free(e, a);
 }
 
 /* The access record that 32-bit name `i` names, NULL for 0. */

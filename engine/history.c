@@ -21,13 +21,12 @@
 
 /* ---- access history ---------------------------------------------------- */
 
-void history__access_put(struct engine *e, struct access *a)
+/* history__access_put() of the last reference. */
+void history__access_free(struct engine *e, struct access *a)
 {
-	assert(a == NULL || a->refs > 0);
-	if (a != NULL && --a->refs == 0) {
-		pool__put(e, a->at ? &e->access_at_pool : &e->access_pool, a);
-		e->st.accesses--;
-	}
+	assert(a->refs == 0);
+	pool__put(e, a->at ? &e->access_at_pool : &e->access_pool, a);
+	e->st.accesses--;
 }
 
 /* Whether the record named `i`, held by a history of allocation `in` (NULL:
@@ -167,7 +166,8 @@ static void history_hist_clear(struct engine *e, struct hist *h)
 {
 	history_put(e, h->write);
 	h->write = 0;
-	history_hist_clear_reads(e, h);
+	if (h->rd != 0) /* most last writes have no reads since */
+		history_hist_clear_reads(e, h);
 }
 
 /* `acc` becomes the last write, with no reads since. */
