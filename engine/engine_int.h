@@ -92,6 +92,12 @@
  *     capture's), which goes when the allocation stops being live: in the
  *     live history it never starts at an address where no allocation
  *     starts, the one question `free` asks of a record's start.
+ * 10. Segments move in memory: when the segment slabs hold two slabs
+ *     more than the segments need, clearing an allocation's history
+ *     (history__alloc_clear()) moves those of the emptiest slab into the
+ *     others (history.c), so that the memory follows the live segments
+ *     down after a step frees its activations. So nothing keeps a pointer
+ *     to a segment across a call that may clear an allocation's history.
  */
 #ifndef NPUSAN_ENGINE_INT_H
 #define NPUSAN_ENGINE_INT_H
@@ -326,6 +332,7 @@ struct pool {
 	 * so that the objects of both share one space of names; NULL: it
 	 * numbers its own. */
 	struct pool *names;
+	uint32_t nchunks;
 	/* Indexed pools: chunk number -> chunk (as rbtree.h's rb32_dir
 	 * says), ndir slots; a free slot holds the next free one's number
 	 * + 1 as (that << 1 | 1), and dir_free is the first's number + 1
@@ -497,6 +504,10 @@ void *pool__get_slow(struct engine *e, struct pool *p);
 void pool__put_slow(struct engine *e, struct pool *p, struct chunk *c,
 		     void *o);
 void pool__fini(struct pool *p);
+struct chunk *pool__sparse_chunk(const struct pool *p, size_t live);
+size_t pool__chunk_objects(const struct pool *p, const struct chunk *c,
+			   void **out);
+void *pool__get_other(struct pool *p, const struct chunk *c);
 
 /* The chunk holding object `o` of any pool. */
 static inline struct chunk *pool__chunk_of(const void *o)

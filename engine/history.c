@@ -540,14 +540,67 @@ static int history_alloc_to_tree(struct engine *e, struct alloc *a)
 	return 0;
 }
 
+/* The tree that segment `g` is the root of, in *root: e->outside or an
+ * allocation's (NULL when `g` is no root). False for a capture's, which
+ * only graph.c knows. */
+static bool history_seg_root(struct engine *e, struct seg *g,
+			     struct rb_root **root)
+{
+	struct alloc *below, *above;
+
+	*root = NULL;
+	if (rb_parent(&g->node) != NULL)
+		return true;
+	if (e->outside.node == &g->node) {
+		*root = &e->outside;
+		return true;
+	}
+	alloc__neighbors(e, g->start, &below, &above, NULL);
+	if (below != NULL && below->tree && below->segs.node == &g->node)
+		*root = &below->segs;
+	return *root != NULL;
+}
+
+/* DESIGN 10: moves the segments of the emptiest slab into the others when
+ * the slabs hold two more than the segments need, and that slab goes. */
+static void history_segs_compact(struct engine *e)
+{
+	struct chunk *c = pool__sparse_chunk(&e->seg_pool, e->st.segments);
+	void *objs[POOL_CHUNK / sizeof(struct seg)];
+	struct rb_root *root;
+	size_t n;
+
+	if (c == NULL)
+		return;
+	n = pool__chunk_objects(&e->seg_pool, c, objs);
+	for (size_t i = 0; i < n; i++) {
+		if (!history_seg_root(e, objs[i], &root))
+			return; /* a capture's root stays; rare */
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct seg *from = objs[i];
+		struct seg *to = pool__get_other(&e->seg_pool, c);
+
+		assert(to != NULL);
+		(void)history_seg_root(e, from, &root);
+		*to = *from;
+		rb_move(root, &from->node, &to->node);
+		pool__put(e, &e->seg_pool, from);
+	}
+}
+
 void history__alloc_clear(struct engine *e, struct alloc *a)
 {
-	if (a->tree)
+	bool tree = a->tree;
+
+	if (tree)
 		history__segs_clear(e, &a->segs);
 	else
 		history_hist_clear(e, &a->whole);
 	memset(&a->whole, 0, sizeof(a->whole));
 	a->tree = 0;
+	if (tree)
+		history_segs_compact(e);
 }
 
 /* `gap`: forget history and usages; exempt what is live. */
