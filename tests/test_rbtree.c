@@ -139,6 +139,38 @@ START_TEST(rbtree_erase_root_of_small_trees)
 }
 END_TEST
 
+/* rb_move(): every node, the root included, copied to another place and
+ * moved there, leaves the same keys in order and the tree balanced, and
+ * inserts and erases go on from the moved nodes. */
+START_TEST(rbtree_move_every_node_elsewhere)
+{
+	enum { N = 300 };
+	struct item *a = calloc(N, sizeof(*a)), *b = calloc(N, sizeof(*b));
+	struct rb_root root = { NULL };
+
+	ck_assert(a != NULL && b != NULL);
+	for (size_t i = 0; i < N; i++) {
+		a[i].key = rng() % 1000;
+		insert(&root, &a[i]);
+	}
+	for (size_t i = 0; i < N; i++) {
+		b[i] = a[i];
+		rb_move(&root, &a[i].node, &b[i].node);
+		a[i].in = false;
+		a[i].node = (struct rb_node){ 0 }; /* nothing may still name it */
+		ck_assert_int_ge(rb_check(&root), 1);
+	}
+	check_against_model(&root, b, N);
+	for (size_t i = 0; i < N; i += 2) {
+		rb_erase(&root, &b[i].node);
+		b[i].in = false;
+	}
+	check_against_model(&root, b, N);
+	free(a);
+	free(b);
+}
+END_TEST
+
 /* ---- 32-bit links ----------------------------------------------------- */
 
 /* Items in chunks of 1 << RB32_SHIFT bytes, named as rbtree.h says: the
@@ -266,6 +298,7 @@ static Suite *rbtree_suite(void)
 	tcase_add_test(tc, rbtree_random_inserts_and_erases_keep_order_and_balance);
 	tcase_add_test(tc, rbtree_sequential_keys_stay_logarithmic);
 	tcase_add_test(tc, rbtree_erase_root_of_small_trees);
+	tcase_add_test(tc, rbtree_move_every_node_elsewhere);
 	tcase_add_test(tc, rbtree32_random_inserts_and_erases_keep_order_and_balance);
 	suite_add_tcase(s, tc);
 	return s;
