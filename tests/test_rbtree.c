@@ -290,6 +290,29 @@ START_TEST(rbtree32_random_inserts_and_erases_keep_order_and_balance)
 }
 END_TEST
 
+/* rb32_move(): each node of a tree on the first chunks moved to the same
+ * place on the last ones keeps the tree ordered and balanced. */
+START_TEST(rbtree32_move_every_node_elsewhere)
+{
+	struct items32 t;
+	struct rb32_root root = { 0 };
+	size_t half = 4 * PER_CHUNK;
+
+	items32_new(&t, 8 * PER_CHUNK);
+	for (size_t i = 0; i < half; i++)
+		insert32(&t, &root, i);
+	for (size_t i = 0; i < half; i++) {
+		*item32_at(&t, i + half) = *item32_at(&t, i);
+		rb32_move(&t.dir, &root, item32_link(&t, i),
+			  item32_link(&t, i + half));
+		*item32_at(&t, i) = (struct item32){ 0 };
+		check32_against_model(&t, &root);
+	}
+	for (size_t c = 0; c < 8; c++)
+		free(t.chunks[c]);
+}
+END_TEST
+
 static Suite *rbtree_suite(void)
 {
 	Suite *s = suite_create("rbtree");
@@ -300,6 +323,7 @@ static Suite *rbtree_suite(void)
 	tcase_add_test(tc, rbtree_erase_root_of_small_trees);
 	tcase_add_test(tc, rbtree_move_every_node_elsewhere);
 	tcase_add_test(tc, rbtree32_random_inserts_and_erases_keep_order_and_balance);
+	tcase_add_test(tc, rbtree32_move_every_node_elsewhere);
 	suite_add_tcase(s, tc);
 	return s;
 }
