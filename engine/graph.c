@@ -377,8 +377,7 @@ static int graph_hist_update(struct engine *e, struct capture *c,
 
 		if (el->dup || (i >= nw && el->npieces == 0))
 			continue;
-		acc = launch__access_new(e, s, el->site, c->n, el->start,
-					 i < nw);
+		acc = history__access_new(e, el, s, el->site, c->n, i < nw);
 		if (acc == NULL)
 			return -ENOMEM;
 		if (i < nw)

@@ -454,21 +454,6 @@ static void launch_note_wrote_beyond(struct engine *e, const struct elem *el,
 	}
 }
 
-/* A new access record with one reference, the caller's. */
-struct access *launch__access_new(struct engine *e, uint16_t s, uint32_t site,
-				  uint64_t seq, uint64_t ptr, bool write)
-{
-	struct access *a = pool__get(e, &e->access_pool);
-
-	assert(s < e->nstreams && site < e->nsites);
-	if (a == NULL)
-		return NULL;
-	*a = (struct access){ .ptr = ptr, .seq = seq, .sidx = s,
-			      .write = write, .refs = 1, .site = site };
-	e->st.accesses++;
-	return a;
-}
-
 /* Records read `el` in the history of the bytes it kept (its pieces). */
 static int launch_record_read(struct engine *e, const struct elem *el)
 {
@@ -496,8 +481,8 @@ static int launch_update(struct engine *e, uint16_t s, const struct op *op)
 
 		if (el->dup || (!write && el->npieces == 0))
 			continue;
-		el->acc = launch__access_new(e, s, el->site, e->seq, el->start,
-					     write);
+		el->acc = history__access_new(e, el, s, el->site, e->seq,
+					      write);
 		if (el->acc == NULL)
 			return -ENOMEM;
 		if (write)
