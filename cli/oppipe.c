@@ -12,7 +12,7 @@
  *     them the reader's to fill. `head` and `filled` change only under
  *     `mu`; a batch's contents are written by one side before the lock
  *     that hands it over, read by the other after it, so the mutex orders
- *     them. A batch of OPPIPE_BATCH ops costs two lock round trips.
+ *     them. A batch of OPPIPE_BATCH ops costs three uncontended locks.
  *  2. The reader parses each op straight into its batch, which holds
  *     copies of the op's ranges and their argument names, since the
  *     reader's lists are overwritten (and may move) at the next line. The
@@ -24,6 +24,16 @@
  *     The consumer takes a whole batch at a time.
  *  4. Every op carries the line it came from, so that an engine error
  *     names the line as the single-threaded loop did.
+ *  5. The reader is the faster side: it fills every slot and waits. Woken
+ *     for each slot freed, it would sleep again after one batch, and each
+ *     wake-up is a futex call (an interrupt to the other core) on the
+ *     engine's thread, the slower one. So once the reader waits, it sleeps
+ *     until no more than OPPIPE_REFILL_AT batches are left, and is woken
+ *     once, by the consumer that takes the queue down to that: one wake-up
+ *     per OPPIPE_DEPTH - OPPIPE_REFILL_AT batches. The consumer, which
+ *     waits only when the reader is behind, is woken at the first batch.
+ *     Who sleeps says so in `reader_waits` / `consumer_waits` (under mu),
+ *     so that the other side signals only a sleeper.
  */
 #include "oppipe.h"
 
@@ -37,6 +47,8 @@
 
 #define OPPIPE_BATCH 512
 #define OPPIPE_DEPTH 8
+/* The batches left when a waiting reader is woken (DESIGN 5). */
+#define OPPIPE_REFILL_AT (OPPIPE_DEPTH / 2)
 /* The ranges a batch starts with: launches have 1 to 4. */
 #define OPPIPE_RANGES (4 * OPPIPE_BATCH)
 
@@ -63,6 +75,8 @@ struct oppipe {
 	size_t head;   /* under mu */
 	size_t filled; /* under mu */
 	bool stop;     /* under mu: the consumer wants no more */
+	bool reader_waits;   /* under mu: for `writable` (DESIGN 5) */
+	bool consumer_waits; /* under mu: for `readable` */
 	/* The consumer's alone. */
 	bool held; /* it reads slots[head] */
 	/* The reader thread's alone: the op that did not fit in the last
@@ -174,8 +188,11 @@ static struct oppipe_batch *oppipe_wait_free(struct oppipe *p)
 	struct oppipe_batch *b = NULL;
 
 	pthread_mutex_lock(&p->mu);
-	while (p->filled == OPPIPE_DEPTH && !p->stop)
-		pthread_cond_wait(&p->writable, &p->mu);
+	if (p->filled == OPPIPE_DEPTH && !p->stop) {
+		p->reader_waits = true;
+		while (p->reader_waits && !p->stop)
+			pthread_cond_wait(&p->writable, &p->mu);
+	}
 	if (!p->stop)
 		b = p->slots[(p->head + p->filled) % OPPIPE_DEPTH];
 	pthread_mutex_unlock(&p->mu);
@@ -193,7 +210,10 @@ static void *oppipe_reader(void *arg)
 		end = b->end;
 		pthread_mutex_lock(&p->mu);
 		p->filled++;
-		pthread_cond_signal(&p->readable);
+		if (p->consumer_waits) {
+			p->consumer_waits = false;
+			pthread_cond_signal(&p->readable);
+		}
 		pthread_mutex_unlock(&p->mu);
 	}
 	return NULL;
@@ -261,10 +281,15 @@ static struct oppipe_batch *oppipe_next_batch(struct oppipe *p)
 	if (p->held) {
 		p->head = (p->head + 1) % OPPIPE_DEPTH;
 		p->filled--;
-		pthread_cond_signal(&p->writable);
+		if (p->reader_waits && p->filled <= OPPIPE_REFILL_AT) {
+			p->reader_waits = false;
+			pthread_cond_signal(&p->writable);
+		}
 	}
-	while (p->filled == 0)
+	while (p->filled == 0) {
+		p->consumer_waits = true;
 		pthread_cond_wait(&p->readable, &p->mu);
+	}
 	b = p->slots[p->head];
 	pthread_mutex_unlock(&p->mu);
 	p->held = true;
