@@ -33,10 +33,13 @@
  *     per OPPIPE_DEPTH - OPPIPE_REFILL_AT batches. The consumer, which
  *     waits only when the reader is behind, is woken at the first batch.
  *     Who sleeps says so in `reader_waits` / `consumer_waits` (under mu),
- *     so that the other side signals only a sleeper.
+ *     so that the other side signals only a sleeper, and it signals once
+ *     it has let go of `mu`: woken under it, the sleeper would wake only
+ *     to wait for the mutex, a second sleep and wake-up.
  */
 #include "oppipe.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -49,6 +52,8 @@
 #define OPPIPE_DEPTH 8
 /* The batches left when a waiting reader is woken (DESIGN 5). */
 #define OPPIPE_REFILL_AT (OPPIPE_DEPTH / 2)
+_Static_assert(OPPIPE_REFILL_AT > 0, "a reader is woken before the queue "
+					 "is empty (oppipe_next_batch())");
 /* The ranges a batch starts with: launches have 1 to 4. */
 #define OPPIPE_RANGES (4 * OPPIPE_BATCH)
 
@@ -204,17 +209,18 @@ static void *oppipe_reader(void *arg)
 	struct oppipe *p = arg;
 	struct oppipe_batch *b;
 	int end = 1;
+	bool wake;
 
 	while (end == 1 && (b = oppipe_wait_free(p)) != NULL) {
 		oppipe_fill(p, b);
 		end = b->end;
 		pthread_mutex_lock(&p->mu);
 		p->filled++;
-		if (p->consumer_waits) {
-			p->consumer_waits = false;
-			pthread_cond_signal(&p->readable);
-		}
+		wake = p->consumer_waits;
+		p->consumer_waits = false;
 		pthread_mutex_unlock(&p->mu);
+		if (wake) /* DESIGN 5: once the lock is free for it */
+			pthread_cond_signal(&p->readable);
 	}
 	return NULL;
 }
@@ -276,22 +282,27 @@ int oppipe_start(struct trace_reader *r, struct oppipe **out)
 static struct oppipe_batch *oppipe_next_batch(struct oppipe *p)
 {
 	struct oppipe_batch *b;
+	bool wake = false;
 
 	pthread_mutex_lock(&p->mu);
 	if (p->held) {
 		p->head = (p->head + 1) % OPPIPE_DEPTH;
 		p->filled--;
-		if (p->reader_waits && p->filled <= OPPIPE_REFILL_AT) {
-			p->reader_waits = false;
-			pthread_cond_signal(&p->writable);
-		}
+		wake = p->reader_waits && p->filled <= OPPIPE_REFILL_AT;
+		p->reader_waits &= !wake;
 	}
+	/* The reader waited since the queue was full and only this side
+	 * takes from it: it is woken at OPPIPE_REFILL_AT left, never empty,
+	 * so that no wait comes between here and the signal below. */
+	assert(!wake || p->filled == OPPIPE_REFILL_AT);
 	while (p->filled == 0) {
 		p->consumer_waits = true;
 		pthread_cond_wait(&p->readable, &p->mu);
 	}
 	b = p->slots[p->head];
 	pthread_mutex_unlock(&p->mu);
+	if (wake) /* DESIGN 5: once the lock is free for it */
+		pthread_cond_signal(&p->writable);
 	p->held = true;
 	return b;
 }
