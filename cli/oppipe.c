@@ -12,7 +12,7 @@
  *     them the reader's to fill. `head` and `filled` change only under
  *     `mu`; a batch's contents are written by one side before the lock
  *     that hands it over, read by the other after it, so the mutex orders
- *     them. A batch of OPPIPE_BATCH ops costs two lock round trips.
+ *     them. A batch of OPPIPE_BATCH ops costs three uncontended locks.
  *  2. The reader parses each op straight into its batch, which holds
  *     copies of the op's ranges and their argument names, since the
  *     reader's lists are overwritten (and may move) at the next line. The
@@ -24,9 +24,22 @@
  *     The consumer takes a whole batch at a time.
  *  4. Every op carries the line it came from, so that an engine error
  *     names the line as the single-threaded loop did.
+ *  5. The reader is the faster side: it fills every slot and waits. Woken
+ *     for each slot freed, it would sleep again after one batch, and each
+ *     wake-up is a futex call (an interrupt to the other core) on the
+ *     engine's thread, the slower one. So once the reader waits, it sleeps
+ *     until no more than OPPIPE_REFILL_AT batches are left, and is woken
+ *     once, by the consumer that takes the queue down to that: one wake-up
+ *     per OPPIPE_DEPTH - OPPIPE_REFILL_AT batches. The consumer, which
+ *     waits only when the reader is behind, is woken at the first batch.
+ *     Who sleeps says so in `reader_waits` / `consumer_waits` (under mu),
+ *     so that the other side signals only a sleeper, and it signals once
+ *     it has let go of `mu`: woken under it, the sleeper would wake only
+ *     to wait for the mutex, a second sleep and wake-up.
  */
 #include "oppipe.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -37,6 +50,10 @@
 
 #define OPPIPE_BATCH 512
 #define OPPIPE_DEPTH 8
+/* The batches left when a waiting reader is woken (DESIGN 5). */
+#define OPPIPE_REFILL_AT (OPPIPE_DEPTH / 2)
+_Static_assert(OPPIPE_REFILL_AT > 0, "a reader is woken before the queue "
+					 "is empty (oppipe_next_batch())");
 /* The ranges a batch starts with: launches have 1 to 4. */
 #define OPPIPE_RANGES (4 * OPPIPE_BATCH)
 
@@ -63,6 +80,8 @@ struct oppipe {
 	size_t head;   /* under mu */
 	size_t filled; /* under mu */
 	bool stop;     /* under mu: the consumer wants no more */
+	bool reader_waits;   /* under mu: for `writable` (DESIGN 5) */
+	bool consumer_waits; /* under mu: for `readable` */
 	/* The consumer's alone. */
 	bool held; /* it reads slots[head] */
 	/* The reader thread's alone: the op that did not fit in the last
@@ -174,8 +193,11 @@ static struct oppipe_batch *oppipe_wait_free(struct oppipe *p)
 	struct oppipe_batch *b = NULL;
 
 	pthread_mutex_lock(&p->mu);
-	while (p->filled == OPPIPE_DEPTH && !p->stop)
-		pthread_cond_wait(&p->writable, &p->mu);
+	if (p->filled == OPPIPE_DEPTH && !p->stop) {
+		p->reader_waits = true;
+		while (p->reader_waits && !p->stop)
+			pthread_cond_wait(&p->writable, &p->mu);
+	}
 	if (!p->stop)
 		b = p->slots[(p->head + p->filled) % OPPIPE_DEPTH];
 	pthread_mutex_unlock(&p->mu);
@@ -187,14 +209,18 @@ static void *oppipe_reader(void *arg)
 	struct oppipe *p = arg;
 	struct oppipe_batch *b;
 	int end = 1;
+	bool wake;
 
 	while (end == 1 && (b = oppipe_wait_free(p)) != NULL) {
 		oppipe_fill(p, b);
 		end = b->end;
 		pthread_mutex_lock(&p->mu);
 		p->filled++;
-		pthread_cond_signal(&p->readable);
+		wake = p->consumer_waits;
+		p->consumer_waits = false;
 		pthread_mutex_unlock(&p->mu);
+		if (wake) /* DESIGN 5: once the lock is free for it */
+			pthread_cond_signal(&p->readable);
 	}
 	return NULL;
 }
@@ -256,17 +282,27 @@ int oppipe_start(struct trace_reader *r, struct oppipe **out)
 static struct oppipe_batch *oppipe_next_batch(struct oppipe *p)
 {
 	struct oppipe_batch *b;
+	bool wake = false;
 
 	pthread_mutex_lock(&p->mu);
 	if (p->held) {
 		p->head = (p->head + 1) % OPPIPE_DEPTH;
 		p->filled--;
-		pthread_cond_signal(&p->writable);
+		wake = p->reader_waits && p->filled <= OPPIPE_REFILL_AT;
+		p->reader_waits &= !wake;
 	}
-	while (p->filled == 0)
+	/* The reader waited since the queue was full and only this side
+	 * takes from it: it is woken at OPPIPE_REFILL_AT left, never empty,
+	 * so that no wait comes between here and the signal below. */
+	assert(!wake || p->filled == OPPIPE_REFILL_AT);
+	while (p->filled == 0) {
+		p->consumer_waits = true;
 		pthread_cond_wait(&p->readable, &p->mu);
+	}
 	b = p->slots[p->head];
 	pthread_mutex_unlock(&p->mu);
+	if (wake) /* DESIGN 5: once the lock is free for it */
+		pthread_cond_signal(&p->writable);
 	p->held = true;
 	return b;
 }
