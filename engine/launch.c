@@ -350,17 +350,37 @@ static int launch_read_pieces(struct engine *e, struct elem *r, size_t nunion,
 	return 0;
 }
 
+/* Lays out the `n` ranges of `x` as e->elems[at..at+n), each at `site`;
+ * returns the longest's length. */
+static uint64_t launch_layout(struct engine *e, size_t at,
+			      const struct op_range *x, size_t n,
+			      uint32_t site)
+{
+	struct elem *el = e->elems + at;
+	uint64_t longest = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		el[i] = (struct elem){ .start = x[i].ptr,
+				       .last = x[i].ptr + (x[i].len - 1),
+				       .site = site };
+		if (x[i].len > longest)
+			longest = x[i].len;
+	}
+	return longest;
+}
+
 /*
- * Lays out a launch's elements in e->elems (writes first, then reads, in
- * listed order), marks duplicates, cuts each read down to the bytes no
- * write covers and finds the allocation each access belongs to. Allocates
- * scratch only; touches no analysis state.
+ * launch__prepare() with every element at `site`; the longest element's
+ * length in *longest. Each list is laid out in a loop of its own.
  */
-int launch__prepare(struct engine *e, const struct op *op)
+static int launch_prepare_at(struct engine *e, const struct op *op,
+			     uint32_t site, uint64_t *longest)
 {
 	size_t nw = op->nwrites, nr = op->nreads, nu, npieces = 0;
 	struct elem *w, *r;
+	uint64_t lr;
 
+	*longest = 0;
 	if (nw + nr == 0)
 		return 0;
 	if (pool__grow_array(e, (void **)&e->elems, &e->elems_cap, nw + nr,
@@ -370,27 +390,39 @@ int launch__prepare(struct engine *e, const struct op *op)
 		return -ENOMEM;
 	w = e->elems;
 	r = e->elems + nw;
-	for (size_t i = 0; i < nw + nr; i++) {
-		const struct op_range *x = i < nw ? &op->writes[i]
-						  : &op->reads[i - nw];
-
-		e->elems[i] = (struct elem){ .start = x->ptr,
-					     .last = x->ptr + (x->len - 1) };
-	}
+	*longest = launch_layout(e, 0, op->writes, nw, site);
+	lr = launch_layout(e, nw, op->reads, nr, site);
+	if (lr > *longest)
+		*longest = lr;
 	launch_mark_dups(e, w, nw);
 	launch_mark_dups(e, r, nr);
+	for (size_t i = 0; i < nw; i++) {
+		if (!w[i].dup)
+			w[i].alloc = alloc__containing(e, w[i].start);
+	}
 	nu = launch_write_union(e, w, nw);
 	for (size_t i = 0; i < nr; i++) {
-		if (!r[i].dup && launch_read_pieces(e, &r[i], nu, &npieces) < 0)
+		if (r[i].dup)
+			continue;
+		if (launch_read_pieces(e, &r[i], nu, &npieces) < 0)
 			return -ENOMEM;
-	}
-	for (size_t i = 0; i < nw + nr; i++) {
-		struct elem *el = &e->elems[i];
-
-		if (!el->dup && (i < nw || el->npieces > 0))
-			el->alloc = alloc__containing(e, el->start);
+		if (r[i].npieces > 0)
+			r[i].alloc = alloc__containing(e, r[i].start);
 	}
 	return 0;
+}
+
+/*
+ * Lays out a launch's elements in e->elems (writes first, then reads, in
+ * listed order), marks duplicates, cuts each read down to the bytes no
+ * write covers and finds the allocation each access belongs to. Allocates
+ * scratch only; touches no analysis state.
+ */
+int launch__prepare(struct engine *e, const struct op *op)
+{
+	uint64_t longest;
+
+	return launch_prepare_at(e, op, 0, &longest);
 }
 
 /* The record_stream bookkeeping: a use of an allocation on a stream other
@@ -518,24 +550,19 @@ static int launch_update(struct engine *e, uint16_t s, const struct op *op)
 }
 
 /*
- * Each element's site: `site`, with the element's argument when the op
- * names one. Interns only, before any state changes (DESIGN 7).
+ * Each element's site, when the op names arguments: the launch's, which
+ * launch_prepare_at() set, with the element's argument. Interns only,
+ * before any state changes (DESIGN 7).
  */
 static int launch_sites(struct engine *e, const struct op *op, uint32_t site)
 {
 	size_t nw = op->nwrites;
 	int err;
 
-	if (op->write_args == NULL && op->read_args == NULL) {
-		for (size_t i = 0; i < nw + op->nreads; i++)
-			e->elems[i].site = site;
-		return 0;
-	}
 	for (size_t i = 0; i < nw + op->nreads; i++) {
 		const uint32_t *args = i < nw ? op->write_args : op->read_args;
 		uint32_t arg = args != NULL ? args[i < nw ? i : i - nw] : 0;
 
-		e->elems[i].site = site;
 		if (arg != 0 && (err = finding__site_with_arg(
 					 e, site, arg, &e->elems[i].site)) < 0)
 			return err;
@@ -552,13 +579,15 @@ int launch__run(struct engine *e, const struct op *op, uint32_t site)
 {
 	size_t nw = op->nwrites;
 	struct access tmpl;
+	uint64_t longest;
 	uint16_t s;
 	int err;
 
 	if (e->seq == SEQ_MAX)
 		return -EOVERFLOW;
-	if ((err = launch__prepare(e, op)) < 0 ||
-	    (err = launch_sites(e, op, site)) < 0 ||
+	if ((err = launch_prepare_at(e, op, site, &longest)) < 0 ||
+	    ((op->write_args != NULL || op->read_args != NULL) &&
+	     (err = launch_sites(e, op, site)) < 0) ||
 	    (err = sync__stream_get(e, op->stream, &s)) < 0)
 		return err;
 	e->seq++;
@@ -578,14 +607,8 @@ int launch__run(struct engine *e, const struct op *op, uint32_t site)
 		if (!e->elems[i].dup)
 			launch_check_write(e, s, &e->elems[i], &tmpl);
 	}
-	for (size_t i = 0; i < nw + op->nreads; i++) {
-		uint64_t len = e->elems[i].last - e->elems[i].start + 1;
-
-		if (len == 0) /* the whole address space */
-			len = UINT64_MAX;
-		if (len > e->max_access_len)
-			e->max_access_len = len;
-	}
+	if (longest > e->max_access_len)
+		e->max_access_len = longest;
 	if ((err = launch_update(e, s, op)) < 0)
 		history__forget(e);
 	return err;
