@@ -357,8 +357,11 @@ static void alloc_check_record_stream(struct engine *e, struct alloc *a,
 				      enum detected_at at,
 				      const struct op *free)
 {
-	const int64_t *cstate = alloc_rule_clock(e, a);
+	const int64_t *cstate;
 
+	if (a->nusage == 0) /* most allocations: used on their stream only */
+		return;
+	cstate = alloc_rule_clock(e, a);
 	for (size_t i = 0; cstate != NULL && i < a->nusage; i++) {
 		struct usage *u = &a->usages->u[i];
 		struct usage_live *l = alloc__live_find(e, a, u->sidx);
@@ -437,7 +440,9 @@ int alloc__on_alloc(struct engine *e, const struct op *op)
 		old = next;
 		moved = true;
 	}
-	if (history__segs_drop(e, &e->outside, op->ptr, last) < 0) {
+	/* Most jobs access no bytes outside their allocations. */
+	if (e->outside.node != NULL &&
+	    history__segs_drop(e, &e->outside, op->ptr, last) < 0) {
 		pool__put(e, &e->alloc_pool, a);
 		history__forget(e);
 		return -ENOMEM;

@@ -324,6 +324,14 @@ static int launch_read_pieces(struct engine *e, struct elem *r, size_t nunion,
 	bool covered = false;
 
 	assert(r->start <= r->last);
+	r->piece0 = (uint32_t)*npieces;
+	if (nunion == 0 || r->last < e->spans[0].start ||
+	    r->start > e->spans[nunion - 1].last) { /* the usual read */
+		if (launch_add_piece(e, npieces, r->start, r->last) < 0)
+			return -ENOMEM;
+		r->npieces = 1;
+		return 0;
+	}
 	while (lo < hi) { /* the first span ending at or after r->start */
 		size_t mid = lo + (hi - lo) / 2;
 
@@ -332,7 +340,6 @@ static int launch_read_pieces(struct engine *e, struct elem *r, size_t nunion,
 		else
 			hi = mid;
 	}
-	r->piece0 = (uint32_t)*npieces;
 	for (size_t i = lo; i < nunion && !covered &&
 			    e->spans[i].start <= r->last; i++) {
 		if (e->spans[i].start > cur &&
@@ -369,18 +376,24 @@ static uint64_t launch_layout(struct engine *e, size_t at,
 	return longest;
 }
 
+/* What launch__run() learns of a launch while laying it out. */
+struct launch_shape {
+	uint64_t longest; /* the longest element's length */
+	bool beyond;	  /* a write runs past its own allocation, or has none */
+};
+
 /*
- * launch__prepare() with every element at `site`; the longest element's
- * length in *longest. Each list is laid out in a loop of its own.
+ * launch__prepare() with every element at `site`, saying what it saw in
+ * *shape. Each list is laid out in a loop of its own.
  */
 static int launch_prepare_at(struct engine *e, const struct op *op,
-			     uint32_t site, uint64_t *longest)
+			     uint32_t site, struct launch_shape *shape)
 {
 	size_t nw = op->nwrites, nr = op->nreads, nu, npieces = 0;
 	struct elem *w, *r;
 	uint64_t lr;
 
-	*longest = 0;
+	*shape = (struct launch_shape){ 0 };
 	if (nw + nr == 0)
 		return 0;
 	if (pool__grow_array(e, (void **)&e->elems, &e->elems_cap, nw + nr,
@@ -390,15 +403,18 @@ static int launch_prepare_at(struct engine *e, const struct op *op,
 		return -ENOMEM;
 	w = e->elems;
 	r = e->elems + nw;
-	*longest = launch_layout(e, 0, op->writes, nw, site);
+	shape->longest = launch_layout(e, 0, op->writes, nw, site);
 	lr = launch_layout(e, nw, op->reads, nr, site);
-	if (lr > *longest)
-		*longest = lr;
+	if (lr > shape->longest)
+		shape->longest = lr;
 	launch_mark_dups(e, w, nw);
 	launch_mark_dups(e, r, nr);
 	for (size_t i = 0; i < nw; i++) {
-		if (!w[i].dup)
-			w[i].alloc = alloc__containing(e, w[i].start);
+		if (w[i].dup)
+			continue;
+		w[i].alloc = alloc__containing(e, w[i].start);
+		if (w[i].alloc == NULL || w[i].last > w[i].alloc->last)
+			shape->beyond = true;
 	}
 	nu = launch_write_union(e, w, nw);
 	for (size_t i = 0; i < nr; i++) {
@@ -420,13 +436,21 @@ static int launch_prepare_at(struct engine *e, const struct op *op,
  */
 int launch__prepare(struct engine *e, const struct op *op)
 {
-	uint64_t longest;
+	struct launch_shape shape;
 
-	return launch_prepare_at(e, op, 0, &longest);
+	return launch_prepare_at(e, op, 0, &shape);
 }
 
-/* The record_stream bookkeeping: a use of an allocation on a stream other
- * than its (known) allocation stream. */
+/* Whether a use of `a` on stream `s` is a usage for the record_stream
+ * check: a use of an allocation on a stream other than its (known)
+ * allocation stream. The usual use, on its own stream, is not. */
+static bool launch_is_usage(const struct alloc *a, uint16_t s)
+{
+	return a != NULL && a->sidx != s && !a->exempt &&
+	       a->sidx != STREAM_NONE;
+}
+
+/* The record_stream bookkeeping of a use that launch_is_usage(). */
 static int launch_note_usage(struct engine *e, const struct elem *el,
 			     uint16_t s, uint32_t site)
 {
@@ -434,8 +458,7 @@ static int launch_note_usage(struct engine *e, const struct elem *el,
 	struct usage_live *l;
 	struct usage *u;
 
-	if (a == NULL || a->exempt || a->sidx == STREAM_NONE || a->sidx == s)
-		return 0;
+	assert(launch_is_usage(a, s));
 	if ((u = alloc__usage_get(e, a, s)) == NULL)
 		return -ENOMEM;
 	if (u->flags & (USAGE_RECORDED | USAGE_REPORTED)) {
@@ -472,7 +495,7 @@ static void launch_note_wrote_beyond(struct engine *e, const struct elem *el,
 	struct region r;
 
 	if (el->alloc != NULL && el->last <= el->alloc->last)
-		return; /* the usual write, within its own allocation */
+		return; /* a write within its own allocation */
 	history__walk_init(e, &w, el->start, el->last, el->alloc);
 	while (history__walk_next(&w, &r)) {
 		struct alloc *a = r.alloc;
@@ -515,8 +538,36 @@ static int launch_record_read(struct engine *e, const struct elem *el)
 	return err;
 }
 
-/* Applies the launch's accesses to history and usages (DESIGN 4, 6). */
-static int launch_update(struct engine *e, uint16_t s, const struct op *op)
+/* Records element `el`, a write when `write`, in the history and its
+ * usage of its allocation (DESIGN 4, 6). */
+static int launch_update_elem(struct engine *e, struct elem *el, uint16_t s,
+			      bool write)
+{
+	int err;
+
+	el->acc = launch__access_new(e, s, el->site, e->seq, el->start, write);
+	if (el->acc == NULL)
+		return -ENOMEM;
+	if (write)
+		err = history__record(e, el->start, el->last, el->alloc,
+				      el->acc);
+	else
+		err = launch_record_read(e, el);
+	if (err == 0 && launch_is_usage(el->alloc, s))
+		err = launch_note_usage(e, el, s, el->site);
+	/* the history holds its own references: dropping this one frees
+	 * the record only when the history took none */
+	if (el->acc->refs > 1)
+		el->acc->refs--;
+	else
+		history__access_put(e, el->acc);
+	return err;
+}
+
+/* Applies the launch's accesses to history and usages (DESIGN 4, 6),
+ * writes first; `beyond` as struct launch_shape says. */
+static int launch_update(struct engine *e, uint16_t s, const struct op *op,
+			 bool beyond)
 {
 	size_t nw = op->nwrites, n = nw + op->nreads;
 	int err = 0;
@@ -524,25 +575,11 @@ static int launch_update(struct engine *e, uint16_t s, const struct op *op)
 	assert(s < e->nstreams);
 	for (size_t i = 0; i < n && err == 0; i++) {
 		struct elem *el = &e->elems[i];
-		bool write = i < nw;
 
-		if (el->dup || (!write && el->npieces == 0))
-			continue;
-		el->acc = launch__access_new(e, s, el->site, e->seq, el->start,
-					     write);
-		if (el->acc == NULL)
-			return -ENOMEM;
-		if (write)
-			err = history__record(e, el->start, el->last, el->alloc,
-					      el->acc);
-		else
-			err = launch_record_read(e, el);
-		if (err == 0)
-			err = launch_note_usage(e, el, s, el->site);
-		/* the history holds its own references */
-		history__access_put(e, el->acc);
+		if (!el->dup && (i < nw || el->npieces > 0))
+			err = launch_update_elem(e, el, s, i < nw);
 	}
-	for (size_t i = 0; i < nw && err == 0; i++) {
+	for (size_t i = 0; beyond && i < nw && err == 0; i++) {
 		if (!e->elems[i].dup)
 			launch_note_wrote_beyond(e, &e->elems[i], s);
 	}
@@ -579,13 +616,13 @@ int launch__run(struct engine *e, const struct op *op, uint32_t site)
 {
 	size_t nw = op->nwrites;
 	struct access tmpl;
-	uint64_t longest;
+	struct launch_shape shape;
 	uint16_t s;
 	int err;
 
 	if (e->seq == SEQ_MAX)
 		return -EOVERFLOW;
-	if ((err = launch_prepare_at(e, op, site, &longest)) < 0 ||
+	if ((err = launch_prepare_at(e, op, site, &shape)) < 0 ||
 	    ((op->write_args != NULL || op->read_args != NULL) &&
 	     (err = launch_sites(e, op, site)) < 0) ||
 	    (err = sync__stream_get(e, op->stream, &s)) < 0)
@@ -607,9 +644,9 @@ int launch__run(struct engine *e, const struct op *op, uint32_t site)
 		if (!e->elems[i].dup)
 			launch_check_write(e, s, &e->elems[i], &tmpl);
 	}
-	if (longest > e->max_access_len)
-		e->max_access_len = longest;
-	if ((err = launch_update(e, s, op)) < 0)
+	if (shape.longest > e->max_access_len)
+		e->max_access_len = shape.longest;
+	if ((err = launch_update(e, s, op, shape.beyond)) < 0)
 		history__forget(e);
 	return err;
 }
