@@ -24,11 +24,15 @@ static struct alloc *launch_alloc_for(struct engine *e, const struct elem *el,
 	return ptr == el->start ? el->alloc : alloc__containing(e, ptr);
 }
 
-static bool launch_ordered(const struct engine *e, uint16_t s,
+/* Whether access `p` happened before the present of the stream whose
+ * clock is `state`: the launching stream's, which a launch's checks
+ * take once. */
+static bool launch_ordered(const struct engine *e, const int64_t *state,
 			   const struct access *p)
 {
-	assert(s < e->nstreams && p->sidx < e->nstreams);
-	return (int64_t)p->seq <= e->streams[s].state[p->sidx];
+	assert(p->sidx < e->nstreams);
+	(void)e;
+	return (int64_t)p->seq <= state[p->sidx];
 }
 
 static bool launch_seen_lookup(const struct engine *e, const struct access *a)
@@ -138,18 +142,18 @@ static void launch_report_race(struct engine *e, const struct elem *cur,
 }
 
 /* launch_check_read() of the bytes whose history is `h`. */
-static void launch_check_read_hist(struct engine *e, uint16_t s,
+static void launch_check_read_hist(struct engine *e, const int64_t *state,
 				   const struct elem *el, struct hist *h,
 				   const struct access *tmpl)
 {
 	struct access *lw = history__write(e, h);
 
-	if (lw != NULL && !launch_ordered(e, s, lw))
+	if (lw != NULL && !launch_ordered(e, state, lw))
 		launch_report_race(e, el, lw, tmpl);
 }
 
 /* launch_check_write() of the bytes whose history is `h`. */
-static void launch_check_write_hist(struct engine *e, uint16_t s,
+static void launch_check_write_hist(struct engine *e, const int64_t *state,
 				    const struct elem *el, struct hist *h,
 				    const struct access *tmpl)
 {
@@ -160,15 +164,15 @@ static void launch_check_write_hist(struct engine *e, uint16_t s,
 	for (uint32_t i = 0; i < nreads; i++) {
 		struct access *a = history__acc(e, rd[i]);
 
-		if (!launch_ordered(e, s, a))
+		if (!launch_ordered(e, state, a))
 			launch_report_race(e, el, a, tmpl);
 	}
-	if (nreads == 0 && lw != NULL && !launch_ordered(e, s, lw))
+	if (nreads == 0 && lw != NULL && !launch_ordered(e, state, lw))
 		launch_report_race(e, el, lw, tmpl);
 }
 
 /* A read is checked against the last write of each of its bytes. */
-static void launch_check_read(struct engine *e, uint16_t s,
+static void launch_check_read(struct engine *e, const int64_t *state,
 			      const struct elem *el, const struct access *tmpl)
 {
 	launch__seen_reset(e);
@@ -181,20 +185,20 @@ static void launch_check_read(struct engine *e, uint16_t s,
 		struct seg *cursor = NULL;
 
 		if (h != NULL) {
-			launch_check_read_hist(e, s, el, h, tmpl);
+			launch_check_read_hist(e, state, el, h, tmpl);
 			continue;
 		}
 		history__walk_init(e, &w, p->start, p->last, in);
 		while (history__walk_next(&w, &r)) {
 			history__for_each_hist (e, &r, h, cursor)
-				launch_check_read_hist(e, s, el, h, tmpl);
+				launch_check_read_hist(e, state, el, h, tmpl);
 		}
 	}
 }
 
 /* A write is checked against the reads since the last write of each of
  * its bytes, or against that last write when there are none. */
-static void launch_check_write(struct engine *e, uint16_t s,
+static void launch_check_write(struct engine *e, const int64_t *state,
 			       const struct elem *el, const struct access *tmpl)
 {
 	struct hist *h = history__whole_of(el->alloc, el->start, el->last);
@@ -204,13 +208,13 @@ static void launch_check_write(struct engine *e, uint16_t s,
 
 	launch__seen_reset(e);
 	if (h != NULL) {
-		launch_check_write_hist(e, s, el, h, tmpl);
+		launch_check_write_hist(e, state, el, h, tmpl);
 		return;
 	}
 	history__walk_init(e, &w, el->start, el->last, el->alloc);
 	while (history__walk_next(&w, &r)) {
 		history__for_each_hist (e, &r, h, cursor)
-			launch_check_write_hist(e, s, el, h, tmpl);
+			launch_check_write_hist(e, state, el, h, tmpl);
 	}
 }
 
@@ -260,8 +264,7 @@ static void launch_sorted_spans(struct engine *e, const struct elem *el,
  * A short list compares each pair, cheaper than sorting it. */
 static void launch_mark_dups(struct engine *e, struct elem *el, size_t n)
 {
-	if (n < 2)
-		return;
+	assert(n > 1);
 	if (n <= 8) {
 		for (size_t j = 1; j < n; j++) {
 			for (size_t i = 0; i < j && !el[j].dup; i++)
@@ -407,8 +410,10 @@ static int launch_prepare_at(struct engine *e, const struct op *op,
 	lr = launch_layout(e, nw, op->reads, nr, site);
 	if (lr > shape->longest)
 		shape->longest = lr;
-	launch_mark_dups(e, w, nw);
-	launch_mark_dups(e, r, nr);
+	if (nw > 1)
+		launch_mark_dups(e, w, nw);
+	if (nr > 1)
+		launch_mark_dups(e, r, nr);
 	for (size_t i = 0; i < nw; i++) {
 		if (w[i].dup)
 			continue;
@@ -617,6 +622,7 @@ int launch__run(struct engine *e, const struct op *op, uint32_t site)
 	size_t nw = op->nwrites;
 	struct access tmpl;
 	struct launch_shape shape;
+	int64_t *state;
 	uint16_t s;
 	int err;
 
@@ -629,20 +635,21 @@ int launch__run(struct engine *e, const struct op *op, uint32_t site)
 		return err;
 	e->seq++;
 	e->st.launches++;
-	e->streams[s].state[s] = (int64_t)e->seq;
+	state = e->streams[s].state;
+	state[s] = (int64_t)e->seq;
 
 	tmpl = (struct access){ .site = site, .sidx = s, .seq = e->seq };
 	/* Reads first, then writes, as torch.cuda._sanitizer reports. */
 	for (size_t i = nw; i < nw + op->nreads; i++) {
 		tmpl.site = e->elems[i].site;
 		if (!e->elems[i].dup && e->elems[i].npieces > 0)
-			launch_check_read(e, s, &e->elems[i], &tmpl);
+			launch_check_read(e, state, &e->elems[i], &tmpl);
 	}
 	tmpl.write = 1;
 	for (size_t i = 0; i < nw; i++) {
 		tmpl.site = e->elems[i].site;
 		if (!e->elems[i].dup)
-			launch_check_write(e, s, &e->elems[i], &tmpl);
+			launch_check_write(e, state, &e->elems[i], &tmpl);
 	}
 	if (shape.longest > e->max_access_len)
 		e->max_access_len = shape.longest;
