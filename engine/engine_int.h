@@ -273,9 +273,10 @@ struct stream {
 	uint32_t member;     /* its index among cap's members */
 };
 
+/* A recorded event: the clock it copied, of n streams, in one block. */
 struct event {
-	int64_t *rec;
 	uint32_t n;
+	int64_t rec[];
 };
 
 /*
