@@ -290,7 +290,8 @@ static uint32_t *alloc_hash_link(const struct engine *e, uint64_t start)
 
 /* Forgets allocation `a`, which hash link `*link` names, with its history
  * and usages. */
-static void alloc_unlink_at(struct engine *e, struct alloc *a, uint32_t *link)
+static inline void alloc_unlink_at(struct engine *e, struct alloc *a,
+				   uint32_t *link)
 {
 	uint32_t i = alloc__idx(e, a);
 

@@ -153,9 +153,11 @@ static void launch_check_read_hist(struct engine *e, const int64_t *state,
 }
 
 /* launch_check_write() of the bytes whose history is `h`. */
-static void launch_check_write_hist(struct engine *e, const int64_t *state,
-				    const struct elem *el, struct hist *h,
-				    const struct access *tmpl)
+static inline void launch_check_write_hist(struct engine *e,
+					   const int64_t *state,
+					   const struct elem *el,
+					   struct hist *h,
+					   const struct access *tmpl)
 {
 	const uint32_t *rd = history__reads(e, h);
 	uint32_t nreads = history__nreads(e, h);
@@ -262,7 +264,7 @@ static void launch_sorted_spans(struct engine *e, const struct elem *el,
 
 /* An element listed twice in one list is one access: marks later copies.
  * A short list compares each pair, cheaper than sorting it. */
-static void launch_mark_dups(struct engine *e, struct elem *el, size_t n)
+static inline void launch_mark_dups(struct engine *e, struct elem *el, size_t n)
 {
 	assert(n > 1);
 	if (n <= 8) {
