@@ -253,8 +253,8 @@ static void launch_sort_spans(struct span *v, size_t n)
 }
 
 /* Copies `n` elements into e->spans sorted by (start, last, position). */
-static void launch_sorted_spans(struct engine *e, const struct elem *el,
-				size_t n)
+static inline void launch_sorted_spans(struct engine *e,
+				       const struct elem *el, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		e->spans[i] = (struct span){ el[i].start, el[i].last,
