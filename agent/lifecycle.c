@@ -96,8 +96,8 @@ static int agent_start_recorder(const char *tmpl, bool child)
 		exe[n] = '\0';
 		proc.name = strrchr(exe, '/') ? strrchr(exe, '/') + 1 : exe;
 	}
-	err = recorder_start(path, ring_fd(agent_ring_get(AGENT_RECORDER)),
-			     &proc, &agent.recorder);
+	err = recorder_start(path, agent_ring_get(AGENT_RECORDER), &proc,
+			     &agent.recorder);
 	if (err < 0)
 		agent_log("NPUSAN_RECORD: cannot record to %s: %s",
 			  path, strerror(-err));
@@ -204,23 +204,31 @@ static bool agent_drained(const struct ring *r)
 	       ring_load_relaxed(&r->hdr->head);
 }
 
-/* Nobody will take what `r` holds: no consumer ever beat on it, and, for
- * the daemon's ring, no registration is in flight. */
+/*
+ * Nobody will take what `r` holds: no consumer ever beat on it and, for the
+ * daemon's ring, no registration is in flight and no daemon has the ring.
+ * A daemon that accepted the ring has not always beaten on it yet: that is
+ * a wait, not an orphan. `pending` is read before `connected`, as the reply
+ * stores them in the other order (register_pending()).
+ */
 static bool agent_ring_orphan(int slot, struct ring *r)
 {
 	/* Relaxed: the beat only tells whether a consumer ever was. */
-	return ring_load_relaxed(&r->hdr->beat) == 0 &&
-	       !(slot == AGENT_DAEMON && register_pending());
+	if (ring_load_relaxed(&r->hdr->beat) != 0)
+		return false;
+	return slot != AGENT_DAEMON ||
+	       (!register_pending() && !register_connected());
 }
 
 /*
  * npusan_wait_drained() for one ring: 0; -ENOTCONN when nobody ever
  * drained it and nobody is about to; -ETIMEDOUT. Waits until it is
- * drained and, for the daemon's ring, the process is registered. A registration in flight is waited for even when nothing
- * was pushed: a process that sent no operation must still be known to the
- * daemon before it exits, or its job looks as if it never ran instead of
- * "registered, nothing analysed". A daemon that is gone takes nothing:
- * wait for the next one to register, and for what its registration pushed.
+ * drained and, for the daemon's ring, the process is registered. A
+ * registration in flight is waited for even when nothing was pushed: a
+ * process that sent no operation must still be known to the daemon before
+ * it exits, or its job looks as if it never ran instead of "registered,
+ * nothing analysed". A daemon that is gone takes nothing: wait for the
+ * next one to register, and for what its registration pushed.
  */
 static int agent_wait_ring(int slot, unsigned timeout_ms)
 {

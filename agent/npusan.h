@@ -237,15 +237,17 @@ void npusan_gap(uint64_t lost);
 /*
  * Waits up to `timeout_ms` until every operation pushed so far has been
  * taken from the ring by the daemon (and, with NPUSAN_RECORD, written to
- * the trace file, in whole lines); after a daemon went away, until a new one has
- * registered the process and taken them; while a registration is in
- * flight, until the daemon has answered it, even when nothing was pushed. Taken is not yet analysed nor
- * stored: a query made at once may not show their findings. A query about
- * the job or process once it has exited (`npusanctl report --job`,
- * `findings --job`, `run`) waits until the daemon has stored everything
- * the process left. 0; -ETIMEDOUT; -ENOTCONN when no daemon ever had the
- * ring and none is answering a registration; 0 at once when the agent is
- * off or dormant. For short-lived processes and replay; it may block.
+ * the trace file, in whole lines); after a daemon went away, until a new
+ * one has registered the process and taken them; while a registration is
+ * in flight, until the daemon has answered it, even when nothing was
+ * pushed. Taken is not yet analysed nor stored: a query made at once may
+ * not show their findings. A query about the job or process once it has
+ * exited (`npusanctl report --job`, `findings --job`, `run`) waits until
+ * the daemon has stored everything the process left. 0; -ETIMEDOUT, also
+ * when a daemon has accepted the ring but not taken everything yet;
+ * -ENOTCONN when no daemon ever had the ring and none is answering a
+ * registration; 0 at once when the agent is off or dormant. For
+ * short-lived processes and replay; it may block.
  */
 int npusan_wait_drained(unsigned timeout_ms);
 

@@ -43,6 +43,7 @@
 
 #include "agentlog.h"
 #include "grow.h"
+#include "ring.h"
 #include "ringdec.h"
 #include "ringread.h"
 #include "symtab.h"
@@ -322,7 +323,7 @@ static int recorder_process(struct recorder *rec, const struct trace_process *p)
 	return 0;
 }
 
-int recorder_start(const char *path, int ring_fd,
+int recorder_start(const char *path, const struct ring *ring,
 		   const struct trace_process *process, struct recorder **out)
 {
 	struct recorder *rec = calloc(1, sizeof(*rec));
@@ -336,7 +337,7 @@ int recorder_start(const char *path, int ring_fd,
 	    symtab_new(&rec->syms) < 0 ||
 	    ringdec_new(rec->syms, &rec->dec) < 0)
 		goto err;
-	err = ringread_map(ring_fd, &rec->rr, NULL);
+	err = ringread_borrow(ring->hdr, ring->map_len, &rec->rr, NULL);
 	if (err == 0)
 		err = thread_start(&rec->thread, recorder_main, rec);
 	if (err < 0)

@@ -19,15 +19,17 @@
 #include "trace.h"
 
 struct recorder;
+struct ring;
 
 /*
- * Starts the thread draining the ring in `ring_fd` into a trace at `path`,
- * `process` (copied) as its process line. The file is created (truncated)
- * at the first operation, so a process that does none leaves no file; a
- * failure to create it is reported on stderr then. 0; a negative errno
- * from ringread_map or pthread_create; -ENOMEM.
+ * Starts the thread draining `ring` (this process's own mapping of it,
+ * which must outlive the recorder) into a trace at `path`, `process`
+ * (copied) as its process line. The file is created (truncated) at the
+ * first operation, so a process that does none leaves no file; a failure
+ * to create it is reported on stderr then. 0; a negative errno from
+ * ringread_borrow or pthread_create; -ENOMEM.
  */
-int recorder_start(const char *path, int ring_fd,
+int recorder_start(const char *path, const struct ring *ring,
 		   const struct trace_process *process, struct recorder **out);
 
 /*

@@ -314,11 +314,12 @@ static int reg_sock(void)
 	return atomic_load_explicit(&reg.sock, memory_order_relaxed);
 }
 
-/* Relaxed: `pending` only tells npusan_wait_drained() whether a reply may
- * come (register_pending()); it publishes no data. */
+/* Release: pairs with the acquire load in register_pending(). A thread
+ * that sees the false stored after an accepted reply also sees `connected`
+ * set before it, so that npusan_wait_drained() never finds neither. */
 static void reg_set_pending(bool pending)
 {
-	atomic_store_explicit(&reg.pending, pending, memory_order_relaxed);
+	atomic_store_explicit(&reg.pending, pending, memory_order_release);
 }
 
 /* Connects a fresh non-blocking socket to reg.path. 0 or -errno. */
@@ -602,8 +603,8 @@ bool register_connected(void)
 
 bool register_pending(void)
 {
-	/* Relaxed: whether a reply may come; it publishes no data. */
-	return atomic_load_explicit(&reg.pending, memory_order_relaxed);
+	/* Acquire: pairs with the release store in reg_set_pending(). */
+	return atomic_load_explicit(&reg.pending, memory_order_acquire);
 }
 
 void register_set_dormant(bool dormant)

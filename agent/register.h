@@ -79,7 +79,8 @@ int register_start(const struct register_cfg *cfg);
 bool register_connected(void);
 
 /* Whether a Register is on its way: sent to a daemon that has not answered
- * yet. Any thread. */
+ * yet. Any thread. Once it reads false after an accepted reply,
+ * register_connected() reads true (unless the connection was lost since). */
 bool register_pending(void);
 
 /*

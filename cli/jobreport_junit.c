@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "client.h"
 #include "jobreport_int.h"
+#include "native_frame.h"
 #include "paths.h"
 #include "text.h"
 
@@ -73,6 +74,34 @@ static void xml_put(FILE *f, const char *s, bool attr)
  * findings of one operator apart, few enough to survive a refactoring. */
 #define JR_JUNIT_FRAMES 2
 
+/*
+ * A frame as a signature shows it. A native frame is its symbol and its
+ * module's file name ("symbol in libfoo.so", or "libfoo.so" without a
+ * symbol): the offsets, the build id and the directory change with every
+ * build, and a signature must not. Any other frame is shown as recorded.
+ */
+static void jr_junit_frame(FILE *m, const char *frame)
+{
+	struct native_frame nf;
+	const char *base, *sym_end;
+
+	if (native_frame_parse(frame, &nf) < 0) {
+		fputs(frame, m);
+		return;
+	}
+	base = nf.path + nf.path_len;
+	while (base > nf.path && base[-1] != '/')
+		base--;
+	if (frame[0] != '/') { /* "symbol+0xoff (/path..." */
+		sym_end = nf.path - 2;
+		while (sym_end > frame && *sym_end != '+')
+			sym_end--;
+		if (sym_end > frame)
+			fprintf(m, "%.*s in ", (int)(sym_end - frame), frame);
+	}
+	fprintf(m, "%.*s", (int)(nf.path + nf.path_len - base), base);
+}
+
 static void jr_junit_frames(FILE *m, const char *what,
 			    const struct finding_stack *st)
 {
@@ -81,8 +110,10 @@ static void jr_junit_frames(FILE *m, const char *what,
 	if (n == 0)
 		return;
 	fprintf(m, "; %s ", what);
-	for (size_t i = 0; i < n; i++)
-		fprintf(m, "%s%s", i ? ", " : "", st->frames[i]);
+	for (size_t i = 0; i < n; i++) {
+		fputs(i ? ", " : "", m);
+		jr_junit_frame(m, st->frames[i]);
+	}
 }
 
 /*

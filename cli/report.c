@@ -51,30 +51,42 @@ void report_fini(void)
 	report_syms_failed = false;
 }
 
+static void print_frame_line(FILE *out, const char *line)
+{
+	fputs("  ", out);
+	text_put(out, line);
+	fputc('\n', out);
+}
+
 /* `frame` as "file:line in function (module+0xoff)" when it is a native
- * frame that resolves; as recorded otherwise. */
+ * frame that resolves, a line more for each function the code there was
+ * inlined into; as recorded otherwise. */
 static void print_frame(FILE *out, const char *frame)
 {
-	char buf[REPORT_FRAME_MAX];
+	char buf[REPORT_FRAME_MAX], *line, *next;
 
 	if (report_syms == NULL && !report_syms_failed)
 		report_syms_failed = symbolizer_open(getenv(REPORT_ENV_DEBUG_DIR),
 						     &report_syms) < 0;
-	if (report_syms != NULL &&
-	    symbolizer_frame(report_syms, frame, buf, sizeof(buf)) > 0)
-		frame = buf;
-	text_put(out, frame);
+	if (report_syms == NULL ||
+	    symbolizer_frame(report_syms, frame, buf, sizeof(buf)) <= 0) {
+		print_frame_line(out, frame);
+		return;
+	}
+	for (line = buf; line != NULL; line = next) {
+		next = strchr(line, '\n');
+		if (next != NULL)
+			*next++ = '\0';
+		print_frame_line(out, line);
+	}
 }
 
 static void print_stack(FILE *out, const struct finding_stack *s)
 {
 	if (s->n == 0)
 		fputs("  (no stack recorded)\n", out);
-	for (size_t i = 0; i < s->n; i++) {
-		fputs("  ", out);
+	for (size_t i = 0; i < s->n; i++)
 		print_frame(out, s->frames[i]);
-		fputc('\n', out);
-	}
 }
 
 static void print_process(FILE *out, const struct finding_view *f)

@@ -29,6 +29,7 @@ struct ringread {
 	uint64_t head; /* the newest plausible head seen, at least tail */
 	bool stopped;  /* ringread_stop_at_head(): head is final */
 	uint64_t beat;
+	bool borrowed; /* ringread_borrow(): the mapping is the caller's */
 	uintptr_t page; /* the page size, a power of two */
 	unsigned char *copy; /* max_record bytes */
 	struct ringread_counters n;
@@ -58,6 +59,16 @@ static const char *ringread_check(const struct ring_header *h, off_t size)
 	if ((uint64_t)size != ring_map_size(h->capacity, h->max_record))
 		return "ring file size does not match its capacity and slack";
 	return NULL;
+}
+
+/* Where the data area is, once r->hdr, r->capacity and r->map_len are. */
+static void ringread_layout(struct ringread *r)
+{
+	r->data = (unsigned char *)r->hdr + RING_HEADER_SIZE;
+	r->mask = r->capacity - 1;
+	r->page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	if (r->page == 0 || (r->page & (r->page - 1)) != 0)
+		r->page = 1; /* no whole pages: skips zero bytes by bytes */
 }
 
 /* Maps the header alone, checks it, then maps the whole ring. */
@@ -93,34 +104,21 @@ static int ringread_mmap(int fd, struct ringread *r, const char **why)
 		      fd, 0);
 	if (r->hdr == MAP_FAILED)
 		return -errno;
-	r->data = (unsigned char *)r->hdr + RING_HEADER_SIZE;
-	r->mask = r->capacity - 1;
-	r->page = (uintptr_t)sysconf(_SC_PAGESIZE);
-	if (r->page == 0 || (r->page & (r->page - 1)) != 0)
-		r->page = 1; /* no whole pages: skips zero bytes by bytes */
+	ringread_layout(r);
 	return 0;
 }
 
-int ringread_map(int fd, struct ringread **out, const char **why)
+/*
+ * What ringread_map() and ringread_borrow() share once the ring is mapped:
+ * the copy buffer, the tail where a previous consumer stopped, the counts
+ * and the first beat. On error frees `r`, and its mapping unless borrowed.
+ */
+static int ringread_start(struct ringread *r, struct ringread **out,
+			  const char **why)
 {
-	struct ringread *r = calloc(1, sizeof(*r));
-	const char *unused;
-	int err;
-
-	if (why == NULL)
-		why = &unused;
-	*why = NULL;
-	if (r == NULL)
-		return -ENOMEM;
-	err = ringread_mmap(fd, r, why);
-	if (err < 0) {
-		free(r);
-		return err;
-	}
 	r->copy = malloc(r->max_record);
 	if (r->copy == NULL) {
-		munmap(r->hdr, r->map_len);
-		free(r);
+		ringread_unmap(r);
 		return -ENOMEM;
 	}
 	/* Starting where a previous consumer stopped lets a restarted daemon
@@ -152,11 +150,60 @@ int ringread_map(int fd, struct ringread **out, const char **why)
 	return 0;
 }
 
+int ringread_map(int fd, struct ringread **out, const char **why)
+{
+	struct ringread *r = calloc(1, sizeof(*r));
+	const char *unused;
+	int err;
+
+	if (why == NULL)
+		why = &unused;
+	*why = NULL;
+	if (r == NULL)
+		return -ENOMEM;
+	err = ringread_mmap(fd, r, why);
+	if (err < 0) {
+		free(r);
+		return err;
+	}
+	return ringread_start(r, out, why);
+}
+
+int ringread_borrow(void *map, size_t map_len, struct ringread **out,
+		    const char **why)
+{
+	struct ringread *r;
+	const char *unused;
+
+	if (why == NULL)
+		why = &unused;
+	*why = NULL;
+	if (map_len < RING_HEADER_SIZE) {
+		*why = "ring file is shorter than its header";
+		return -EINVAL;
+	}
+	*why = ringread_check(map, (off_t)map_len);
+	if (*why != NULL)
+		return -EINVAL;
+	r = calloc(1, sizeof(*r));
+	if (r == NULL)
+		return -ENOMEM;
+	r->hdr = map;
+	r->map_len = map_len;
+	r->borrowed = true;
+	/* Copied once, as ringread_mmap() does. */
+	r->capacity = r->hdr->capacity;
+	r->max_record = r->hdr->max_record;
+	ringread_layout(r);
+	return ringread_start(r, out, why);
+}
+
 void ringread_unmap(struct ringread *r)
 {
 	if (r == NULL)
 		return;
-	munmap(r->hdr, r->map_len);
+	if (!r->borrowed)
+		munmap(r->hdr, r->map_len);
 	free(r->copy);
 	free(r);
 }

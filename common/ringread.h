@@ -9,7 +9,8 @@
  * read or write outside the mapping, loop forever or take SIGBUS.
  *
  * Caller owns the struct ringread; release with ringread_unmap(), which
- * accepts NULL. The fd passed to ringread_map() stays the caller's.
+ * accepts NULL. The fd passed to ringread_map() stays the caller's, as
+ * does the mapping passed to ringread_borrow().
  */
 #ifndef NPUSAN_RINGREAD_H
 #define NPUSAN_RINGREAD_H
@@ -27,6 +28,17 @@ struct ringread;
  * fcntl or mmap.
  */
 int ringread_map(int fd, struct ringread **out, const char **why);
+
+/*
+ * ringread_map() for a ring this process maps already (the agent's
+ * recorder drains its own process's ring): reads through the `map_len`
+ * bytes at `map`, which must stay mapped until ringread_unmap(). One
+ * mapping of the memory, not two, also lets ThreadSanitizer pair the
+ * producers' stores with the consumer's loads. Errors as ringread_map(),
+ * without the seals (this process made the ring).
+ */
+int ringread_borrow(void *map, size_t map_len, struct ringread **out,
+		    const char **why);
 
 void ringread_unmap(struct ringread *r);
 

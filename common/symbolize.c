@@ -78,7 +78,9 @@ int symbolizer_open(const char *debug_dir, struct symbolizer **out)
 		return -ENOMEM;
 	}
 	s->callbacks.find_elf = dwfl_build_id_find_elf;
-	s->callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+	/* By build id under debug_dir only: dwfl_standard_find_debuginfo()
+	 * also asks the servers in DEBUGINFOD_URLS (symbolize.h). */
+	s->callbacks.find_debuginfo = dwfl_build_id_find_debuginfo;
 	s->callbacks.section_address = dwfl_offline_section_address;
 	s->callbacks.debuginfo_path = &s->debug_path;
 	*out = s;
@@ -258,25 +260,116 @@ static const char *symbolize_source_path(const char *file, const char *dir,
 	return out;
 }
 
-/* The innermost function (inlined or not) at `addr`, from DWARF, else
- * from the symbol table; NULL when neither names one. */
-static const char *symbolize_function(Dwfl_Module *mod, Dwarf_Addr addr)
+/* Whether DWARF scope `d` is a function: a subprogram or a function
+ * inlined into another. */
+static bool symbolize_is_function(Dwarf_Die *d)
 {
+	int tag = dwarf_tag(d);
+
+	return tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine;
+}
+
+/* The name of the first function among scopes[from...], else of the
+ * symbol at `addr`; NULL when neither names one. *at: its index, or n. */
+static const char *symbolize_function(Dwfl_Module *mod, Dwarf_Addr addr,
+				      Dwarf_Die *scopes, int n, int from,
+				      int *at)
+{
+	const char *name;
+
+	for (*at = from; *at < n; (*at)++) {
+		if (symbolize_is_function(&scopes[*at]) &&
+		    (name = dwarf_diename(&scopes[*at])) != NULL)
+			return name;
+	}
+	return dwfl_module_addrname(mod, addr);
+}
+
+/* Appends "file:line in fn (module+0xoff)" ("file:line (module+0xoff)"
+ * without fn) as one line to buf[*o...]: a line break first unless it is
+ * the first, and none inside (a name holding one shows '?'). */
+static int symbolize_put_line(char *buf, size_t len, size_t *o,
+			      const char *file, int line, const char *fn,
+			      const char *module, uint64_t off)
+{
+	size_t at = *o + (*o > 0);
+	int n;
+
+	if (at >= len)
+		return -ENOSPC;
+	if (fn != NULL)
+		n = snprintf(buf + at, len - at, "%s:%d in %s (%s+0x%" PRIx64
+			     ")", file, line, fn, module, off);
+	else
+		n = snprintf(buf + at, len - at, "%s:%d (%s+0x%" PRIx64 ")",
+			     file, line, module, off);
+	if (n < 0 || (size_t)n >= len - at)
+		return -ENOSPC;
+	for (size_t i = at; i < at + (size_t)n; i++)
+		buf[i] = buf[i] == '\n' ? '?' : buf[i];
+	if (*o > 0)
+		buf[*o] = '\n';
+	*o = at + (size_t)n;
+	return 0;
+}
+
+/* Where inlined function `d` was called: its file (made absolute with
+ * `dir`, into src) and line. NULL when DWARF does not say. */
+static const char *symbolize_call_site(Dwarf_Die *cu, Dwarf_Die *d,
+				       const char *dir, char *src,
+				       size_t cap, int *line)
+{
+	Dwarf_Attribute at;
+	Dwarf_Word idx, ln;
+	Dwarf_Files *files;
+	size_t nfiles;
+	const char *file;
+
+	if (dwarf_formudata(dwarf_attr(d, DW_AT_call_file, &at), &idx) != 0 ||
+	    dwarf_formudata(dwarf_attr(d, DW_AT_call_line, &at), &ln) != 0 ||
+	    ln == 0 || ln > INT32_MAX ||
+	    dwarf_getsrcfiles(cu, &files, &nfiles) != 0 || idx >= nfiles ||
+	    (file = dwarf_filesrc(files, idx, NULL, NULL)) == NULL)
+		return NULL;
+	*line = (int)ln;
+	return symbolize_source_path(file, dir, src, cap);
+}
+
+/*
+ * The lines of `addr`, whose line table says file:line: the innermost
+ * function there, then, for each function inlined, the function it was
+ * inlined into, at the line of the call, as addr2line -i shows them.
+ */
+static int symbolize_lines(const struct symbolize_module *m,
+			   Dwarf_Addr addr, const char *file, int line,
+			   const char *dir, uint64_t off, char *buf,
+			   size_t len)
+{
+	const char *base = strrchr(m->path, '/') + 1; /* absolute path */
 	Dwarf_Addr bias;
-	Dwarf_Die *cu = dwfl_module_addrdie(mod, addr, &bias), *scopes;
-	const char *name = NULL;
+	Dwarf_Die *cu = dwfl_module_addrdie(m->mod, addr, &bias);
+	Dwarf_Die *scopes = NULL;
 	int n = cu != NULL ? dwarf_getscopes(cu, addr - bias, &scopes) : -1;
+	char src[SYMBOLIZE_PATH_MAX];
+	const char *fn;
+	size_t o = 0;
+	int err, at = 0;
 
-	for (int i = 0; i < n && name == NULL; i++) {
-		int tag = dwarf_tag(&scopes[i]);
-
-		if (tag == DW_TAG_subprogram ||
-		    tag == DW_TAG_inlined_subroutine)
-			name = dwarf_diename(&scopes[i]);
+	fn = symbolize_function(m->mod, addr, scopes, n, 0, &at);
+	err = symbolize_put_line(buf, len, &o, file, line, fn, base, off);
+	while (err == 0 && at < n &&
+	       dwarf_tag(&scopes[at]) == DW_TAG_inlined_subroutine) {
+		file = symbolize_call_site(cu, &scopes[at], dir, src,
+					   sizeof(src), &line);
+		if (file == NULL)
+			break;
+		fn = symbolize_function(m->mod, addr, scopes, n, at + 1, &at);
+		err = symbolize_put_line(buf, len, &o, file, line, fn, base,
+					 off);
 	}
 	if (n > 0)
 		free(scopes);
-	return name != NULL ? name : dwfl_module_addrname(mod, addr);
+	return err < 0 ? err : (int)o;
 }
 
 int symbolizer_frame(struct symbolizer *s, const char *frame, char *buf,
@@ -287,9 +380,9 @@ int symbolizer_frame(struct symbolizer *s, const char *frame, char *buf,
 	GElf_Addr bias;
 	Dwarf_Addr addr;
 	Dwfl_Line *line;
-	const char *file, *fn, *base;
+	const char *file, *dir;
 	char src[SYMBOLIZE_PATH_MAX];
-	int lineno = 0, n;
+	int lineno = 0;
 
 	if (native_frame_parse(frame, &r) < 0 || r.off == 0)
 		return -EINVAL;
@@ -307,19 +400,9 @@ int symbolizer_frame(struct symbolizer *s, const char *frame, char *buf,
 			    : NULL;
 	if (file == NULL || lineno <= 0)
 		return -ENODATA; /* DESIGN 2 */
-	file = symbolize_source_path(file, dwfl_line_comp_dir(line), src,
-				     sizeof(src));
-	fn = symbolize_function(m->mod, addr);
-	base = strrchr(m->path, '/') + 1; /* the path is absolute */
-	if (fn != NULL)
-		n = snprintf(buf, len, "%s:%d in %s (%s+0x%" PRIx64 ")", file,
-			     lineno, fn, base, r.off);
-	else
-		n = snprintf(buf, len, "%s:%d (%s+0x%" PRIx64 ")", file,
-			     lineno, base, r.off);
-	if (n < 0 || (size_t)n >= len)
-		return -ENOSPC;
-	return n;
+	dir = dwfl_line_comp_dir(line);
+	file = symbolize_source_path(file, dir, src, sizeof(src));
+	return symbolize_lines(m, addr, file, lineno, dir, r.off, buf, len);
 }
 
 #else /* !NPUSAN_HAVE_LIBDW */

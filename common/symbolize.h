@@ -12,7 +12,9 @@
  * turns such a frame into "file:line in function (module+0xoff)" with
  * elfutils' libdw, reading the module file at its path, or, when that file
  * is missing or is another build, DEBUG_DIR/.build-id/xx/rest.debug (what
- * Debian's -dbgsym packages install). A frame it cannot resolve exactly
+ * Debian's -dbgsym packages install). Never a debuginfod server, even with
+ * DEBUGINFOD_URLS set: a report must not wait on the network nor download
+ * debug files behind the user's back. A frame it cannot resolve exactly
  * stays as it is: never a line from a file whose build id differs from the
  * one recorded, never a line from a module without debug information.
  *
@@ -42,7 +44,10 @@ void symbolizer_close(struct symbolizer *s);
 
 /*
  * Writes `frame`'s source line, "file:line in function (module+0xoff)"
- * ("file:line (module+0xoff)" when no function is named), into `buf`.
+ * ("file:line (module+0xoff)" when no function is named), into `buf`;
+ * where that function was inlined, a line more for each function it was
+ * inlined into, at the line of the call, outwards, as addr2line -i shows
+ * them. Lines are separated by '\n' (a name holding one shows '?').
  * Returns the length; -EINVAL when `frame` is not a native frame;
  * -ENOENT when its module (or a debug file of its build id) cannot be
  * read; -ESTALE when the file at its path is another build and no debug

@@ -146,6 +146,9 @@ int engine_new(const struct engine_opts *o, struct engine **out)
 	e->o = *o;
 	e->access_pool.size = sizeof(struct access);
 	e->access_pool.indexed = true;
+	e->access_at_pool.size = sizeof(struct access_at);
+	e->access_at_pool.indexed = true;
+	e->access_at_pool.names = &e->access_pool;
 	e->seg_pool.size = sizeof(struct seg);
 	e->alloc_pool.size = sizeof(struct alloc);
 	e->alloc_pool.indexed = true;
@@ -180,6 +183,7 @@ void engine_free(struct engine *e)
 	finding__fini(e);
 	launch__fini(e);
 	pool__fini(&e->access_pool);
+	pool__fini(&e->access_at_pool);
 	pool__fini(&e->seg_pool);
 	pool__fini(&e->alloc_pool);
 	pool__fini(&e->usage_pool);

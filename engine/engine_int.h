@@ -86,6 +86,18 @@
  *     live exactly when the one starting at its start has its serial.
  *     An event's captured record (e->crecs) names its capture by serial;
  *     one whose capture is no longer active is dead and dropped when met.
+ *  9. An access record keeps its element's start (struct access_at) unless
+ *     it starts the allocation it belongs to and ends within it. Such an
+ *     "inside" record is held only by that allocation's history (or a
+ *     capture's), which goes when the allocation stops being live: in the
+ *     live history it never starts at an address where no allocation
+ *     starts, the one question `free` asks of a record's start.
+ * 10. Segments move in memory: when the segment slabs hold two slabs
+ *     more than the segments need, clearing an allocation's history
+ *     (history__alloc_clear()) moves those of the emptiest slab into the
+ *     others (history.c), so that the memory follows the live segments
+ *     down after a step frees its activations. So nothing keeps a pointer
+ *     to a segment across a call that may clear an allocation's history.
  */
 #ifndef NPUSAN_ENGINE_INT_H
 #define NPUSAN_ENGINE_INT_H
@@ -122,21 +134,34 @@ _Static_assert(ENGINE_MAX_STREAMS < STREAM_NONE, "stream numbers fit u16");
 
 /*
  * One access of one launch, shared by the histories of the bytes it
- * touched. 24 bytes: the history holds a few per live allocation, so their
+ * touched. 16 bytes: the history holds a few per live allocation, so their
  * size is much of the engine's memory. Sequence numbers get 48 bits: 2^48
  * launches is centuries of a process's life.
+ *
+ * Where the element started (its ptr) is read only by `free P` where no
+ * allocation starts at P, and it can start there only when it is not the
+ * start of a live allocation holding all of it. So an access that starts
+ * the allocation it belongs to and ends within it ("inside") keeps no ptr:
+ * every history holding it is that allocation's, which drops it with its
+ * history while still live and starting at ptr (DESIGN 9). Any other is
+ * a struct access_at, from e->access_at_pool, named as the others are.
  */
 struct access {
-	uint64_t ptr; /* start of the element as written */
 	uint64_t seq : 48;
-	uint64_t sidx : 15;
+	uint64_t sidx : 14;
 	uint64_t write : 1;
+	uint64_t at : 1; /* a struct access_at: its ptr is kept */
 	uint32_t refs;
 	uint32_t site; /* operator and stack, see finding__site_get() */
 };
 
-_Static_assert(sizeof(struct access) == 24, "access records stay small");
-_Static_assert(ENGINE_MAX_STREAMS <= (1 << 15), "stream numbers fit sidx");
+struct access_at {
+	struct access a;
+	uint64_t ptr; /* start of the element as written */
+};
+
+_Static_assert(sizeof(struct access) == 16, "access records stay small");
+_Static_assert(ENGINE_MAX_STREAMS <= (1 << 14), "stream numbers fit sidx");
 
 /* A read list of more than one read, or one that had more (DESIGN 2):
  * access records by their 32-bit names (history__acc()). */
@@ -304,6 +329,11 @@ struct pool {
 	struct chunk *partial;
 	struct chunk *empty; /* the one empty chunk kept for reuse */
 	bool indexed;
+	/* An indexed pool whose chunks another pool numbers, in its dir,
+	 * so that the objects of both share one space of names; NULL: it
+	 * numbers its own. */
+	struct pool *names;
+	uint32_t nchunks;
 	/* Indexed pools: chunk number -> chunk (as rbtree.h's rb32_dir
 	 * says), ndir slots; a free slot holds the next free one's number
 	 * + 1 as (that << 1 | 1), and dir_free is the first's number + 1
@@ -401,6 +431,7 @@ struct engine {
 	size_t pending_cap;
 	bool pending_all;	/* the list overflowed: flush walks them all */
 	struct pool access_pool; /* indexed: hists name its records */
+	struct pool access_at_pool; /* struct access_at, named by access_pool */
 	/* history.c: freed read lists of capacity READS_SPARE_CAP(i) kept
 	 * for reuse, at most READS_SPARE_MAX each, linked through v[] */
 	struct reads *reads_spare[READS_SPARE_CLASSES];
@@ -474,6 +505,10 @@ void *pool__get_slow(struct engine *e, struct pool *p);
 void pool__put_slow(struct engine *e, struct pool *p, struct chunk *c,
 		     void *o);
 void pool__fini(struct pool *p);
+struct chunk *pool__sparse_chunk(const struct pool *p, size_t live);
+size_t pool__chunk_objects(const struct pool *p, const struct chunk *c,
+			   void **out);
+void *pool__get_other(struct pool *p, const struct chunk *c);
 
 /* The chunk holding object `o` of any pool. */
 static inline struct chunk *pool__chunk_of(const void *o)
@@ -585,7 +620,7 @@ void alloc__on_flush(struct engine *e);
 void alloc__fini(struct engine *e);
 
 /* history.c: the access history and the regions it lives in. */
-void history__access_put(struct engine *e, struct access *a);
+void history__access_free(struct engine *e, struct access *a);
 void history__alloc_clear(struct engine *e, struct alloc *a);
 void history__forget(struct engine *e);
 void history__drop_dead_writes(struct engine *e);
@@ -605,10 +640,9 @@ size_t history__spare_bytes(const struct engine *e);
 
 /* launch.c */
 int launch__prepare(struct engine *e, const struct op *op);
+int launch__sites(struct engine *e, const struct op *op, uint32_t site);
 void launch__seen_reset(struct engine *e);
 bool launch__pair_seen(struct engine *e, const struct access *prev);
-struct access *launch__access_new(struct engine *e, uint16_t s, uint32_t site,
-				  uint64_t seq, uint64_t ptr, bool write);
 int launch__run(struct engine *e, const struct op *op, uint32_t site);
 int launch__on_op(struct engine *e, const struct op *op);
 void launch__fini(struct engine *e);
@@ -737,6 +771,45 @@ static inline struct alloc *alloc__next(const struct engine *e,
 					const struct alloc *a)
 {
 	return alloc__of(e, rb32_next(&e->alloc_pool.dir, alloc__idx(e, a)));
+}
+
+/* Whether element `el` is "inside" (DESIGN 9): it starts the allocation it
+ * belongs to and ends within it, so its record need not keep its start. */
+static inline bool history__elem_inside(const struct elem *el)
+{
+	return el->alloc != NULL && el->start == el->alloc->start &&
+	       el->last <= el->alloc->last;
+}
+
+/* A new access record for element `el` with one reference, the caller's;
+ * NULL when out of memory. Inline: every access of every launch makes one. */
+static inline struct access *history__access_new(struct engine *e,
+						 const struct elem *el,
+						 uint16_t s, uint32_t site,
+						 uint64_t seq, bool write)
+{
+	bool inside = history__elem_inside(el);
+	struct access *a;
+
+	assert(s < e->nstreams && site < e->nsites);
+	a = pool__get(e, inside ? &e->access_pool : &e->access_at_pool);
+	if (a == NULL)
+		return NULL;
+	*a = (struct access){ .seq = seq, .sidx = s, .write = write,
+			      .at = !inside, .refs = 1, .site = site };
+	if (!inside)
+		((struct access_at *)(void *)a)->ptr = el->start;
+	e->st.accesses++;
+	return a;
+}
+
+/* Drops a reference to access record `a`, if any, freeing it with its
+ * last. Inline: every access of every launch drops its maker's. */
+static inline void history__access_put(struct engine *e, struct access *a)
+{
+	assert(a == NULL || a->refs > 0);
+	if (a != NULL && --a->refs == 0)
+		history__access_free(e, a);
 }
 
 /* The access record that 32-bit name `i` names, NULL for 0. */

@@ -44,7 +44,8 @@ struct graph {
 	size_t nl, lcap;
 	struct op_range *ranges;
 	uint32_t *rallocs; /* per range: index + 1 into allocs, 0: none */
-	size_t nr, rcap, ralloc_cap;
+	uint32_t *rargs;   /* per range: its argument's name, 0: none */
+	size_t nr, rcap, ralloc_cap, rarg_cap;
 	struct fp_alloc *allocs;
 	size_t na, acap;
 	struct u64map alloc_idx; /* while capturing: serial -> index */
@@ -124,6 +125,7 @@ static void graph_free(struct engine *e, struct graph *g)
 	pool__free(e, g->launches, g->lcap * sizeof(*g->launches));
 	pool__free(e, g->ranges, g->rcap * sizeof(*g->ranges));
 	pool__free(e, g->rallocs, g->ralloc_cap * sizeof(*g->rallocs));
+	pool__free(e, g->rargs, g->rarg_cap * sizeof(*g->rargs));
 	pool__free(e, g->allocs, g->acap * sizeof(*g->allocs));
 	pool__free(e, g->done, g->ndone * sizeof(*g->done));
 	u64map_fini(&g->alloc_idx);
@@ -360,10 +362,11 @@ static void graph_check_elem(struct engine *e, const struct capture *c,
 	}
 }
 
-/* Records the launch's accesses in the capture's history. 0 or -ENOMEM
- * part way, after which the caller forgets that history. */
+/* Records the launch's accesses, at their elements' sites, in the
+ * capture's history. 0 or -ENOMEM part way, after which the caller forgets
+ * that history. */
 static int graph_hist_update(struct engine *e, struct capture *c,
-			     uint16_t s, uint32_t site, const struct op *op)
+			     uint16_t s, const struct op *op)
 {
 	size_t nw = op->nwrites, n = nw + op->nreads;
 	int err = 0;
@@ -374,7 +377,7 @@ static int graph_hist_update(struct engine *e, struct capture *c,
 
 		if (el->dup || (i >= nw && el->npieces == 0))
 			continue;
-		acc = launch__access_new(e, s, site, c->n, el->start, i < nw);
+		acc = history__access_new(e, el, s, el->site, c->n, i < nw);
 		if (acc == NULL)
 			return -ENOMEM;
 		if (i < nw)
@@ -402,6 +405,8 @@ static int graph_fp_reserve(struct engine *e, struct graph *g, size_t n)
 			     sizeof(*g->ranges)) < 0 ||
 	    pool__grow_array(e, (void **)&g->rallocs, &g->ralloc_cap,
 			     g->nr + n, sizeof(*g->rallocs)) < 0 ||
+	    pool__grow_array(e, (void **)&g->rargs, &g->rarg_cap, g->nr + n,
+			     sizeof(*g->rargs)) < 0 ||
 	    pool__grow_array(e, (void **)&g->allocs, &g->acap, g->na + n,
 			     sizeof(*g->allocs)) < 0)
 		return -ENOMEM;
@@ -432,8 +437,17 @@ static int graph_fp_alloc(struct graph *g, const struct alloc *a,
 	return 0;
 }
 
+/* The name of element i's argument in `op`, 0 for none. */
+static uint32_t graph_arg(const struct op *op, size_t i)
+{
+	size_t nw = op->nwrites;
+	const uint32_t *args = i < nw ? op->write_args : op->read_args;
+
+	return args != NULL ? args[i < nw ? i : i - nw] : 0;
+}
+
 /* Appends the launch laid out in e->elems to g's footprint: its accesses
- * as ranges, writes then reads, each with its allocation. */
+ * as ranges, writes then reads, each with its allocation and argument. */
 static int graph_fp_append(struct engine *e, struct graph *g, uint16_t s,
 			   uint32_t site, const struct op *op)
 {
@@ -457,6 +471,7 @@ static int graph_fp_append(struct engine *e, struct graph *g, uint16_t s,
 			return err;
 		}
 		g->ranges[g->nr] = i < nw ? op->writes[i] : op->reads[i - nw];
+		g->rargs[g->nr] = graph_arg(op, i);
 		g->rallocs[g->nr++] = ai;
 		if (i < nw)
 			l->nw++;
@@ -502,24 +517,26 @@ static int graph_capture_launch(struct engine *e, struct capture *c,
 	if ((err = finding__site_get_graph(e, op->name, op->stack, c->g->id,
 					   &site)) < 0 ||
 	    (err = launch__prepare(e, op)) < 0 ||
+	    (err = launch__sites(e, op, site)) < 0 ||
 	    (err = graph_fp_append(e, c->g, s, site, op)) < 0)
 		return err;
 	graph_row(c, m)[m] = (int64_t)++c->n;
 	cur = (struct finding_access){ .stream = e->streams[s].id,
 				       .seq = c->n };
-	finding__fill_site(e, site, &cur);
 	for (size_t i = nw; i < n; i++) { /* reads first, as launch.c */
+		finding__fill_site(e, e->elems[i].site, &cur);
 		if (!e->elems[i].dup && e->elems[i].npieces > 0)
 			graph_check_elem(e, c, m, &e->elems[i], &cur);
 	}
 	cur.write = true;
 	for (size_t i = 0; i < nw; i++) {
+		finding__fill_site(e, e->elems[i].site, &cur);
 		if (!e->elems[i].dup)
 			graph_check_elem(e, c, m, &e->elems[i], &cur);
 	}
 	graph_note_last(e, &c->mem[m], c->n, site, op);
 	e->hist_local = true;
-	err = graph_hist_update(e, c, s, site, op);
+	err = graph_hist_update(e, c, s, op);
 	if (err < 0) /* DESIGN 7: lose the capture's races, invent none */
 		history__segs_clear(e, &c->hist);
 	e->hist_local = false;
@@ -575,7 +592,9 @@ static struct op graph_fp_op(const struct engine *e, const struct graph *g,
 			    .name = st->op, .stack = st->stack,
 			    .writes = &g->ranges[l->first], .nwrites = l->nw,
 			    .reads = &g->ranges[l->first + l->nw],
-			    .nreads = l->nr };
+			    .nreads = l->nr,
+			    .write_args = &g->rargs[l->first],
+			    .read_args = &g->rargs[l->first + l->nw] };
 }
 
 static bool graph_fp_alloc_live(const struct engine *e,
@@ -586,12 +605,16 @@ static bool graph_fp_alloc_live(const struct engine *e,
 	return now != NULL && now->serial == a->serial;
 }
 
+/* stale_graph_address for allocation `a`, found through range `i` of
+ * launch `l`: a write when any of the launch's writes touches it, named
+ * by the argument of that write, else of range `i`. */
 static void graph_report_stale(struct engine *e, const struct graph *g,
-			       const struct fp_launch *l,
+			       const struct fp_launch *l, uint32_t i,
 			       const struct fp_alloc *a, uint16_t r)
 {
 	struct finding f = { .kind = FINDING_STALE_GRAPH_ADDRESS,
 			     .detected_at = DETECTED_AT_REPLAY };
+	uint32_t arg = g->rargs[i];
 
 	f.ptr = a->start;
 	f.has_alloc = true;
@@ -602,13 +625,17 @@ static void graph_report_stale(struct engine *e, const struct graph *g,
 		f.alloc.stream = e->streams[a->sidx].id;
 	f.access.stream = e->streams[r].id;
 	f.access.seq = e->seq + 1; /* the number the launch then takes */
-	for (uint32_t i = 0; i < l->nw && !f.access.write; i++) {
-		const struct op_range *w = &g->ranges[l->first + i];
+	for (uint32_t j = l->first; j < l->first + l->nw; j++) {
+		const struct op_range *w = &g->ranges[j];
 
-		f.access.write = w->ptr <= a->last &&
-				 a->start <= w->ptr + (w->len - 1);
+		if (w->ptr <= a->last && a->start <= w->ptr + (w->len - 1)) {
+			f.access.write = true;
+			arg = g->rargs[j];
+			break;
+		}
 	}
 	finding__fill_site(e, l->site, &f.access);
+	f.access.arg = arg;
 	finding__emit(e, &f);
 }
 
@@ -630,7 +657,7 @@ static void graph_check_stale(struct engine *e, struct graph *g,
 		if (a->pool || a->reported || graph_fp_alloc_live(e, a))
 			continue;
 		a->reported = 1;
-		graph_report_stale(e, g, l, a, r);
+		graph_report_stale(e, g, l, i, a, r);
 	}
 }
 

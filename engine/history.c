@@ -21,13 +21,25 @@
 
 /* ---- access history ---------------------------------------------------- */
 
-void history__access_put(struct engine *e, struct access *a)
+/* history__access_put() of the last reference. */
+void history__access_free(struct engine *e, struct access *a)
 {
-	assert(a == NULL || a->refs > 0);
-	if (a != NULL && --a->refs == 0) {
-		pool__put(e, &e->access_pool, a);
-		e->st.accesses--;
-	}
+	assert(a->refs == 0);
+	pool__put(e, a->at ? &e->access_at_pool : &e->access_pool, a);
+	e->st.accesses--;
+}
+
+/* Whether the record named `i`, held by a history of allocation `in` (NULL:
+ * of no allocation), starts at `p`, where no allocation starts. */
+static bool history_starts_at(const struct engine *e, uint32_t i,
+			      const struct alloc *in, uint64_t p)
+{
+	const struct access *a = history__acc(e, i);
+
+	/* DESIGN 9: an inside record starts `in`, and `in` is live */
+	assert(a->at || (in != NULL && in->start != p));
+	(void)in;
+	return a->at && ((const struct access_at *)(const void *)a)->ptr == p;
 }
 
 /* history__access_put() of the record named `i`, if any. */
@@ -154,7 +166,8 @@ static void history_hist_clear(struct engine *e, struct hist *h)
 {
 	history_put(e, h->write);
 	h->write = 0;
-	history_hist_clear_reads(e, h);
+	if (h->rd != 0) /* most last writes have no reads since */
+		history_hist_clear_reads(e, h);
 }
 
 /* `acc` becomes the last write, with no reads since. */
@@ -299,21 +312,21 @@ static int history_hist_add_read(struct engine *e, struct hist *h,
 	return 0;
 }
 
-/* Drops the accesses that start at `p`; returns whether `h` is now empty. */
+/* Drops the accesses that start at `p`, from `h`, a history of allocation
+ * `in` (NULL: of no allocation); returns whether `h` is now empty. */
 static bool history_hist_drop_starting_at(struct engine *e, struct hist *h,
-					  uint64_t p)
+					  const struct alloc *in, uint64_t p)
 {
 	struct reads *m = history__many(e, h);
 	uint32_t *r = history__reads(e, h);
 	uint32_t n = 0, nreads = history__nreads(e, h);
-	struct access *w = history__write(e, h);
 
-	if (w != NULL && w->ptr == p) {
-		history__access_put(e, w);
+	if (h->write != 0 && history_starts_at(e, h->write, in, p)) {
+		history_put(e, h->write);
 		h->write = 0;
 	}
 	for (uint32_t i = 0; i < nreads; i++) {
-		if (history__acc(e, r[i])->ptr == p)
+		if (history_starts_at(e, r[i], in, p))
 			history_put(e, r[i]);
 		else
 			r[n++] = r[i];
@@ -527,14 +540,67 @@ static int history_alloc_to_tree(struct engine *e, struct alloc *a)
 	return 0;
 }
 
+/* The tree that segment `g` is the root of, in *root: e->outside or an
+ * allocation's (NULL when `g` is no root). False for a capture's, which
+ * only graph.c knows. */
+static bool history_seg_root(struct engine *e, struct seg *g,
+			     struct rb_root **root)
+{
+	struct alloc *below, *above;
+
+	*root = NULL;
+	if (rb_parent(&g->node) != NULL)
+		return true;
+	if (e->outside.node == &g->node) {
+		*root = &e->outside;
+		return true;
+	}
+	alloc__neighbors(e, g->start, &below, &above, NULL);
+	if (below != NULL && below->tree && below->segs.node == &g->node)
+		*root = &below->segs;
+	return *root != NULL;
+}
+
+/* DESIGN 10: moves the segments of the emptiest slab into the others when
+ * the slabs hold two more than the segments need, and that slab goes. */
+static void history_segs_compact(struct engine *e)
+{
+	struct chunk *c = pool__sparse_chunk(&e->seg_pool, e->st.segments);
+	void *objs[POOL_CHUNK / sizeof(struct seg)];
+	struct rb_root *root;
+	size_t n;
+
+	if (c == NULL)
+		return;
+	n = pool__chunk_objects(&e->seg_pool, c, objs);
+	for (size_t i = 0; i < n; i++) {
+		if (!history_seg_root(e, objs[i], &root))
+			return; /* a capture's root stays; rare */
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct seg *from = objs[i];
+		struct seg *to = pool__get_other(&e->seg_pool, c);
+
+		assert(to != NULL);
+		(void)history_seg_root(e, from, &root);
+		*to = *from;
+		rb_move(root, &from->node, &to->node);
+		pool__put(e, &e->seg_pool, from);
+	}
+}
+
 void history__alloc_clear(struct engine *e, struct alloc *a)
 {
-	if (a->tree)
+	bool tree = a->tree;
+
+	if (tree)
 		history__segs_clear(e, &a->segs);
 	else
 		history_hist_clear(e, &a->whole);
 	memset(&a->whole, 0, sizeof(a->whole));
 	a->tree = 0;
+	if (tree)
+		history_segs_compact(e);
 }
 
 /* `gap`: forget history and usages; exempt what is live. */
@@ -695,13 +761,15 @@ void history__drop_starting_at(struct engine *e, uint64_t p)
 		struct seg *g, *next;
 
 		if (tree == NULL) {
-			history_hist_drop_starting_at(e, &r.alloc->whole, p);
+			history_hist_drop_starting_at(e, &r.alloc->whole,
+						      r.alloc, p);
 			continue;
 		}
 		for (g = history__seg_first_from(tree, r.start);
 		     g != NULL && g->start <= r.last; g = next) {
 			next = history__seg_next(g);
-			if (history_hist_drop_starting_at(e, &g->h, p))
+			if (history_hist_drop_starting_at(e, &g->h, r.alloc,
+							  p))
 				history_seg_remove(e, tree, g);
 		}
 	}

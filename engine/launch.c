@@ -516,21 +516,6 @@ static void launch_note_wrote_beyond(struct engine *e, const struct elem *el,
 	}
 }
 
-/* A new access record with one reference, the caller's. */
-struct access *launch__access_new(struct engine *e, uint16_t s, uint32_t site,
-				  uint64_t seq, uint64_t ptr, bool write)
-{
-	struct access *a = pool__get(e, &e->access_pool);
-
-	assert(s < e->nstreams && site < e->nsites);
-	if (a == NULL)
-		return NULL;
-	*a = (struct access){ .ptr = ptr, .seq = seq, .sidx = s,
-			      .write = write, .refs = 1, .site = site };
-	e->st.accesses++;
-	return a;
-}
-
 /* Records read `el` in the history of the bytes it kept (its pieces). */
 static int launch_record_read(struct engine *e, const struct elem *el)
 {
@@ -552,7 +537,7 @@ static int launch_update_elem(struct engine *e, struct elem *el, uint16_t s,
 {
 	int err;
 
-	el->acc = launch__access_new(e, s, el->site, e->seq, el->start, write);
+	el->acc = history__access_new(e, el, s, el->site, e->seq, write);
 	if (el->acc == NULL)
 		return -ENOMEM;
 	if (write)
@@ -562,12 +547,8 @@ static int launch_update_elem(struct engine *e, struct elem *el, uint16_t s,
 		err = launch_record_read(e, el);
 	if (err == 0 && launch_is_usage(el->alloc, s))
 		err = launch_note_usage(e, el, s, el->site);
-	/* the history holds its own references: dropping this one frees
-	 * the record only when the history took none */
-	if (el->acc->refs > 1)
-		el->acc->refs--;
-	else
-		history__access_put(e, el->acc);
+	/* the history holds its own references */
+	history__access_put(e, el->acc);
 	return err;
 }
 
@@ -594,11 +575,12 @@ static int launch_update(struct engine *e, uint16_t s, const struct op *op,
 }
 
 /*
- * Each element's site, when the op names arguments: the launch's, which
+ * Each element's site, when the op names arguments: `site`, which
  * launch_prepare_at() set, with the element's argument. Interns only,
  * before any state changes (DESIGN 7).
  */
-static int launch_sites(struct engine *e, const struct op *op, uint32_t site)
+static int launch_sites_args(struct engine *e, const struct op *op,
+			     uint32_t site)
 {
 	size_t nw = op->nwrites;
 	int err;
@@ -612,6 +594,17 @@ static int launch_sites(struct engine *e, const struct op *op, uint32_t site)
 			return err;
 	}
 	return 0;
+}
+
+/*
+ * Each element's site: `site`, with the element's argument when the op
+ * names one. Interns only, before any state changes (DESIGN 7).
+ */
+int launch__sites(struct engine *e, const struct op *op, uint32_t site)
+{
+	for (size_t i = 0; i < op->nwrites + op->nreads; i++)
+		e->elems[i].site = site;
+	return launch_sites_args(e, op, site);
 }
 
 /*
@@ -632,7 +625,7 @@ int launch__run(struct engine *e, const struct op *op, uint32_t site)
 		return -EOVERFLOW;
 	if ((err = launch_prepare_at(e, op, site, &shape)) < 0 ||
 	    ((op->write_args != NULL || op->read_args != NULL) &&
-	     (err = launch_sites(e, op, site)) < 0) ||
+	     (err = launch_sites_args(e, op, site)) < 0) ||
 	    (err = sync__stream_get(e, op->stream, &s)) < 0)
 		return err;
 	e->seq++;

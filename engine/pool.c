@@ -9,7 +9,11 @@
  * The allocation, access record and latest use pools are indexed: their chunks are
  * numbered in a directory, so that an object has a 32-bit name
  * (pool__index(), pool__object()) that the allocation tree, the
- * histories and the usages link by. engine_get_memory() says where the bytes go.
+ * histories and the usages link by. The records that keep their start
+ * (struct access_at) come from a pool of their own whose chunks the
+ * access records' directory numbers (struct pool's `names`), so that
+ * both kinds share one space of names. engine_get_memory() says where
+ * the bytes go.
  *
  * Owns the slabs and the directories: pool__put() returns an object,
  * pool__fini() frees every slab of a pool and its directory at
@@ -123,8 +127,12 @@ static void pool_partial_del(struct pool *p, struct chunk *c)
  */
 static int pool_dir_take(struct engine *e, struct pool *p, struct chunk *c)
 {
-	size_t cap = p->ndir;
+	size_t cap;
 	uint32_t no;
+
+	if (p->names != NULL)
+		p = p->names;
+	cap = p->ndir;
 
 	if (p->dir_free != 0) {
 		no = p->dir_free - 1;
@@ -149,13 +157,18 @@ static int pool_dir_take(struct engine *e, struct pool *p, struct chunk *c)
 
 static void pool_dir_give(struct pool *p, const struct chunk *c)
 {
+	if (p->names != NULL)
+		p = p->names;
 	p->dir.base[c->no] = (uintptr_t)p->dir_free << 1 | 1;
 	p->dir_free = c->no + 1;
 }
 
+/* Where a chunk's first object starts: past its header, 16-aligned. */
+#define POOL_FIRST ((sizeof(struct chunk) + 15) & ~(size_t)15)
+
 static struct chunk *pool_chunk_new(struct engine *e, struct pool *p)
 {
-	size_t first = (sizeof(struct chunk) + 15) & ~(size_t)15;
+	size_t first = POOL_FIRST;
 	struct chunk *c;
 
 	assert(p->size >= sizeof(void *) && p->size <= POOL_CHUNK / 4);
@@ -176,6 +189,7 @@ static struct chunk *pool_chunk_new(struct engine *e, struct pool *p)
 		c->free = o;
 	}
 	c->nfree = c->cap;
+	p->nchunks++;
 	c->next = p->all;
 	if (p->all != NULL)
 		p->all->prev = c;
@@ -197,6 +211,7 @@ static void pool_chunk_release(struct engine *e, struct pool *p,
 		c->next->prev = c->prev;
 	if (p->indexed)
 		pool_dir_give(p, c);
+	p->nchunks--;
 	e->bytes -= POOL_CHUNK;
 	free(c);
 }
@@ -238,6 +253,75 @@ void pool__put_slow(struct engine *e, struct pool *p, struct chunk *c,
 		p->empty = c;
 	else
 		pool_chunk_release(e, p, c);
+}
+
+/* ---- moving objects out of a sparse chunk ----------------------------- */
+
+/*
+ * The chunk of `p` to empty by moving its objects into the others: the
+ * partial one holding the fewest, when `p`, holding `live` objects in all,
+ * keeps at least two chunks more than they need (the others then have
+ * room for them); else NULL. Walks the partial chunks only past that
+ * threshold, which each move takes a chunk's worth of frees to reach again.
+ */
+struct chunk *pool__sparse_chunk(const struct pool *p, size_t live)
+{
+	size_t per = (POOL_CHUNK - POOL_FIRST) / p->size;
+	struct chunk *c, *best = NULL;
+
+	if ((size_t)p->nchunks * per < live + 2 * per)
+		return NULL;
+	for (c = p->partial; c != NULL; c = c->pnext) {
+		if (c != p->empty && (best == NULL || c->nfree > best->nfree))
+			best = c;
+	}
+	return best;
+}
+
+/* The objects of chunk `c` of `p` in use, in *out (room for c->cap);
+ * returns how many. */
+size_t pool__chunk_objects(const struct pool *p, const struct chunk *c,
+			   void **out)
+{
+	uint64_t isfree[POOL_CHUNK / sizeof(void *) / 64] = { 0 };
+	size_t n = 0;
+
+	for (void *o = c->free, *next; o != NULL; o = next) {
+		size_t i = ((size_t)((char *)o - (char *)c) - POOL_FIRST) /
+			   p->size;
+
+		isfree[i / 64] |= UINT64_C(1) << (i % 64);
+		memcpy(&next, o, sizeof(next));
+	}
+	for (size_t i = 0; i < c->cap; i++) {
+		if (!(isfree[i / 64] >> (i % 64) & 1))
+			out[n++] = (char *)c + POOL_FIRST + i * p->size;
+	}
+	assert(n == (size_t)(c->cap - c->nfree));
+	return n;
+}
+
+/* An object of `p` from a chunk other than `c`, preferring one in use to
+ * the empty one kept; NULL when no other has room (pool__sparse_chunk()
+ * says there is). Never allocates. */
+void *pool__get_other(struct pool *p, const struct chunk *c)
+{
+	struct chunk *d = p->partial;
+	void *o;
+
+	while (d != NULL && (d == c || d == p->empty))
+		d = d->pnext;
+	if (d == NULL && (d = p->empty) == c)
+		d = NULL;
+	if (d == NULL)
+		return NULL;
+	if (d == p->empty)
+		p->empty = NULL;
+	o = d->free;
+	memcpy(&d->free, o, sizeof(void *));
+	if (--d->nfree == 0)
+		pool_partial_del(p, d);
+	return o;
 }
 
 void pool__fini(struct pool *p)
@@ -295,6 +379,7 @@ void engine_get_memory(const struct engine *e, struct engine_memory *out)
 
 	pool_slabs(&e->alloc_pool, &m.alloc_slabs, &m.alloc_used);
 	pool_slabs(&e->access_pool, &m.access_slabs, &m.access_used);
+	pool_slabs(&e->access_at_pool, &m.access_slabs, &m.access_used);
 	pool_slabs(&e->seg_pool, &m.seg_slabs, &m.seg_used);
 	pool_slabs(&e->usage_pool, &m.usage_slabs, &m.usage_used);
 	pool_slabs(&e->live_pool, &m.usage_slabs, &m.usage_used);

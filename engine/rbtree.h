@@ -45,6 +45,10 @@ void rb_insert(struct rb_root *root, struct rb_node *node,
 /* Unlinks `node`, which must be in the tree, and rebalances. */
 void rb_erase(struct rb_root *root, struct rb_node *node);
 
+/* `new` takes the place of `old`, of which it holds a copy: for moving a
+ * node in memory. `root` is read only when `old` is the root. */
+void rb_move(struct rb_root *root, struct rb_node *old, struct rb_node *new);
+
 /* In-order neighbours; NULL past either end. */
 struct rb_node *rb_first(const struct rb_root *root);
 struct rb_node *rb_last(const struct rb_root *root);
@@ -106,6 +110,8 @@ void rb32_insert(const struct rb32_dir *d, struct rb32_root *root,
 		 uint32_t node, uint32_t parent, uint32_t *link);
 void rb32_erase(const struct rb32_dir *d, struct rb32_root *root,
 		uint32_t node);
+void rb32_move(const struct rb32_dir *d, struct rb32_root *root,
+	       uint32_t old, uint32_t new);
 uint32_t rb32_first(const struct rb32_dir *d, const struct rb32_root *root);
 uint32_t rb32_last(const struct rb32_dir *d, const struct rb32_root *root);
 uint32_t rb32_next(const struct rb32_dir *d, uint32_t node);

@@ -239,6 +239,18 @@ void RB_(erase)(RB_CTXP RB_ROOT *root, RB_LINK z)
 		RB_(erase_fixup)(RB_CTX root, child, parent);
 }
 
+/* `new`, a copy of node `old` (links and colour), takes its place in the
+ * tree: its parent's link (or root->node) and its children's parent links
+ * name it instead. `root` is read only when `old` is the root. */
+void RB_(move)(RB_CTXP RB_ROOT *root, RB_LINK old, RB_LINK new)
+{
+	RB_(replace_child)(RB_CTX root, RB_PARENT(new), old, new);
+	if (RB_N(new)->left != RB_NIL)
+		RB_(set_parent)(RB_CTX RB_N(new)->left, new);
+	if (RB_N(new)->right != RB_NIL)
+		RB_(set_parent)(RB_CTX RB_N(new)->right, new);
+}
+
 RB_LINK RB_(first)(RB_CTXP const RB_ROOT *root)
 {
 	RB_LINK n = root->node;

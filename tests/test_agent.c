@@ -848,20 +848,60 @@ START_TEST(agent_without_operations_waits_for_its_registration)
 }
 END_TEST
 
+/* A daemon that accepted the process but has not drained its ring yet is
+ * waited for: npusan_wait_drained() times out and npusan-replay says the
+ * daemon did not take everything, instead of returning at once as if no
+ * daemon had the ring (-ENOTCONN) and saying nothing. */
+START_TEST(agent_waits_for_a_daemon_that_has_not_drained_yet)
+{
+	static const char one[] = "npusan-trace 1\n"
+				  "process pid=1 job=slow rank=0\n"
+				  "alloc ptr=0x1000 size=64 stream=0\n";
+	char *dir = tu_tmpdir(), sock[PATH_MAX], *trace, *err;
+	const char *argv[] = { NULL, "--wait", "300", NULL, NULL };
+	struct fakedaemon_agent agent;
+	struct fakedaemon *d;
+	char *bin = strdup(tu_bin("agent/npusan-replay"));
+
+	snprintf(sock, sizeof(sock), "%s/npusand.sock", dir);
+	ck_assert_int_eq(fakedaemon_start(sock, &d), 0);
+	setenv("NPUSAN", "1", 1);
+	setenv("NPUSAN_SOCKET", sock, 1);
+	trace = tu_write_file("slow.trace", one);
+	argv[0] = bin;
+	argv[3] = trace;
+	ck_assert_int_eq(tu_run(argv, NULL, NULL, &err), 0);
+	ck_assert_msg(strstr(err, "did not take every operation") != NULL,
+		      "%s", err);
+	while (fakedaemon_next(d, 100, &agent) == 0)
+		close(agent.fd);
+	fakedaemon_stop(d);
+	free(bin);
+	free(err);
+	free(trace);
+	free(dir);
+}
+END_TEST
+
 static Suite *agent_suite(void)
 {
 	Suite *s = suite_create("agent");
 	TCase *tc = tcase_create("agent");
+	/* Producer threads and the recorder's thread in one process, forking
+	 * nothing: the case ThreadSanitizer runs too (tests/CMakeLists.txt). */
+	TCase *threads = tcase_create("threads");
 
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, agent_recording_equals_the_operations);
+	tcase_set_timeout(threads, 60);
+	tcase_add_test(threads, agent_recording_equals_the_operations);
+	tcase_add_test(threads, agent_threads_record_everything_in_order);
+	tcase_add_test(threads, agent_daemon_and_recording_both_get_every_launch);
 	tcase_add_test(tc, agent_recording_names_job_and_rank);
 	tcase_add_test(tc, agent_recording_survives_exit_without_handlers);
 	tcase_add_test(tc, agent_recording_of_a_killed_flood_reads_in_order);
 	tcase_add_test(tc, agent_without_daemon_leaves_the_application_alone);
 	tcase_add_test(tc, agent_bad_configuration_is_reported_on_stderr_only);
 	tcase_add_test(tc, agent_fork_child_gets_its_own_ring);
-	tcase_add_test(tc, agent_threads_record_everything_in_order);
 	tcase_add_test(tc, agent_native_stack_names_the_caller);
 	tcase_add_test(tc, agent_disabled_records_nothing);
 	tcase_add_test(tc, agent_exports_only_its_api);
@@ -870,9 +910,10 @@ static Suite *agent_suite(void)
 	tcase_add_test(tc, agent_records_graph_calls_as_version_2);
 	tcase_add_test(tc, agent_replay_records_to_a_path_without_pid);
 	tcase_add_test(tc, agent_daemon_receives_every_operation);
-	tcase_add_test(tc, agent_daemon_and_recording_both_get_every_launch);
 	tcase_add_test(tc, agent_without_operations_waits_for_its_registration);
+	tcase_add_test(tc, agent_waits_for_a_daemon_that_has_not_drained_yet);
 	suite_add_tcase(s, tc);
+	suite_add_tcase(s, threads);
 	return s;
 }
 

@@ -349,6 +349,86 @@ START_TEST(engine_memory_breakdown_adds_up)
 }
 END_TEST
 
+static void feed_checked(struct engine *e, const struct op *op)
+{
+	ck_assert_int_eq(engine_feed(e, op), 0);
+	ck_assert_ptr_null(engine_check(e));
+}
+
+/* Allocations cut into two segments each, and segments of memory no
+ * allocation covers, all on stream 1. */
+static void feed_cut_allocations(struct engine *e, uint64_t nallocs,
+				 uint64_t noutside)
+{
+	for (uint64_t i = 0; i < nallocs; i++) {
+		struct op_range lo = { 0x100000 + i * 64, 32 };
+		struct op_range hi = { 0x100000 + i * 64 + 32, 32 };
+		struct op alloc = { .kind = OP_ALLOC, .ptr = lo.ptr,
+				    .size = 64 };
+		struct op w1 = { .kind = OP_LAUNCH, .stream = 1,
+				 .writes = &lo, .nwrites = 1 };
+		struct op w2 = { .kind = OP_LAUNCH, .stream = 1,
+				 .writes = &hi, .nwrites = 1 };
+
+		feed_checked(e, &alloc);
+		feed_checked(e, &w1);
+		feed_checked(e, &w2);
+	}
+	for (uint64_t i = 0; i < noutside; i++) {
+		struct op_range out = { 0x900000 + i * 64, 8 };
+		struct op w = { .kind = OP_LAUNCH, .stream = 1, .writes = &out,
+				.nwrites = 1 };
+
+		feed_checked(e, &w);
+	}
+}
+
+/* DESIGN 10: after most allocations go, leaving their survivors scattered
+ * over the segment slabs, the segments move into fewer slabs, and every
+ * history they hold still races as before. */
+START_TEST(engine_segments_move_into_fewer_slabs)
+{
+	struct engine_opts o = { .finding_cb = count_cb };
+	struct engine_memory m;
+	struct engine_stats st;
+	struct engine *e;
+	size_t n = 0;
+
+	o.arg = &n;
+	ck_assert_int_eq(engine_new(&o, &e), 0);
+	feed_cut_allocations(e, 800, 40);
+	for (uint64_t i = 0; i < 800; i++) {
+		struct op f = { .kind = OP_FREE, .ptr = 0x100000 + i * 64 };
+
+		if (i % 8 != 0)
+			feed_checked(e, &f);
+	}
+	engine_get_memory(e, &m);
+	engine_get_stats(e, &st);
+	ck_assert_uint_eq(st.segments, 100 * 2 + 40);
+	/* at most two slabs more than the segments need */
+	ck_assert_uint_lt(m.seg_slabs - m.seg_used, 3 * POOL_CHUNK);
+	for (uint64_t i = 0; i < 800; i += 8) {
+		struct op_range r = { 0x100000 + i * 64 + 16, 32 };
+		struct op read = { .kind = OP_LAUNCH, .stream = 2, .reads = &r,
+				   .nreads = 1 };
+
+		feed_checked(e, &read);
+	}
+	for (uint64_t i = 0; i < 40; i++) {
+		struct op_range r = { 0x900000 + i * 64, 1 };
+		struct op read = { .kind = OP_LAUNCH, .stream = 2, .reads = &r,
+				   .nreads = 1 };
+
+		feed_checked(e, &read);
+	}
+	/* each read races the two writes of its allocation, or the one of
+	 * its outside bytes */
+	ck_assert_uint_eq(n, 100 * 2 + 40);
+	engine_free(e);
+}
+END_TEST
+
 START_TEST(engine_memory_bounded_in_long_run)
 {
 	ck_assert_uint_eq(run_steps(200, true), run_steps(2000, true));
@@ -371,4 +451,5 @@ void engine_api_long_add(TCase *tc)
 	tcase_add_test(tc, engine_out_of_memory_forgets_and_goes_on);
 	tcase_add_test(tc, engine_memory_bounded_in_long_run);
 	tcase_add_test(tc, engine_memory_breakdown_adds_up);
+	tcase_add_test(tc, engine_segments_move_into_fewer_slabs);
 }

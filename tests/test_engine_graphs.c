@@ -667,6 +667,45 @@ END_TEST
 
 /* ---- deduplication ----------------------------------------------------- */
 
+static const char *arg_name(uint32_t id)
+{
+	return id != 0 ? symtab_str(F.syms, id, NULL) : NULL;
+}
+
+/* Captured launches keep the arguments their elements named: in a race
+ * found at the capture, in a replay's race, where the captured access is
+ * run again, and in a stale address, named by the write that touches it. */
+START_TEST(engine_graph_accesses_name_their_arguments)
+{
+	run("stream_create stream=1\n"
+	    "stream_create stream=2\n"
+	    "alloc ptr=0x1000 size=64 stream=1\n"
+	    "capture_begin stream=1 graph=1\n"
+	    "event_record event=1 stream=1\n"
+	    "event_wait event=1 stream=2\n"
+	    "launch stream=1 op=add read=0x1000+64@self write=0x1000+64@out\n"
+	    "launch stream=2 op=fill write=0x1000+64@dst\n"
+	    "event_record event=2 stream=2\n"
+	    "event_wait event=2 stream=1\n"
+	    "capture_end stream=1 graph=1\n"
+	    "launch stream=2 op=mul read=0x1000+64@other\n"
+	    "graph_replay graph=1 stream=1\n"
+	    "free ptr=0x1000\n"
+	    "alloc ptr=0x1000 size=64 stream=1\n"
+	    "graph_replay graph=1 stream=1\n");
+	assert_counts(2, 1, 1, 0);
+	ck_assert_int_eq(F.v[0].detected_at, DETECTED_AT_CAPTURE);
+	ck_assert_str_eq(arg_name(F.v[0].access.arg), "dst");
+	ck_assert_str_eq(arg_name(F.v[0].previous.arg), "out");
+	ck_assert_int_eq(F.v[1].detected_at, DETECTED_AT_REPLAY);
+	ck_assert_str_eq(arg_name(F.v[1].access.arg), "out");
+	ck_assert_str_eq(arg_name(F.v[1].previous.arg), "other");
+	ck_assert_int_eq(F.v[3].kind, FINDING_STALE_GRAPH_ADDRESS);
+	ck_assert_int_eq(F.v[3].access.write, true);
+	ck_assert_str_eq(arg_name(F.v[3].access.arg), "out");
+}
+END_TEST
+
 /* The same mistake in two graphs is two rows; twice in one graph, one. */
 START_TEST(engine_graph_dedup_key_has_the_graphs)
 {
@@ -1046,6 +1085,7 @@ static Suite *graph_suite(void)
 	tcase_add_test(life, engine_graph_host_syncs_refused_during_capture);
 	tcase_add_test(life, engine_graph_gap_forgets_graphs);
 	tcase_add_test(life, engine_graph_dedup_key_has_the_graphs);
+	tcase_add_test(life, engine_graph_accesses_name_their_arguments);
 	tcase_add_test(life, engine_graph_conformance_traces_keep_invariants);
 	tcase_add_test(life, engine_graph_out_of_memory_never_invents);
 	tcase_add_test(life, engine_out_of_memory_in_a_v1_job_never_invents);

@@ -126,6 +126,45 @@ START_TEST(engine_later_listed_write_is_last_write)
 }
 END_TEST
 
+/* `free P` where no allocation starts drops the accesses that start at P,
+ * also a view's inside a live allocation, and keeps the others there. */
+START_TEST(engine_free_of_view_pointer_drops_its_accesses)
+{
+	run("alloc ptr=0x1000 size=64\n"
+	    "launch stream=1 op=w write=0x1000+64\n"
+	    "launch stream=1 op=v write=0x1010+8\n"
+	    "free ptr=0x1010\n"
+	    "launch stream=2 op=r read=0x1010+8\n"
+	    "launch stream=2 op=r2 read=0x1020+8\n");
+	/* v's write went with the free of 0x1010; w's bytes around it
+	 * remain, and r2 races w there */
+	assert_findings(1, 0);
+	ck_assert_str_eq(tu_op(&F, 0, true), "w");
+	ck_assert_str_eq(tu_op(&F, 0, false), "r2");
+}
+END_TEST
+
+/* An access that starts an allocation and runs into the next one outlives
+ * the first: a later `free` of its start, where no allocation starts any
+ * more, drops what is left of it. */
+START_TEST(engine_free_drops_access_run_past_its_freed_allocation)
+{
+	run("alloc ptr=0x1000 size=16\n"
+	    "alloc ptr=0x1010 size=16\n"
+	    "launch stream=1 op=w write=0x1000+32\n"
+	    "free ptr=0x1000\n"
+	    "free ptr=0x1000\n"
+	    "launch stream=2 op=r read=0x1010+16\n");
+	assert_findings(0, 0);
+	run("alloc ptr=0x1000 size=16\n"
+	    "alloc ptr=0x1010 size=16\n"
+	    "launch stream=1 op=w write=0x1000+32\n"
+	    "free ptr=0x1000\n"
+	    "launch stream=2 op=r read=0x1010+16\n");
+	assert_findings(1, 0);
+}
+END_TEST
+
 START_TEST(engine_ranges_at_top_of_address_space)
 {
 	run("alloc ptr=0xfffffffffffff000 size=4096 stream=0\n"
@@ -223,6 +262,8 @@ void engine_ranges_add(TCase *tc)
 	tcase_add_test(tc, engine_launch_never_conflicts_with_itself);
 	tcase_add_test(tc, engine_element_listed_twice_is_one_access);
 	tcase_add_test(tc, engine_later_listed_write_is_last_write);
+	tcase_add_test(tc, engine_free_of_view_pointer_drops_its_accesses);
+	tcase_add_test(tc, engine_free_drops_access_run_past_its_freed_allocation);
 	tcase_add_test(tc, engine_ranges_at_top_of_address_space);
 	tcase_add_test(tc, engine_read_pieces_between_writes);
 	tcase_add_test(tc, engine_repeated_reads_of_one_site_each_race_a_write);

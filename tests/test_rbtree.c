@@ -139,6 +139,38 @@ START_TEST(rbtree_erase_root_of_small_trees)
 }
 END_TEST
 
+/* rb_move(): every node, the root included, copied to another place and
+ * moved there, leaves the same keys in order and the tree balanced, and
+ * inserts and erases go on from the moved nodes. */
+START_TEST(rbtree_move_every_node_elsewhere)
+{
+	enum { N = 300 };
+	struct item *a = calloc(N, sizeof(*a)), *b = calloc(N, sizeof(*b));
+	struct rb_root root = { NULL };
+
+	ck_assert(a != NULL && b != NULL);
+	for (size_t i = 0; i < N; i++) {
+		a[i].key = rng() % 1000;
+		insert(&root, &a[i]);
+	}
+	for (size_t i = 0; i < N; i++) {
+		b[i] = a[i];
+		rb_move(&root, &a[i].node, &b[i].node);
+		a[i].in = false;
+		a[i].node = (struct rb_node){ 0 }; /* nothing may still name it */
+		ck_assert_int_ge(rb_check(&root), 1);
+	}
+	check_against_model(&root, b, N);
+	for (size_t i = 0; i < N; i += 2) {
+		rb_erase(&root, &b[i].node);
+		b[i].in = false;
+	}
+	check_against_model(&root, b, N);
+	free(a);
+	free(b);
+}
+END_TEST
+
 /* ---- 32-bit links ----------------------------------------------------- */
 
 /* Items in chunks of 1 << RB32_SHIFT bytes, named as rbtree.h says: the
@@ -258,6 +290,29 @@ START_TEST(rbtree32_random_inserts_and_erases_keep_order_and_balance)
 }
 END_TEST
 
+/* rb32_move(): each node of a tree on the first chunks moved to the same
+ * place on the last ones keeps the tree ordered and balanced. */
+START_TEST(rbtree32_move_every_node_elsewhere)
+{
+	struct items32 t;
+	struct rb32_root root = { 0 };
+	size_t half = 4 * PER_CHUNK;
+
+	items32_new(&t, 8 * PER_CHUNK);
+	for (size_t i = 0; i < half; i++)
+		insert32(&t, &root, i);
+	for (size_t i = 0; i < half; i++) {
+		*item32_at(&t, i + half) = *item32_at(&t, i);
+		rb32_move(&t.dir, &root, item32_link(&t, i),
+			  item32_link(&t, i + half));
+		*item32_at(&t, i) = (struct item32){ 0 };
+		check32_against_model(&t, &root);
+	}
+	for (size_t c = 0; c < 8; c++)
+		free(t.chunks[c]);
+}
+END_TEST
+
 static Suite *rbtree_suite(void)
 {
 	Suite *s = suite_create("rbtree");
@@ -266,7 +321,9 @@ static Suite *rbtree_suite(void)
 	tcase_add_test(tc, rbtree_random_inserts_and_erases_keep_order_and_balance);
 	tcase_add_test(tc, rbtree_sequential_keys_stay_logarithmic);
 	tcase_add_test(tc, rbtree_erase_root_of_small_trees);
+	tcase_add_test(tc, rbtree_move_every_node_elsewhere);
 	tcase_add_test(tc, rbtree32_random_inserts_and_erases_keep_order_and_balance);
+	tcase_add_test(tc, rbtree32_move_every_node_elsewhere);
 	suite_add_tcase(s, tc);
 	return s;
 }

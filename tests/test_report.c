@@ -662,6 +662,81 @@ START_TEST(report_junit_same_from_run_to_run)
 }
 END_TEST
 
+/* A race between native stacks as build `b` of the program recorded it:
+ * each build has its own offsets, build id and directory. */
+static char *native_race_trace(int b)
+{
+	char text[2048], name[32];
+
+	snprintf(text, sizeof(text),
+		 "npusan-trace 1\n"
+		 "process pid=%d job=native%d rank=0\n"
+		 "stack id=1 frame=\"step+0x%x (/opt/build%d/bin/train+0x%x) "
+		 "(BuildId: %02x11223344)\" frame=\"/opt/build%d/lib/libk.so+0x%x "
+		 "(BuildId: %02x55667788)\"\n"
+		 "stream_create stream=1\n"
+		 "alloc ptr=0x1000 size=64 stream=0 stack=1\n"
+		 "launch stream=0 op=a write=0x1000+64 stack=1\n"
+		 "launch stream=1 op=b write=0x1000+64 stack=1\n",
+		 100 + b, b, 0x10 + b, b, 0x2000 + b, b, b, 0x300 + b, b);
+	snprintf(name, sizeof(name), "native%d.trace", b);
+	return tu_write_file(name, text);
+}
+
+/* The failure message of the first failure in `xml` (caller frees). */
+static char *junit_message(const char *xml)
+{
+	const char *p = strstr(xml, "<failure "), *q, *end;
+
+	ck_assert_ptr_nonnull(p);
+	q = strstr(p, "message=\"");
+	ck_assert_ptr_nonnull(q);
+	q += strlen("message=\"");
+	end = strchr(q, '"');
+	ck_assert_ptr_nonnull(end);
+	return strndup(q, (size_t)(end - q));
+}
+
+/* A failure's message is its signature, which CI servers compare from
+ * build to build: native frames appear as symbol and module name, without
+ * what each build changes (offsets, build id, directory). */
+START_TEST(report_junit_signature_survives_a_rebuild)
+{
+	char *rep = strdup(tu_bin("agent/npusan-replay")), *msg[2], *xml;
+	char junit[PATH_MAX + 16], job[16];
+	struct tu_daemon d;
+
+	tu_daemon_init(&d);
+	tu_daemon_start(&d, DAEMON_ARGS);
+	for (int b = 0; b < 2; b++) {
+		char *trace = native_race_trace(b);
+		const char *argv[] = { rep, trace, NULL };
+
+		ck_assert_int_eq(tu_run(argv, NULL, NULL, NULL), 0);
+		snprintf(job, sizeof(job), "native%d", b);
+		wait_findings(job, 1);
+		wait_exited(job, 1);
+		snprintf(junit, sizeof(junit), "%s/%s.xml", d.dir, job);
+		ck_assert_int_eq(ctlv(NULL, NULL, "report", "--job", job,
+				      "--junit", junit, NULL),
+				 1);
+		xml = slurp(junit);
+		ck_assert_ptr_nonnull(xml);
+		msg[b] = junit_message(xml);
+		free(xml);
+		free(trace);
+	}
+	ck_assert_str_eq(msg[0], msg[1]);
+	ck_assert_str_eq(msg[0], "data_race: b / a; at step in train, libk.so; "
+				 "previous at step in train, libk.so");
+	ck_assert_int_eq(WEXITSTATUS(tu_daemon_stop(&d, SIGTERM)), 0);
+	free(msg[0]);
+	free(msg[1]);
+	free(rep);
+	free(d.dir);
+}
+END_TEST
+
 START_TEST(report_without_daemon_exits_3)
 {
 	char *dir = tu_tmpdir(), sock[PATH_MAX], junit[PATH_MAX], *err;
@@ -691,6 +766,7 @@ static Suite *report_suite(void)
 	tcase_add_test(tc, report_blind_or_incomplete_job_is_not_clean);
 	tcase_add_test(tc, report_right_after_exit_sees_the_last_operations);
 	tcase_add_test(tc, report_junit_same_from_run_to_run);
+	tcase_add_test(tc, report_junit_signature_survives_a_rebuild);
 	tcase_add_test(tc, report_without_daemon_exits_3);
 	suite_add_tcase(s, tc);
 	return s;

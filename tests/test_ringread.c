@@ -293,6 +293,40 @@ START_TEST(ringread_map_refuses_unaligned_tail)
 }
 END_TEST
 
+/* The agent's recorder borrows its own process's mapping: it reads what
+ * was pushed there, refuses memory that is not a ring, and leaves the
+ * mapping to its owner. */
+START_TEST(ringread_borrow_reads_the_owners_mapping)
+{
+	_Alignas(struct ring_header) unsigned char junk[RING_HEADER_SIZE] = {
+		0
+	};
+	const char *why = NULL;
+	struct got g = { 0 };
+	struct rt t;
+
+	t.c = NULL;
+	ck_assert_int_eq(ringread_borrow(junk, sizeof(junk), &t.c, &why),
+			 -EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "magic"));
+	ck_assert_int_eq(ringread_borrow(junk, 8, &t.c, &why), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "shorter"));
+	ck_assert_ptr_null(t.c);
+	rt_create(&t, 0, 0, 0);
+	ck_assert_int_eq(ringread_borrow(t.p->hdr, t.p->map_len, &t.c, &why),
+			 0);
+	rt_push(&t, RING_REC_OP, 40, 7);
+	ck_assert_uint_eq(rt_drain(&t, 0, &g), 1);
+	ck_rec(&g, 0, RING_REC_OP, 40, 7);
+	ringread_unmap(t.c);
+	t.c = NULL;
+	/* Still mapped: the producer pushes on into it. */
+	rt_push(&t, RING_REC_OP, 40, 8);
+	got_free(&g);
+	rt_close(&t);
+}
+END_TEST
+
 /* The callback gets a copy: the producer rewriting the record in the ring
  * while the callback runs changes nothing it sees. */
 struct rewrite {
@@ -515,6 +549,7 @@ void test_ringread_add(TCase *rd)
 	tcase_add_test(rd, ringread_head_moved_back_not_followed);
 	tcase_add_test(rd, ringread_unaligned_head_not_followed);
 	tcase_add_test(rd, ringread_map_refuses_unaligned_tail);
+	tcase_add_test(rd, ringread_borrow_reads_the_owners_mapping);
 	tcase_add_test(rd, ringread_payload_is_a_private_copy);
 	tcase_add_test(rd, ringread_dead_producer_unfinished_skipped);
 	tcase_add_test(rd, ringread_callback_error_stops_drain);

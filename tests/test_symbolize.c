@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -78,8 +81,8 @@ START_TEST(symbolize_rejects_other_frames)
 }
 END_TEST
 
-/* The line of agent_prog.c its native stacks' innermost frame is at. */
-static int tsym_race_line(void)
+/* The line of agent_prog.c after the one holding `marker`. */
+static int tsym_line_after(const char *marker)
 {
 	char path[PATH_MAX], line[256];
 	FILE *f;
@@ -91,11 +94,17 @@ static int tsym_race_line(void)
 	ck_assert_ptr_nonnull(f);
 	while (fgets(line, sizeof(line), f) != NULL) {
 		n++;
-		if (strstr(line, "NATIVE_RACE_LINE is the next") != NULL)
+		if (strstr(line, marker) != NULL)
 			break;
 	}
 	fclose(f);
 	return n + 1;
+}
+
+/* The line of agent_prog.c its native stacks' innermost frame is at. */
+static int tsym_race_line(void)
+{
+	return tsym_line_after("NATIVE_RACE_LINE is the next");
 }
 
 static void tsym_copy(const char *from, const char *to)
@@ -115,11 +124,12 @@ static void tsym_copy(const char *from, const char *to)
 	ck_assert_int_eq(chmod(to, 0755), 0);
 }
 
-/* Runs `prog native_race` recording into `dir`; the trace's path. */
-static char *tsym_record(const char *prog, const char *dir)
+/* Runs `prog MODE` recording into `dir`; the trace's path. */
+static char *tsym_record_mode(const char *prog, const char *mode,
+			      const char *dir)
 {
 	char tmpl[PATH_MAX], *path = NULL;
-	const char *argv[] = { prog, "native_race", NULL };
+	const char *argv[] = { prog, mode, NULL };
 	struct dirent *e;
 	DIR *d;
 
@@ -140,6 +150,12 @@ static char *tsym_record(const char *prog, const char *dir)
 	closedir(d);
 	ck_assert_ptr_nonnull(path);
 	return path;
+}
+
+/* Runs `prog native_race` recording into `dir`; the trace's path. */
+static char *tsym_record(const char *prog, const char *dir)
+{
+	return tsym_record_mode(prog, "native_race", dir);
 }
 
 /* `npusanctl analyze [--json] TRACE`'s output, with NPUSAN_DEBUG_DIR set
@@ -383,6 +399,95 @@ START_TEST(symbolize_later_only_from_the_same_build)
 }
 END_TEST
 
+/* Code inlined into another function shows both, as addr2line -i does:
+ * the inlined function at its line, then the one it was inlined into at
+ * the line of the call, at the same address. */
+START_TEST(symbolize_inlined_code_shows_where_it_was_inlined)
+{
+	char *dir = tu_tmpdir(), *trace, *text, inner[128], outer[128];
+	const char *p, *next;
+
+	trace = tsym_record_mode(tu_bin("tests/agent_prog"),
+				 "native_inline_race", dir);
+	text = tsym_analyze(trace, NULL, false);
+	snprintf(inner, sizeof(inner), "agent_prog.c:%d in native_inlined "
+		 "(agent_prog+0x",
+		 tsym_line_after("NATIVE_INLINED_LINE is the next"));
+	snprintf(outer, sizeof(outer), "agent_prog.c:%d in native_inliner "
+		 "(agent_prog+0x",
+		 tsym_line_after("NATIVE_INLINE_CALL_LINE is the next"));
+	ck_assert_msg(tu_count_lines(text, inner) == 2, "%s", text);
+	ck_assert_msg(tu_count_lines(text, outer) == 2, "%s", text);
+	/* The line right after the inlined function's is its caller's. */
+	p = strchr(strstr(text, inner), '\n');
+	ck_assert_ptr_nonnull(p);
+	next = strchr(p + 1, '\n');
+	ck_assert_ptr_nonnull(next);
+	ck_assert_msg(memmem(p, (size_t)(next - p), outer, strlen(outer)),
+		      "no \"%s\" right after the inlined frame:\n%s", outer,
+		      text);
+	free(text);
+	free(trace);
+	free(dir);
+}
+END_TEST
+
+/* A listening TCP socket on 127.0.0.1 that accepts nothing; its port. */
+static int tsym_listen(int *port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+
+	ck_assert_int_ge(fd, 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(fd, 16), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+/*
+ * Text reports read debug information from this machine's files only:
+ * with DEBUGINFOD_URLS set, as Debian's login shells set it where
+ * libdebuginfod-common is installed, a module without debug information
+ * is shown raw at once, and no debuginfod server is asked, which could
+ * stall a CI step for minutes or download gigabytes.
+ */
+START_TEST(symbolize_never_asks_a_debuginfod_server)
+{
+	char *dir = tu_tmpdir(), *trace, *text, prog[PATH_MAX];
+	char url[64], cache[PATH_MAX], cmd[3 * PATH_MAX];
+	char *orig = strdup(tu_bin("tests/agent_prog")); /* static storage */
+	int port, fd = tsym_listen(&port);
+
+	snprintf(prog, sizeof(prog), "%s/agent_prog", dir);
+	tsym_copy(orig, prog);
+	trace = tsym_record(prog, dir);
+	snprintf(cmd, sizeof(cmd), "strip -g '%s'", prog);
+	ck_assert_int_eq(system(cmd), 0);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+	snprintf(cache, sizeof(cache), "%s/debuginfod-cache", dir);
+	setenv("DEBUGINFOD_URLS", url, 1);
+	setenv("DEBUGINFOD_TIMEOUT", "1", 1);
+	setenv("DEBUGINFOD_CACHE_PATH", cache, 1);
+	text = tsym_analyze(trace, dir, false);
+	unsetenv("DEBUGINFOD_URLS");
+	unsetenv("DEBUGINFOD_TIMEOUT");
+	unsetenv("DEBUGINFOD_CACHE_PATH");
+	tsym_expect_raw(text, "stripped, DEBUGINFOD_URLS set");
+	ck_assert_msg(accept(fd, NULL, NULL) < 0 && errno == EAGAIN,
+		      "npusanctl connected to the debuginfod server at %s",
+		      url);
+	close(fd);
+	free(text);
+	free(trace);
+	free(orig);
+	free(dir);
+}
+END_TEST
+
 static Suite *symbolize_suite(void)
 {
 	Suite *s = suite_create("symbolize");
@@ -396,6 +501,8 @@ static Suite *symbolize_suite(void)
 	suite_add_tcase(s, tc);
 	tcase_add_test(e2e, symbolize_analyze_shows_source_lines);
 	tcase_add_test(e2e, symbolize_later_only_from_the_same_build);
+	tcase_add_test(e2e, symbolize_never_asks_a_debuginfod_server);
+	tcase_add_test(e2e, symbolize_inlined_code_shows_where_it_was_inlined);
 	tcase_add_test(e2e, symbolize_daemon_findings_show_source_lines);
 	tcase_add_test(e2e, symbolize_fixed_address_executable);
 	suite_add_tcase(s, e2e);

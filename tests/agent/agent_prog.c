@@ -184,6 +184,32 @@ __attribute__((noinline)) void native_racer(uint64_t stream)
 	__asm__ volatile("" ::: "memory"); /* keep the call a call */
 }
 
+/*
+ * Inlined into native_inliner at any optimisation level: test_symbolize
+ * shows its line (the one after NATIVE_INLINED_LINE), then the function
+ * it was inlined into at the call's (after NATIVE_INLINE_CALL_LINE).
+ */
+static inline __attribute__((always_inline)) void
+native_inlined(uint64_t stream)
+{
+	struct npusan_range x = { 0x2000, 64 };
+	uint32_t op = npusan_intern("inlined_write");
+
+	/* NATIVE_INLINED_LINE is the next one. */
+	npusan_launch(stream, op, NULL, 0, &x, 1, NPUSAN_STACK_NATIVE);
+	__asm__ volatile("" ::: "memory"); /* keep the call a call */
+}
+
+/* Not static, so that -rdynamic names its frame too. */
+void native_inliner(uint64_t stream);
+
+__attribute__((noinline)) void native_inliner(uint64_t stream)
+{
+	/* NATIVE_INLINE_CALL_LINE is the next one. */
+	native_inlined(stream);
+	__asm__ volatile("" ::: "memory");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -216,6 +242,13 @@ int main(int argc, char **argv)
 		native_racer(0);
 		native_racer(1);
 		/* Under npusanctl run, not before the daemon has it all. */
+		npusan_wait_drained(10000);
+		return 0;
+	}
+	if (strcmp(argv[1], "native_inline_race") == 0) {
+		npusan_stream_create(1);
+		native_inliner(0);
+		native_inliner(1);
 		npusan_wait_drained(10000);
 		return 0;
 	}
