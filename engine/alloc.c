@@ -38,7 +38,7 @@ static int alloc_hash_grow(struct engine *e)
 		struct alloc *a = alloc__of(e, e->abuckets[i]), *next;
 
 		for (; a != NULL; a = next) {
-			size_t j = hash_u64(a->start) & (nn - 1);
+			size_t j = alloc__hash(a->start, nn - 1);
 
 			next = alloc__of(e, a->hnext);
 			a->hnext = b[j];
@@ -277,14 +277,26 @@ static void alloc_pending_del(struct engine *e, struct alloc *a)
 	moved->pidx = a->pidx;
 }
 
-/* Forgets allocation `a` with its history and usages. */
-static void alloc_unlink(struct engine *e, struct alloc *a)
+/* The link of the exact-start hash naming the allocation that starts at
+ * `start`, or the 0 ending its chain when none does. */
+static uint32_t *alloc_hash_link(const struct engine *e, uint64_t start)
 {
-	uint32_t *p = alloc__bucket(e, a->start), i = alloc__idx(e, a);
+	uint32_t *p = alloc__bucket(e, start);
 
-	while (*p != i)
-		p = &alloc__of(e, *p)->hnext;
-	*p = a->hnext;
+	while (*p != 0 && alloc__of_nz(e, *p)->start != start)
+		p = &alloc__of_nz(e, *p)->hnext;
+	return p;
+}
+
+/* Forgets allocation `a`, which hash link `*link` names, with its history
+ * and usages. */
+static inline void alloc_unlink_at(struct engine *e, struct alloc *a,
+				   uint32_t *link)
+{
+	uint32_t i = alloc__idx(e, a);
+
+	assert(*link == i);
+	*link = a->hnext;
 	if (e->last_view == a)
 		e->last_view = NULL;
 	rb32_erase(&e->alloc_pool.dir, &e->allocs, i);
@@ -294,6 +306,11 @@ static void alloc_unlink(struct engine *e, struct alloc *a)
 	pool__put(e, &e->alloc_pool, a);
 	e->st.live_allocs--;
 	e->unlinks++; /* graph.c: replays recheck their allocations */
+}
+
+static void alloc_unlink(struct engine *e, struct alloc *a)
+{
+	alloc_unlink_at(e, a, alloc_hash_link(e, a->start));
 }
 
 /* The record_stream rule for one latest use (U, n) of an allocation whose
@@ -357,8 +374,11 @@ static void alloc_check_record_stream(struct engine *e, struct alloc *a,
 				      enum detected_at at,
 				      const struct op *free)
 {
-	const int64_t *cstate = alloc_rule_clock(e, a);
+	const int64_t *cstate;
 
+	if (a->nusage == 0) /* most allocations: used on their stream only */
+		return;
+	cstate = alloc_rule_clock(e, a);
 	for (size_t i = 0; cstate != NULL && i < a->nusage; i++) {
 		struct usage *u = &a->usages->u[i];
 		struct usage_live *l = alloc__live_find(e, a, u->sidx);
@@ -437,7 +457,9 @@ int alloc__on_alloc(struct engine *e, const struct op *op)
 		old = next;
 		moved = true;
 	}
-	if (history__segs_drop(e, &e->outside, op->ptr, last) < 0) {
+	/* Most jobs access no bytes outside their allocations. */
+	if (e->outside.node != NULL &&
+	    history__segs_drop(e, &e->outside, op->ptr, last) < 0) {
 		pool__put(e, &e->alloc_pool, a);
 		history__forget(e);
 		return -ENOMEM;
@@ -451,16 +473,20 @@ int alloc__on_alloc(struct engine *e, const struct op *op)
 	return 0;
 }
 
+/* A free names the start of an allocation: one probe of the hash finds
+ * it and the link to unlink it by. */
 int alloc__on_free(struct engine *e, const struct op *op)
 {
-	struct alloc *a = alloc__at(e, op->ptr);
+	uint32_t *link = alloc_hash_link(e, op->ptr);
+	struct alloc *a;
 
-	if (a == NULL) {
+	if (*link == 0) {
 		history__drop_starting_at(e, op->ptr);
 		return 0;
 	}
+	a = alloc__of_nz(e, *link);
 	alloc_check_record_stream(e, a, DETECTED_AT_FREE, op);
-	alloc_unlink(e, a);
+	alloc_unlink_at(e, a, link);
 	return 0;
 }
 

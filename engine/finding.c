@@ -114,6 +114,30 @@ static int finding_site_intern(struct engine *e, const struct site *want,
 	return 0;
 }
 
+/* The site of the pair (op, stack), with no argument and no graph, when
+ * interned: finding_site_intern()'s probe, which finding_site_hash()
+ * starts at hash_u64() of the pair for such a site, without building a
+ * struct site. Most launches name an interned pair. */
+static bool finding_site_find_plain(const struct engine *e, uint32_t op,
+				    uint32_t stack, uint32_t *out)
+{
+	size_t i;
+
+	if (e->site_tab == NULL)
+		return false;
+	i = hash_u64((uint64_t)op << 32 | stack) & e->site_mask;
+	for (; e->site_tab[i] != 0; i = (i + 1) & e->site_mask) {
+		const struct site *s = &e->sites[e->site_tab[i] - 1];
+
+		if (s->op == op && s->stack == stack && s->arg == 0 &&
+		    !s->has_graph) {
+			*out = e->site_tab[i] - 1;
+			return true;
+		}
+	}
+	return false;
+}
+
 /* finding__site_get() past its one-entry cache: looks the pair up, and
  * interns it on first use. 0; -E2BIG or -ENOMEM with *out unwritten. */
 int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
@@ -122,7 +146,8 @@ int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
 	struct site want = { .op = op, .stack = stack };
 	int err;
 
-	if ((err = finding_site_intern(e, &want, out)) < 0)
+	if (!finding_site_find_plain(e, op, stack, out) &&
+	    (err = finding_site_intern(e, &want, out)) < 0)
 		return err;
 	e->last_site_key = (uint64_t)op << 32 | stack;
 	e->last_site = *out;

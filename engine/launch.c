@@ -24,11 +24,15 @@ static struct alloc *launch_alloc_for(struct engine *e, const struct elem *el,
 	return ptr == el->start ? el->alloc : alloc__containing(e, ptr);
 }
 
-static bool launch_ordered(const struct engine *e, uint16_t s,
+/* Whether access `p` happened before the present of the stream whose
+ * clock is `state`: the launching stream's, which a launch's checks
+ * take once. */
+static bool launch_ordered(const struct engine *e, const int64_t *state,
 			   const struct access *p)
 {
-	assert(s < e->nstreams && p->sidx < e->nstreams);
-	return (int64_t)p->seq <= e->streams[s].state[p->sidx];
+	assert(p->sidx < e->nstreams);
+	(void)e;
+	return (int64_t)p->seq <= state[p->sidx];
 }
 
 static bool launch_seen_lookup(const struct engine *e, const struct access *a)
@@ -138,20 +142,22 @@ static void launch_report_race(struct engine *e, const struct elem *cur,
 }
 
 /* launch_check_read() of the bytes whose history is `h`. */
-static void launch_check_read_hist(struct engine *e, uint16_t s,
+static void launch_check_read_hist(struct engine *e, const int64_t *state,
 				   const struct elem *el, struct hist *h,
 				   const struct access *tmpl)
 {
 	struct access *lw = history__write(e, h);
 
-	if (lw != NULL && !launch_ordered(e, s, lw))
+	if (lw != NULL && !launch_ordered(e, state, lw))
 		launch_report_race(e, el, lw, tmpl);
 }
 
 /* launch_check_write() of the bytes whose history is `h`. */
-static void launch_check_write_hist(struct engine *e, uint16_t s,
-				    const struct elem *el, struct hist *h,
-				    const struct access *tmpl)
+static inline void launch_check_write_hist(struct engine *e,
+					   const int64_t *state,
+					   const struct elem *el,
+					   struct hist *h,
+					   const struct access *tmpl)
 {
 	const uint32_t *rd = history__reads(e, h);
 	uint32_t nreads = history__nreads(e, h);
@@ -160,15 +166,15 @@ static void launch_check_write_hist(struct engine *e, uint16_t s,
 	for (uint32_t i = 0; i < nreads; i++) {
 		struct access *a = history__acc(e, rd[i]);
 
-		if (!launch_ordered(e, s, a))
+		if (!launch_ordered(e, state, a))
 			launch_report_race(e, el, a, tmpl);
 	}
-	if (nreads == 0 && lw != NULL && !launch_ordered(e, s, lw))
+	if (nreads == 0 && lw != NULL && !launch_ordered(e, state, lw))
 		launch_report_race(e, el, lw, tmpl);
 }
 
 /* A read is checked against the last write of each of its bytes. */
-static void launch_check_read(struct engine *e, uint16_t s,
+static void launch_check_read(struct engine *e, const int64_t *state,
 			      const struct elem *el, const struct access *tmpl)
 {
 	launch__seen_reset(e);
@@ -181,20 +187,20 @@ static void launch_check_read(struct engine *e, uint16_t s,
 		struct seg *cursor = NULL;
 
 		if (h != NULL) {
-			launch_check_read_hist(e, s, el, h, tmpl);
+			launch_check_read_hist(e, state, el, h, tmpl);
 			continue;
 		}
 		history__walk_init(e, &w, p->start, p->last, in);
 		while (history__walk_next(&w, &r)) {
 			history__for_each_hist (e, &r, h, cursor)
-				launch_check_read_hist(e, s, el, h, tmpl);
+				launch_check_read_hist(e, state, el, h, tmpl);
 		}
 	}
 }
 
 /* A write is checked against the reads since the last write of each of
  * its bytes, or against that last write when there are none. */
-static void launch_check_write(struct engine *e, uint16_t s,
+static void launch_check_write(struct engine *e, const int64_t *state,
 			       const struct elem *el, const struct access *tmpl)
 {
 	struct hist *h = history__whole_of(el->alloc, el->start, el->last);
@@ -204,13 +210,13 @@ static void launch_check_write(struct engine *e, uint16_t s,
 
 	launch__seen_reset(e);
 	if (h != NULL) {
-		launch_check_write_hist(e, s, el, h, tmpl);
+		launch_check_write_hist(e, state, el, h, tmpl);
 		return;
 	}
 	history__walk_init(e, &w, el->start, el->last, el->alloc);
 	while (history__walk_next(&w, &r)) {
 		history__for_each_hist (e, &r, h, cursor)
-			launch_check_write_hist(e, s, el, h, tmpl);
+			launch_check_write_hist(e, state, el, h, tmpl);
 	}
 }
 
@@ -247,8 +253,8 @@ static void launch_sort_spans(struct span *v, size_t n)
 }
 
 /* Copies `n` elements into e->spans sorted by (start, last, position). */
-static void launch_sorted_spans(struct engine *e, const struct elem *el,
-				size_t n)
+static inline void launch_sorted_spans(struct engine *e,
+				       const struct elem *el, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		e->spans[i] = (struct span){ el[i].start, el[i].last,
@@ -258,10 +264,9 @@ static void launch_sorted_spans(struct engine *e, const struct elem *el,
 
 /* An element listed twice in one list is one access: marks later copies.
  * A short list compares each pair, cheaper than sorting it. */
-static void launch_mark_dups(struct engine *e, struct elem *el, size_t n)
+static inline void launch_mark_dups(struct engine *e, struct elem *el, size_t n)
 {
-	if (n < 2)
-		return;
+	assert(n > 1);
 	if (n <= 8) {
 		for (size_t j = 1; j < n; j++) {
 			for (size_t i = 0; i < j && !el[j].dup; i++)
@@ -324,6 +329,14 @@ static int launch_read_pieces(struct engine *e, struct elem *r, size_t nunion,
 	bool covered = false;
 
 	assert(r->start <= r->last);
+	r->piece0 = (uint32_t)*npieces;
+	if (nunion == 0 || r->last < e->spans[0].start ||
+	    r->start > e->spans[nunion - 1].last) { /* the usual read */
+		if (launch_add_piece(e, npieces, r->start, r->last) < 0)
+			return -ENOMEM;
+		r->npieces = 1;
+		return 0;
+	}
 	while (lo < hi) { /* the first span ending at or after r->start */
 		size_t mid = lo + (hi - lo) / 2;
 
@@ -332,7 +345,6 @@ static int launch_read_pieces(struct engine *e, struct elem *r, size_t nunion,
 		else
 			hi = mid;
 	}
-	r->piece0 = (uint32_t)*npieces;
 	for (size_t i = lo; i < nunion && !covered &&
 			    e->spans[i].start <= r->last; i++) {
 		if (e->spans[i].start > cur &&
@@ -350,17 +362,43 @@ static int launch_read_pieces(struct engine *e, struct elem *r, size_t nunion,
 	return 0;
 }
 
+/* Lays out the `n` ranges of `x` as e->elems[at..at+n), each at `site`;
+ * returns the longest's length. */
+static uint64_t launch_layout(struct engine *e, size_t at,
+			      const struct op_range *x, size_t n,
+			      uint32_t site)
+{
+	struct elem *el = e->elems + at;
+	uint64_t longest = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		el[i] = (struct elem){ .start = x[i].ptr,
+				       .last = x[i].ptr + (x[i].len - 1),
+				       .site = site };
+		if (x[i].len > longest)
+			longest = x[i].len;
+	}
+	return longest;
+}
+
+/* What launch__run() learns of a launch while laying it out. */
+struct launch_shape {
+	uint64_t longest; /* the longest element's length */
+	bool beyond;	  /* a write runs past its own allocation, or has none */
+};
+
 /*
- * Lays out a launch's elements in e->elems (writes first, then reads, in
- * listed order), marks duplicates, cuts each read down to the bytes no
- * write covers and finds the allocation each access belongs to. Allocates
- * scratch only; touches no analysis state.
+ * launch__prepare() with every element at `site`, saying what it saw in
+ * *shape. Each list is laid out in a loop of its own.
  */
-int launch__prepare(struct engine *e, const struct op *op)
+static int launch_prepare_at(struct engine *e, const struct op *op,
+			     uint32_t site, struct launch_shape *shape)
 {
 	size_t nw = op->nwrites, nr = op->nreads, nu, npieces = 0;
 	struct elem *w, *r;
+	uint64_t lr;
 
+	*shape = (struct launch_shape){ 0 };
 	if (nw + nr == 0)
 		return 0;
 	if (pool__grow_array(e, (void **)&e->elems, &e->elems_cap, nw + nr,
@@ -370,31 +408,56 @@ int launch__prepare(struct engine *e, const struct op *op)
 		return -ENOMEM;
 	w = e->elems;
 	r = e->elems + nw;
-	for (size_t i = 0; i < nw + nr; i++) {
-		const struct op_range *x = i < nw ? &op->writes[i]
-						  : &op->reads[i - nw];
-
-		e->elems[i] = (struct elem){ .start = x->ptr,
-					     .last = x->ptr + (x->len - 1) };
+	shape->longest = launch_layout(e, 0, op->writes, nw, site);
+	lr = launch_layout(e, nw, op->reads, nr, site);
+	if (lr > shape->longest)
+		shape->longest = lr;
+	if (nw > 1)
+		launch_mark_dups(e, w, nw);
+	if (nr > 1)
+		launch_mark_dups(e, r, nr);
+	for (size_t i = 0; i < nw; i++) {
+		if (w[i].dup)
+			continue;
+		w[i].alloc = alloc__containing(e, w[i].start);
+		if (w[i].alloc == NULL || w[i].last > w[i].alloc->last)
+			shape->beyond = true;
 	}
-	launch_mark_dups(e, w, nw);
-	launch_mark_dups(e, r, nr);
 	nu = launch_write_union(e, w, nw);
 	for (size_t i = 0; i < nr; i++) {
-		if (!r[i].dup && launch_read_pieces(e, &r[i], nu, &npieces) < 0)
+		if (r[i].dup)
+			continue;
+		if (launch_read_pieces(e, &r[i], nu, &npieces) < 0)
 			return -ENOMEM;
-	}
-	for (size_t i = 0; i < nw + nr; i++) {
-		struct elem *el = &e->elems[i];
-
-		if (!el->dup && (i < nw || el->npieces > 0))
-			el->alloc = alloc__containing(e, el->start);
+		if (r[i].npieces > 0)
+			r[i].alloc = alloc__containing(e, r[i].start);
 	}
 	return 0;
 }
 
-/* The record_stream bookkeeping: a use of an allocation on a stream other
- * than its (known) allocation stream. */
+/*
+ * Lays out a launch's elements in e->elems (writes first, then reads, in
+ * listed order), marks duplicates, cuts each read down to the bytes no
+ * write covers and finds the allocation each access belongs to. Allocates
+ * scratch only; touches no analysis state.
+ */
+int launch__prepare(struct engine *e, const struct op *op)
+{
+	struct launch_shape shape;
+
+	return launch_prepare_at(e, op, 0, &shape);
+}
+
+/* Whether a use of `a` on stream `s` is a usage for the record_stream
+ * check: a use of an allocation on a stream other than its (known)
+ * allocation stream. The usual use, on its own stream, is not. */
+static bool launch_is_usage(const struct alloc *a, uint16_t s)
+{
+	return a != NULL && a->sidx != s && !a->exempt &&
+	       a->sidx != STREAM_NONE;
+}
+
+/* The record_stream bookkeeping of a use that launch_is_usage(). */
 static int launch_note_usage(struct engine *e, const struct elem *el,
 			     uint16_t s, uint32_t site)
 {
@@ -402,8 +465,7 @@ static int launch_note_usage(struct engine *e, const struct elem *el,
 	struct usage_live *l;
 	struct usage *u;
 
-	if (a == NULL || a->exempt || a->sidx == STREAM_NONE || a->sidx == s)
-		return 0;
+	assert(launch_is_usage(a, s));
 	if ((u = alloc__usage_get(e, a, s)) == NULL)
 		return -ENOMEM;
 	if (u->flags & (USAGE_RECORDED | USAGE_REPORTED)) {
@@ -440,7 +502,7 @@ static void launch_note_wrote_beyond(struct engine *e, const struct elem *el,
 	struct region r;
 
 	if (el->alloc != NULL && el->last <= el->alloc->last)
-		return; /* the usual write, within its own allocation */
+		return; /* a write within its own allocation */
 	history__walk_init(e, &w, el->start, el->last, el->alloc);
 	while (history__walk_next(&w, &r)) {
 		struct alloc *a = r.alloc;
@@ -468,8 +530,32 @@ static int launch_record_read(struct engine *e, const struct elem *el)
 	return err;
 }
 
-/* Applies the launch's accesses to history and usages (DESIGN 4, 6). */
-static int launch_update(struct engine *e, uint16_t s, const struct op *op)
+/* Records element `el`, a write when `write`, in the history and its
+ * usage of its allocation (DESIGN 4, 6). */
+static int launch_update_elem(struct engine *e, struct elem *el, uint16_t s,
+			      bool write)
+{
+	int err;
+
+	el->acc = history__access_new(e, el, s, el->site, e->seq, write);
+	if (el->acc == NULL)
+		return -ENOMEM;
+	if (write)
+		err = history__record(e, el->start, el->last, el->alloc,
+				      el->acc);
+	else
+		err = launch_record_read(e, el);
+	if (err == 0 && launch_is_usage(el->alloc, s))
+		err = launch_note_usage(e, el, s, el->site);
+	/* the history holds its own references */
+	history__access_put(e, el->acc);
+	return err;
+}
+
+/* Applies the launch's accesses to history and usages (DESIGN 4, 6),
+ * writes first; `beyond` as struct launch_shape says. */
+static int launch_update(struct engine *e, uint16_t s, const struct op *op,
+			 bool beyond)
 {
 	size_t nw = op->nwrites, n = nw + op->nreads;
 	int err = 0;
@@ -477,29 +563,37 @@ static int launch_update(struct engine *e, uint16_t s, const struct op *op)
 	assert(s < e->nstreams);
 	for (size_t i = 0; i < n && err == 0; i++) {
 		struct elem *el = &e->elems[i];
-		bool write = i < nw;
 
-		if (el->dup || (!write && el->npieces == 0))
-			continue;
-		el->acc = history__access_new(e, el, s, el->site, e->seq,
-					      write);
-		if (el->acc == NULL)
-			return -ENOMEM;
-		if (write)
-			err = history__record(e, el->start, el->last, el->alloc,
-					      el->acc);
-		else
-			err = launch_record_read(e, el);
-		if (err == 0)
-			err = launch_note_usage(e, el, s, el->site);
-		/* the history holds its own references */
-		history__access_put(e, el->acc);
+		if (!el->dup && (i < nw || el->npieces > 0))
+			err = launch_update_elem(e, el, s, i < nw);
 	}
-	for (size_t i = 0; i < nw && err == 0; i++) {
+	for (size_t i = 0; beyond && i < nw && err == 0; i++) {
 		if (!e->elems[i].dup)
 			launch_note_wrote_beyond(e, &e->elems[i], s);
 	}
 	return err;
+}
+
+/*
+ * Each element's site, when the op names arguments: `site`, which
+ * launch_prepare_at() set, with the element's argument. Interns only,
+ * before any state changes (DESIGN 7).
+ */
+static int launch_sites_args(struct engine *e, const struct op *op,
+			     uint32_t site)
+{
+	size_t nw = op->nwrites;
+	int err;
+
+	for (size_t i = 0; i < nw + op->nreads; i++) {
+		const uint32_t *args = i < nw ? op->write_args : op->read_args;
+		uint32_t arg = args != NULL ? args[i < nw ? i : i - nw] : 0;
+
+		if (arg != 0 && (err = finding__site_with_arg(
+					 e, site, arg, &e->elems[i].site)) < 0)
+			return err;
+	}
+	return 0;
 }
 
 /*
@@ -508,24 +602,9 @@ static int launch_update(struct engine *e, uint16_t s, const struct op *op)
  */
 int launch__sites(struct engine *e, const struct op *op, uint32_t site)
 {
-	size_t nw = op->nwrites;
-	int err;
-
-	if (op->write_args == NULL && op->read_args == NULL) {
-		for (size_t i = 0; i < nw + op->nreads; i++)
-			e->elems[i].site = site;
-		return 0;
-	}
-	for (size_t i = 0; i < nw + op->nreads; i++) {
-		const uint32_t *args = i < nw ? op->write_args : op->read_args;
-		uint32_t arg = args != NULL ? args[i < nw ? i : i - nw] : 0;
-
+	for (size_t i = 0; i < op->nwrites + op->nreads; i++)
 		e->elems[i].site = site;
-		if (arg != 0 && (err = finding__site_with_arg(
-					 e, site, arg, &e->elems[i].site)) < 0)
-			return err;
-	}
-	return 0;
+	return launch_sites_args(e, op, site);
 }
 
 /*
@@ -537,41 +616,39 @@ int launch__run(struct engine *e, const struct op *op, uint32_t site)
 {
 	size_t nw = op->nwrites;
 	struct access tmpl;
+	struct launch_shape shape;
+	int64_t *state;
 	uint16_t s;
 	int err;
 
 	if (e->seq == SEQ_MAX)
 		return -EOVERFLOW;
-	if ((err = launch__prepare(e, op)) < 0 ||
-	    (err = launch__sites(e, op, site)) < 0 ||
+	if ((err = launch_prepare_at(e, op, site, &shape)) < 0 ||
+	    ((op->write_args != NULL || op->read_args != NULL) &&
+	     (err = launch_sites_args(e, op, site)) < 0) ||
 	    (err = sync__stream_get(e, op->stream, &s)) < 0)
 		return err;
 	e->seq++;
 	e->st.launches++;
-	e->streams[s].state[s] = (int64_t)e->seq;
+	state = e->streams[s].state;
+	state[s] = (int64_t)e->seq;
 
 	tmpl = (struct access){ .site = site, .sidx = s, .seq = e->seq };
 	/* Reads first, then writes, as torch.cuda._sanitizer reports. */
 	for (size_t i = nw; i < nw + op->nreads; i++) {
 		tmpl.site = e->elems[i].site;
 		if (!e->elems[i].dup && e->elems[i].npieces > 0)
-			launch_check_read(e, s, &e->elems[i], &tmpl);
+			launch_check_read(e, state, &e->elems[i], &tmpl);
 	}
 	tmpl.write = 1;
 	for (size_t i = 0; i < nw; i++) {
 		tmpl.site = e->elems[i].site;
 		if (!e->elems[i].dup)
-			launch_check_write(e, s, &e->elems[i], &tmpl);
+			launch_check_write(e, state, &e->elems[i], &tmpl);
 	}
-	for (size_t i = 0; i < nw + op->nreads; i++) {
-		uint64_t len = e->elems[i].last - e->elems[i].start + 1;
-
-		if (len == 0) /* the whole address space */
-			len = UINT64_MAX;
-		if (len > e->max_access_len)
-			e->max_access_len = len;
-	}
-	if ((err = launch_update(e, s, op)) < 0)
+	if (shape.longest > e->max_access_len)
+		e->max_access_len = shape.longest;
+	if ((err = launch_update(e, s, op, shape.beyond)) < 0)
 		history__forget(e);
 	return err;
 }

@@ -186,6 +186,12 @@ static struct event *sync_event_find(const struct engine *e, uint64_t id)
 	return v != NULL ? (struct event *)(uintptr_t)*v : NULL;
 }
 
+/* The bytes of an event recording a clock of `n` streams. */
+static size_t sync_event_size(uint32_t n)
+{
+	return sizeof(struct event) + n * sizeof(int64_t);
+}
+
 static void sync_event_drop(struct engine *e, uint64_t id)
 {
 	struct event *ev = sync_event_find(e, id);
@@ -193,36 +199,35 @@ static void sync_event_drop(struct engine *e, uint64_t id)
 	if (ev == NULL)
 		return;
 	u64map_del(&e->events, id);
-	pool__free(e, ev->rec, ev->n * sizeof(int64_t));
-	pool__free(e, ev, sizeof(*ev));
+	pool__free(e, ev, sync_event_size(ev->n));
 }
 
-/* `event_record E S`: recorded[E] = copy(state[S]). */
+/* `event_record E S`: recorded[E] = copy(state[S]). An event is one block,
+ * sized again only when the streams grew since it last recorded. */
 static int sync_event_record(struct engine *e, uint64_t id, uint16_t s)
 {
-	struct event *ev = sync_event_find(e, id);
-	size_t size = e->nstreams * sizeof(int64_t);
-	int64_t *rec;
+	uint64_t *slot = u64map_get(&e->events, id);
+	struct event *ev = slot ? (struct event *)(uintptr_t)*slot : NULL;
+	uint32_t n = e->nstreams;
 
-	assert(s < e->nstreams);
-	if (ev == NULL) {
-		ev = pool__realloc(e, NULL, 0, sizeof(*ev));
-		if (ev == NULL)
+	assert(s < n);
+	if (ev == NULL || ev->n != n) {
+		struct event *grown =
+			pool__realloc(e, ev, ev ? sync_event_size(ev->n) : 0,
+				      sync_event_size(n));
+
+		if (grown == NULL)
 			return -ENOMEM;
-		*ev = (struct event){ NULL, 0 };
-		if (u64map_put(&e->events, id, (uintptr_t)ev) < 0) {
-			pool__free(e, ev, sizeof(*ev));
+		if (slot != NULL) {
+			*slot = (uintptr_t)grown;
+		} else if (u64map_put(&e->events, id, (uintptr_t)grown) < 0) {
+			pool__free(e, grown, sync_event_size(n));
 			return -ENOMEM;
 		}
+		ev = grown;
+		ev->n = n;
 	}
-	if (ev->n != e->nstreams) {
-		rec = pool__realloc(e, ev->rec, ev->n * sizeof(int64_t), size);
-		if (rec == NULL)
-			return -ENOMEM;
-		ev->rec = rec;
-		ev->n = e->nstreams;
-	}
-	memcpy(ev->rec, e->streams[s].state, size);
+	memcpy(ev->rec, e->streams[s].state, n * sizeof(int64_t));
 	return 0;
 }
 
@@ -301,10 +306,7 @@ void sync__fini(struct engine *e)
 	uint64_t val;
 
 	while (u64map_next(&e->events, &pos, NULL, &val)) {
-		struct event *ev = (struct event *)(uintptr_t)val;
-
-		free(ev->rec);
-		free(ev);
+		free((struct event *)(uintptr_t)val);
 	}
 	for (uint32_t s = 0; s < e->nstreams; s++)
 		free(e->streams[s].state);

@@ -207,6 +207,24 @@ START_TEST(engine_csan_record_overrides_previous_record)
 }
 END_TEST
 
+/* An event recorded again after new streams appeared holds the new,
+ * longer clock: the wait orders what the second record's stream did and
+ * nothing the first record's stream did after the first record. */
+START_TEST(engine_csan_rerecord_with_more_streams)
+{
+	run("launch stream=1001 op=w write=1\n"
+	    "event_record event=2001 stream=1001\n"
+	    "launch stream=1002 op=w write=2\n"
+	    "launch stream=1003 op=w write=3\n"
+	    "event_record event=2001 stream=1002\n"
+	    "event_wait event=2001 stream=1003\n"
+	    "launch stream=1003 op=r read=2\n"
+	    "launch stream=1003 op=r read=1\n");
+	assert_findings(1, 0);
+	assert_race(0, 1003, false, 1001, true);
+}
+END_TEST
+
 START_TEST(engine_csan_event_waited_by_many_streams)
 {
 	run("launch stream=1001 op=w write=1\n"
@@ -336,6 +354,7 @@ void engine_csan_add(TCase *tc)
 	tcase_add_test(tc, engine_csan_multiple_errors_one_per_tensor);
 	tcase_add_test(tc, engine_csan_state_merging_is_pointwise_max);
 	tcase_add_test(tc, engine_csan_record_overrides_previous_record);
+	tcase_add_test(tc, engine_csan_rerecord_with_more_streams);
 	tcase_add_test(tc, engine_csan_event_waited_by_many_streams);
 	tcase_add_test(tc, engine_same_stream_never_races);
 	tcase_add_test(tc, engine_write_after_write_races);
