@@ -151,7 +151,15 @@ class AdapterCase(unittest.TestCase):
                 raise self.broken
             return emulate.current_stream_id(device)
 
+        def read_stream(_):
+            if self.broken is not None:
+                raise self.broken
+            reader, of = emulate.STREAM_READER
+            return reader(of)
+
         backend.current_stream = current_stream
+        # The C path reads the stream through the backend's reader.
+        backend.stream_reader = (read_stream, None)
         machinery = (os.path.dirname(_adapter.__file__) + os.sep,
                      torch.utils._python_dispatch.__file__)
         self.adapter = _adapter.Adapter(

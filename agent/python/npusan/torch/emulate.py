@@ -61,6 +61,7 @@ streams from 1, events from 1.
 
 import atexit
 import itertools
+import operator
 import threading
 import weakref
 from typing import Callable, Dict, Optional, Tuple
@@ -214,6 +215,11 @@ def current_stream_id(device: int = -1) -> int:
     """The current stream's id; `device` is there for the adapter, which
     asks a real backend for the current stream of a device."""
     return _local.stream.id
+
+
+# current_stream_id() as (reader, of), reader(of) being the id: calls that
+# run no Python frame, for the adapter's C path (Backend.stream_reader).
+STREAM_READER = (operator.attrgetter("stream.id"), _local)
 
 
 class stream:
