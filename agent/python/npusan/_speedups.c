@@ -101,16 +101,24 @@ void core_fail(Core *c)
 }
 
 /* The current stream of `device` as an object, a new reference; NULL
- * with an exception. Where the backend has a stream_reader, (reader, of)
- * with reader(of) the current stream whatever the device, that call,
- * which runs no Python frame; else adapter.current_stream(device). */
+ * with an exception. Where the backend has a stream_reader, (table,
+ * default), table's entry for this thread, else default; else
+ * adapter.current_stream(device). */
 static PyObject *core_stream_object(Core *c, int64_t device)
 {
 	PyObject *d, *s;
 
-	if (c->stream_reader != Py_None)
-		return PyObject_CallOneArg(PyTuple_GET_ITEM(c->stream_reader, 0),
-					   PyTuple_GET_ITEM(c->stream_reader, 1));
+	if (c->stream_reader != Py_None) {
+		d = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+		if (d == NULL)
+			return NULL;
+		s = PyDict_GetItemWithError(PyTuple_GET_ITEM(c->stream_reader, 0),
+					    d);
+		Py_DECREF(d);
+		if (s == NULL && PyErr_Occurred())
+			return NULL;
+		return Py_NewRef(s ? s : PyTuple_GET_ITEM(c->stream_reader, 1));
+	}
 	d = PyLong_FromLongLong(device);
 	if (d == NULL)
 		return NULL;
@@ -260,9 +268,9 @@ static int core_read_state(Core *c, PyObject *adapter, PyObject *stacks)
 	if (c->stream_reader != Py_None &&
 	    (!PyTuple_Check(c->stream_reader) ||
 	     PyTuple_GET_SIZE(c->stream_reader) != 2 ||
-	     !PyCallable_Check(PyTuple_GET_ITEM(c->stream_reader, 0)))) {
+	     !PyDict_Check(PyTuple_GET_ITEM(c->stream_reader, 0)))) {
 		PyErr_SetString(PyExc_TypeError, "backend.stream_reader: "
-				"(reader, of) or None");
+				"(table, default) or None");
 		return -1;
 	}
 	if (!PyDict_Check(c->specs) || !PyDict_Check(c->plans) ||

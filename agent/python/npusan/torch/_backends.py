@@ -45,7 +45,7 @@ class Backend:
                  stream_handle: Optional[Callable[[object], int]],
                  activate: Callable[[], None],
                  graph_classes: Callable[[], List[type]] = list,
-                 stream_reader: Optional[Tuple[Callable, object]] = None):
+                 stream_reader: Optional[Tuple[Dict[int, int], int]] = None):
         self.name = name
         self.registries = registries
         # Whether each device has streams of its own (the emulation's one
@@ -55,9 +55,10 @@ class Backend:
         self.device_attr = device_attr
         # The current stream of a device index (-1: the current device).
         self.current_stream = current_stream
-        # Where the current stream is one whatever the device: (reader, of),
-        # reader(of) being current_stream(-1) through calls that run no
-        # Python frame (the adapter's C path calls it); else None.
+        # Where the current stream is one whatever the device and kept by
+        # thread: (table, default), current_stream(-1) being table's entry
+        # for threading.get_ident(), else default, which the adapter's C
+        # path reads without calling current_stream(); else None.
         self.stream_reader = stream_reader
         # The stream handle of the torch.Stream that aten::record_stream
         # gets; None where a registry reports record_stream instead.
