@@ -53,7 +53,8 @@
 /* Interned names of the tensor methods and adapter attributes used. */
 PyObject *s_data_ptr, *s_is_contiguous, *s_numel, *s_element_size,
 	*s_get_device, *s_size, *s_stride, *s_on, *s_fail, *s_spec, *s_claim,
-	*s_record_stream, *s_classify, *s_name, *s_torch_dispatch, *s_nbytes, *s_stream_reader;
+	*s_record_stream, *s_classify, *s_name, *s_torch_dispatch, *s_nbytes,
+	*s_stream_reader;
 
 /* ---- the adapter's state ------------------------------------------------ */
 
@@ -66,16 +67,13 @@ int core_on(Core *c)
 	PyObject *on = PyDict_GetItemWithError(c->adapter_dict, s_on);
 	int r;
 
-	if (on != NULL)
-		return on == Py_True ? 1 : on == Py_False ? 0 :
-		       PyObject_IsTrue(on) > 0;
-	on = PyErr_Occurred() ? NULL : PyObject_GetAttr(c->adapter, s_on);
-	if (on == NULL) {
-		PyErr_Clear();
-		return 0;
+	if (on != NULL) {
+		r = PyObject_IsTrue(on);
+	} else {
+		on = PyErr_Occurred() ? NULL : PyObject_GetAttr(c->adapter, s_on);
+		r = on != NULL ? PyObject_IsTrue(on) : -1;
+		Py_XDECREF(on);
 	}
-	r = PyObject_IsTrue(on);
-	Py_DECREF(on);
 	if (r < 0) {
 		PyErr_Clear();
 		return 0;
@@ -256,8 +254,9 @@ static int core_read_state(Core *c, PyObject *adapter, PyObject *stacks)
 	    !(backend = attr(adapter, "backend")))
 		return -1;
 	c->device_attr = attr(backend, "device_attr");
-	c->stream_reader = PyObject_GetAttr(backend, s_stream_reader);
-	if (c->stream_reader == NULL &&
+	if (c->device_attr != NULL)
+		c->stream_reader = PyObject_GetAttr(backend, s_stream_reader);
+	if (c->device_attr != NULL && c->stream_reader == NULL &&
 	    PyErr_ExceptionMatches(PyExc_AttributeError)) {
 		PyErr_Clear();
 		c->stream_reader = Py_NewRef(Py_None);

@@ -102,7 +102,8 @@ typedef struct {
  * (_speedups.c makes them). */
 extern PyObject *s_data_ptr, *s_is_contiguous, *s_numel, *s_element_size,
 	*s_get_device, *s_size, *s_stride, *s_on, *s_fail, *s_spec, *s_claim,
-	*s_record_stream, *s_classify, *s_name, *s_torch_dispatch, *s_nbytes, *s_stream_reader;
+	*s_record_stream, *s_classify, *s_name, *s_torch_dispatch, *s_nbytes,
+	*s_stream_reader;
 
 /* _speedups.c */
 int core_on(Core *c);
