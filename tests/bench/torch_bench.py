@@ -27,7 +27,8 @@ of its own per configuration:
   *-idle     each npusan process also times every run with its adapter
              turned off (its dispatch mode and callbacks still installed,
              each returning at once): npusan less that is what npusan's own
-             code costs, measured within one process;
+             code costs, measured within one process; npusan-idle against
+             CSAN is the least that any npusan on a dispatch mode can add;
   csan       the emulation plus torch.cuda._sanitizer's own
              CUDASanitizerDispatchMode and EventHandler, registered on the
              same trace callbacks, with two substitutions that let it see
@@ -270,7 +271,9 @@ def main() -> None:
     else:
         daemon, env["NPUSAN_SOCKET"] = start_daemon(build, tmp)
     times = {c: [] for c in CONFIGS + tuple(IDLE.values())}
-    ratios = {c: [] for c in ("npusan", "npusan-py")}
+    # npusan-idle's too: what its dispatch mode costs when it records
+    # nothing, the least that any npusan on a dispatch mode can add.
+    ratios = {c: [] for c in ("npusan", "npusan-py", "npusan-idle")}
     children = {}
     try:
         for config in CONFIGS:
@@ -302,6 +305,7 @@ def main() -> None:
                 times[config].append(runs[0])
                 if config in IDLE:
                     times[IDLE[config]].append(runs[1])
+                    got[IDLE[config]] = runs[1]
             for c in ratios:
                 ratios[c].append((got[c] - got["emulation"]) /
                                  (got["csan"] - got["emulation"]))
@@ -340,6 +344,8 @@ def main() -> None:
           f"us/op: npusan adds {ratio['npusan']:.3f} of what CSAN adds "
           f"(target: at most 0.05); on its Python path "
           f"{ratio['npusan-py']:.3f}")
+    print(f"npusan's dispatch mode recording nothing (npusan-idle) adds "
+          f"{ratio['npusan-idle']:.3f} of what CSAN adds")
 
 
 if __name__ == "__main__":

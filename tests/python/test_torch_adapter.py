@@ -134,6 +134,9 @@ class AdapterCase(unittest.TestCase):
     entered for each test; with `speedups`, npusan._speedups runs it."""
 
     speedups = False
+    # Whether the test breaks the stream lookup (self.broken), which the C
+    # path then reaches through backend.current_stream.
+    breaks_stream = False
 
     def setUp(self):
         from npusan._stack import Stacks
@@ -152,6 +155,10 @@ class AdapterCase(unittest.TestCase):
             return emulate.current_stream_id(device)
 
         backend.current_stream = current_stream
+        # The C path reads the real backend's table unless the test's
+        # breakable current_stream must be called.
+        if self.breaks_stream:
+            backend.stream_reader = None
         machinery = (os.path.dirname(_adapter.__file__) + os.sep,
                      torch.utils._python_dispatch.__file__)
         self.adapter = _adapter.Adapter(
@@ -499,6 +506,25 @@ class PythonStacks(AdapterCase):
         self.assertEqual(len(self.agent.stacks), len(set(
             self.agent.stacks.values())))
 
+    def test_code_made_machinery_later_is_skipped_from_then_on(self):
+        x = torch.ones(4)
+
+        def helper():
+            x.add_(1)
+
+        line = sys._getframe().f_lineno + 1
+        helper()
+        first = self.agent.stack(self.launches()[-1][5])
+        self.assertTrue(first[0].endswith(" in helper"), first)
+        # This file is machinery from now on: its frames are left out.
+        self.adapter.stacks.add_machinery([__file__])
+        helper()
+        second = self.agent.stack(self.launches()[-1][5])
+        self.assertNotIn(f"{__file__}:{line} in "
+                         "test_code_made_machinery_later_is_skipped_from_"
+                         "then_on", second)
+        self.assertFalse(any(f.startswith(__file__) for f in second), second)
+
     def test_different_lines_different_stacks(self):
         x = torch.ones(4)
         x.add_(1)
@@ -509,6 +535,8 @@ class PythonStacks(AdapterCase):
 
 class Failures(AdapterCase):
     """A failure inside the adapter turns npusan off and nothing else."""
+
+    breaks_stream = True
 
     def test_failing_stream_lookup_turns_off_with_one_line(self):
         x = torch.ones(4)

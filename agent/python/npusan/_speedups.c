@@ -53,22 +53,27 @@
 /* Interned names of the tensor methods and adapter attributes used. */
 PyObject *s_data_ptr, *s_is_contiguous, *s_numel, *s_element_size,
 	*s_get_device, *s_size, *s_stride, *s_on, *s_fail, *s_spec, *s_claim,
-	*s_record_stream, *s_classify, *s_name, *s_torch_dispatch, *s_nbytes;
+	*s_record_stream, *s_classify, *s_name, *s_torch_dispatch, *s_nbytes,
+	*s_stream_reader;
 
 /* ---- the adapter's state ------------------------------------------------ */
 
-/* Whether the adapter is on; an error counts as off. */
+/* Whether the adapter is on; an error counts as off. adapter.on is read
+ * from the adapter's __dict__, where Python keeps it, without the
+ * attribute lookup through its class; from the attribute where the
+ * dictionary does not have it. */
 int core_on(Core *c)
 {
-	PyObject *on = PyObject_GetAttr(c->adapter, s_on);
+	PyObject *on = PyDict_GetItemWithError(c->adapter_dict, s_on);
 	int r;
 
-	if (on == NULL) {
-		PyErr_Clear();
-		return 0;
+	if (on != NULL) {
+		r = PyObject_IsTrue(on);
+	} else {
+		on = PyErr_Occurred() ? NULL : PyObject_GetAttr(c->adapter, s_on);
+		r = on != NULL ? PyObject_IsTrue(on) : -1;
+		Py_XDECREF(on);
 	}
-	r = PyObject_IsTrue(on);
-	Py_DECREF(on);
 	if (r < 0) {
 		PyErr_Clear();
 		return 0;
@@ -93,16 +98,40 @@ void core_fail(Core *c)
 	PyErr_Clear();
 }
 
-/* adapter.current_stream(device); 0, or -1 with an exception. */
-int core_stream(Core *c, int64_t device, uint64_t *out)
+/* The current stream of `device` as an object, a new reference; NULL
+ * with an exception. Where the backend has a stream_reader, (table,
+ * default), table's entry for this thread, else default; else
+ * adapter.current_stream(device). */
+static PyObject *core_stream_object(Core *c, int64_t device)
 {
-	PyObject *d = PyLong_FromLongLong(device), *s;
-	unsigned long long v;
+	PyObject *d, *s;
 
+	if (c->stream_reader != Py_None) {
+		d = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+		if (d == NULL)
+			return NULL;
+		s = PyDict_GetItemWithError(PyTuple_GET_ITEM(c->stream_reader, 0),
+					    d);
+		Py_DECREF(d);
+		if (s == NULL && PyErr_Occurred())
+			return NULL;
+		return Py_NewRef(s ? s : PyTuple_GET_ITEM(c->stream_reader, 1));
+	}
+	d = PyLong_FromLongLong(device);
 	if (d == NULL)
-		return -1;
+		return NULL;
 	s = PyObject_CallOneArg(c->current_stream, d);
 	Py_DECREF(d);
+	return s;
+}
+
+/* The current stream of `device` (-1: the current device); 0, or -1
+ * with an exception. */
+int core_stream(Core *c, int64_t device, uint64_t *out)
+{
+	PyObject *s = core_stream_object(c, device);
+	unsigned long long v;
+
 	if (s == NULL)
 		return -1;
 	v = PyLong_AsUnsignedLongLong(s);
@@ -128,6 +157,8 @@ static int core_traverse(PyObject *self, visitproc visit, void *arg)
 	Py_VISIT(c->inside);
 	Py_VISIT(c->live);
 	Py_VISIT(c->current_stream);
+	Py_VISIT(c->adapter_dict);
+	Py_VISIT(c->stream_reader);
 	Py_VISIT(c->device_attr);
 	Py_VISIT(c->tensor_type);
 	Py_VISIT(c->stack_ids);
@@ -148,6 +179,8 @@ static int core_clear(PyObject *self)
 	Py_CLEAR(c->inside);
 	Py_CLEAR(c->live);
 	Py_CLEAR(c->current_stream);
+	Py_CLEAR(c->adapter_dict);
+	Py_CLEAR(c->stream_reader);
 	Py_CLEAR(c->device_attr);
 	Py_CLEAR(c->tensor_type);
 	Py_CLEAR(c->stack_ids);
@@ -215,19 +248,36 @@ static int core_read_state(Core *c, PyObject *adapter, PyObject *stacks)
 	    !(c->live = attr(adapter, "live")) ||
 	    !(c->capturing = attr(adapter, "capturing")) ||
 	    !(c->current_stream = attr(adapter, "current_stream")) ||
+	    !(c->adapter_dict = attr(adapter, "__dict__")) ||
 	    !(c->stack_ids = attr(stacks, "_ids")) ||
 	    !(c->stack_skip = attr(stacks, "_skip")) ||
 	    !(backend = attr(adapter, "backend")))
 		return -1;
 	c->device_attr = attr(backend, "device_attr");
+	if (c->device_attr != NULL)
+		c->stream_reader = PyObject_GetAttr(backend, s_stream_reader);
+	if (c->device_attr != NULL && c->stream_reader == NULL &&
+	    PyErr_ExceptionMatches(PyExc_AttributeError)) {
+		PyErr_Clear();
+		c->stream_reader = Py_NewRef(Py_None);
+	}
 	Py_DECREF(backend);
-	if (c->device_attr == NULL)
+	if (c->device_attr == NULL || c->stream_reader == NULL)
 		return -1;
+	if (c->stream_reader != Py_None &&
+	    (!PyTuple_Check(c->stream_reader) ||
+	     PyTuple_GET_SIZE(c->stream_reader) != 2 ||
+	     !PyDict_Check(PyTuple_GET_ITEM(c->stream_reader, 0)))) {
+		PyErr_SetString(PyExc_TypeError, "backend.stream_reader: "
+				"(table, default) or None");
+		return -1;
+	}
 	if (!PyDict_Check(c->specs) || !PyDict_Check(c->plans) ||
 	    !PyDict_Check(c->pending) || !PyDict_Check(c->inside) ||
 	    !PySet_Check(c->live) || !PyDict_Check(c->capturing) ||
 	    !PyUnicode_Check(c->device_attr) ||
-	    !PyDict_Check(c->stack_ids) || !PyDict_Check(c->stack_skip)) {
+	    !PyDict_Check(c->stack_ids) || !PyDict_Check(c->stack_skip) ||
+	    !PyDict_Check(c->adapter_dict)) {
 		PyErr_SetString(PyExc_TypeError, "adapter or stacks");
 		return -1;
 	}
@@ -259,6 +309,25 @@ static int core_read_pointers(Core *c, PyObject *pointers)
 	return 0;
 }
 
+/* Has stacks.add_machinery() call c.forget_machinery(), as it changes
+ * what is machinery; -1 with an exception. */
+static int core_follow_stacks(Core *c, PyObject *stacks)
+{
+	PyObject *forgetters = attr(stacks, "forgetters"), *fn;
+	int r;
+
+	if (forgetters == NULL)
+		return -1;
+	fn = PyObject_GetAttrString((PyObject *)c, "forget_machinery");
+	r = fn != NULL && PyList_Check(forgetters) ?
+		    PyList_Append(forgetters, fn) : -1;
+	if (r < 0 && !PyErr_Occurred())
+		PyErr_SetString(PyExc_TypeError, "stacks.forgetters");
+	Py_XDECREF(fn);
+	Py_DECREF(forgetters);
+	return r;
+}
+
 /* Core(adapter, stacks, tensor_type,
  *      (launch, alloc, free[, launch_args[, free_at]])),
  * launch_args and free_at 0 when the library predates them */
@@ -278,9 +347,10 @@ static int core_init(PyObject *self, PyObject *args, PyObject *kw)
 	c->stacks = Py_NewRef(stacks);
 	c->tensor_type = Py_NewRef(tensor_type);
 	if (core_read_pointers(c, pointers) < 0 ||
-	    core_read_state(c, adapter, stacks) < 0)
+	    core_read_state(c, adapter, stacks) < 0 ||
+	    core_read_settings(c, adapter, stacks) < 0)
 		return -1;
-	return core_read_settings(c, adapter, stacks);
+	return core_follow_stacks(c, stacks);
 }
 
 static PyMethodDef core_methods[] = {
@@ -291,6 +361,8 @@ static PyMethodDef core_methods[] = {
 	  "The allocation callback: keeps ptr pending." },
 	{ "on_memory_deallocation", dispatch_on_memory_deallocation, METH_O,
 	  "The deallocation callback: npusan_free() of a known ptr." },
+	{ "forget_machinery", stack_forget_machinery, METH_NOARGS,
+	  "Forgets which code is machinery: Stacks.add_machinery() calls it." },
 	{ NULL, NULL, 0, NULL },
 };
 
@@ -384,7 +456,8 @@ PyMODINIT_FUNC PyInit__speedups(void)
 	    intern(&s_classify, "_classify") < 0 ||
 	    intern(&s_name, "_name") < 0 ||
 	    intern(&s_torch_dispatch, "__torch_dispatch__") < 0 ||
-	    intern(&s_nbytes, "nbytes") < 0)
+	    intern(&s_nbytes, "nbytes") < 0 ||
+	    intern(&s_stream_reader, "stream_reader") < 0)
 		return NULL;
 	if (PyType_Ready(&core_type) < 0 || PyType_Ready(&mode_stack_type) < 0)
 		return NULL;

@@ -53,6 +53,16 @@ struct ranges {
 	uint32_t inline_names[RANGES_INLINE];
 };
 
+/* Code objects whose frames are machinery or not, as Stacks._skip says,
+ * direct-mapped by address (_speedups_stack.c); emptied whenever Stacks
+ * forgets its own (Stacks.add_machinery()). */
+#define SKIP_SLOTS 256
+
+struct skip_slot {
+	const void *code; /* NULL: empty */
+	int machinery;
+};
+
 /* The stacks seen, by key (_speedups_stack.c). */
 struct stack_cache {
 	struct stack_slot *slots; /* NULL until the first stack */
@@ -70,6 +80,8 @@ typedef struct {
 	PyObject *live;           /* adapter.live: starts the agent knows */
 	PyObject *capturing;      /* adapter.capturing: stream -> graph */
 	PyObject *current_stream; /* adapter.current_stream(device) */
+	PyObject *adapter_dict;   /* adapter.__dict__, where adapter.on is */
+	PyObject *stream_reader;  /* backend.stream_reader or None */
 	PyObject *device_attr;    /* "is_cpu", "is_cuda", "is_npu" */
 	PyObject *tensor_type;    /* torch.Tensor */
 	PyObject *stack_ids;      /* stacks._ids: key -> stack id */
@@ -83,13 +95,15 @@ typedef struct {
 	launch_args_fn launch_args; /* NULL: the library predates it */
 	free_at_fn free_at;         /* NULL: the library predates it */
 	struct stack_cache seen;    /* owned: stack_cache_free() */
+	struct skip_slot skip_seen[SKIP_SLOTS];
 } Core;
 
 /* Interned names of the tensor methods and adapter attributes used
  * (_speedups.c makes them). */
 extern PyObject *s_data_ptr, *s_is_contiguous, *s_numel, *s_element_size,
 	*s_get_device, *s_size, *s_stride, *s_on, *s_fail, *s_spec, *s_claim,
-	*s_record_stream, *s_classify, *s_name, *s_torch_dispatch, *s_nbytes;
+	*s_record_stream, *s_classify, *s_name, *s_torch_dispatch, *s_nbytes,
+	*s_stream_reader;
 
 /* _speedups.c */
 int core_on(Core *c);
@@ -113,6 +127,7 @@ int ranges_collect(Core *c, PyObject *v, int nest, struct ranges *r,
 /* _speedups_stack.c: the Python stack as an agent stack id. */
 int64_t stack_capture(Core *c);
 void stack_cache_free(struct stack_cache *sc);
+PyObject *stack_forget_machinery(PyObject *self, PyObject *unused);
 
 /* _speedups_dispatch.c: the dispatch mode and the allocation callbacks. */
 PyObject *dispatch_torch_dispatch(PyObject *self, PyObject *const *a,

@@ -506,7 +506,12 @@ static int call_parse(struct call *k, PyObject *const *a, Py_ssize_t na)
 	}
 	k->func = a[0];
 	args = na > 2 ? a[2] : NULL;
-	k->kwargs = na > 3 && a[3] != Py_None ? a[3] : NULL;
+	/* No keywords as NULL: PyTorch passes an empty dict, which the
+	 * operator's call would otherwise go through. */
+	k->kwargs = na > 3 && a[3] != Py_None &&
+				    (!PyDict_Check(a[3]) || PyDict_GET_SIZE(a[3]) != 0)
+			    ? a[3]
+			    : NULL;
 	if (args != NULL && PyTuple_Check(args))
 		k->args = Py_NewRef(args);
 	else
@@ -558,14 +563,13 @@ PyObject *dispatch_torch_dispatch(PyObject *self, PyObject *const *a,
 PyObject *dispatch_on_memory_allocation(PyObject *self, PyObject *ptr)
 {
 	Core *c = (Core *)self;
-	PyObject *d, *s = NULL;
+	PyObject *s = NULL;
+	uint64_t stream;
 
 	if (!core_on(c))
 		Py_RETURN_NONE;
-	d = PyLong_FromLong(-1);
-	if (d != NULL)
-		s = PyObject_CallOneArg(c->current_stream, d);
-	Py_XDECREF(d);
+	if (core_stream(c, -1, &stream) == 0)
+		s = PyLong_FromUnsignedLongLong(stream);
 	if (s == NULL || PyDict_SetItem(c->pending, ptr, s) < 0)
 		core_fail(c);
 	Py_XDECREF(s);

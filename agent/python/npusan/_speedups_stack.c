@@ -10,26 +10,50 @@
 #include <string.h>
 
 /* Whether frames of `code` are machinery, per Stacks._skip, asking
- * Stacks._classify() the first time. 1, 0, or -1 with an exception. */
+ * Stacks._classify() the first time; 1, 0, or -1 with an exception. The
+ * answer is kept in c->skip_seen, which a code object's address names for
+ * as long as Stacks keeps it (in Stacks._codes, for good). */
 static int stack_machinery(Core *c, PyCodeObject *code)
 {
-	PyObject *key = PyLong_FromVoidPtr(code), *v;
+	struct skip_slot *slot =
+		&c->skip_seen[((uintptr_t)code >> 4) & (SKIP_SLOTS - 1)];
+	PyObject *key, *v;
 	int r;
 
+	if (slot->code == code)
+		return slot->machinery;
+	key = PyLong_FromVoidPtr(code);
 	if (key == NULL)
 		return -1;
 	v = PyDict_GetItemWithError(c->stack_skip, key);
 	Py_DECREF(key);
-	if (v != NULL)
-		return v == Py_True;
-	if (PyErr_Occurred())
-		return -1;
-	v = PyObject_CallMethodOneArg(c->stacks, s_classify, (PyObject *)code);
-	if (v == NULL)
-		return -1;
-	r = PyObject_IsTrue(v);
-	Py_DECREF(v);
+	if (v != NULL) {
+		r = v == Py_True;
+	} else {
+		if (PyErr_Occurred())
+			return -1;
+		v = PyObject_CallMethodOneArg(c->stacks, s_classify,
+					      (PyObject *)code);
+		if (v == NULL)
+			return -1;
+		r = PyObject_IsTrue(v);
+		Py_DECREF(v);
+		if (r < 0)
+			return -1;
+	}
+	slot->code = code;
+	slot->machinery = r;
 	return r;
+}
+
+/* Core.forget_machinery(): Stacks forgot what it classified. */
+PyObject *stack_forget_machinery(PyObject *self, PyObject *unused)
+{
+	Core *c = (Core *)self;
+
+	(void)unused;
+	memset(c->skip_seen, 0, sizeof(c->skip_seen));
+	Py_RETURN_NONE;
 }
 
 /* The first frame from f (a reference, taken) that is not machinery, as a

@@ -18,7 +18,7 @@ another code object while a key holds it.
 import ctypes
 import os
 import sys
-from typing import Dict, Iterable, List, Tuple
+from typing import Callable, Dict, Iterable, List, Tuple
 
 from . import _lib
 
@@ -61,6 +61,9 @@ class Stacks:
         # their ids stay theirs.
         self._skip: Dict[int, bool] = {}
         self._codes: Dict[int, object] = {}
+        # What to call when what is machinery changes: the C path's
+        # copies of _skip (npusan._speedups' Core.forget_machinery).
+        self.forgetters: List[Callable[[], None]] = []
 
     def capture(self, depth: int = 1) -> int:
         """The id of the stack of the caller `depth` frames up from the
@@ -97,10 +100,13 @@ class Stacks:
         """Counts the frames of `files` as machinery too (the trace
         registries' fire_callbacks, between the code that freed memory and
         the deallocation callback); forgets what was classified before, in
-        place, since npusan._speedups holds the cache."""
+        place, since npusan._speedups holds the cache, and has the C path
+        forget its copies."""
         self._skip_files += tuple(f for f in files
                                   if f not in self._skip_files)
         self._skip.clear()
+        for forget in self.forgetters:
+            forget()
 
     def _classify(self, code) -> bool:
         machinery = code.co_filename.startswith(self._skip_files)

@@ -22,7 +22,7 @@ The registries' callbacks get stream and event handles (``cudaStream_t``,
 functions return, so they are the agent's stream and event ids as they are.
 """
 
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -44,7 +44,8 @@ class Backend:
                  device_attr: str, current_stream: Callable[[int], int],
                  stream_handle: Optional[Callable[[object], int]],
                  activate: Callable[[], None],
-                 graph_classes: Callable[[], List[type]] = list):
+                 graph_classes: Callable[[], List[type]] = list,
+                 stream_reader: Optional[Tuple[Dict[int, int], int]] = None):
         self.name = name
         self.registries = registries
         # Whether each device has streams of its own (the emulation's one
@@ -54,6 +55,11 @@ class Backend:
         self.device_attr = device_attr
         # The current stream of a device index (-1: the current device).
         self.current_stream = current_stream
+        # Where the current stream is one whatever the device and kept by
+        # thread: (table, default), current_stream(-1) being table's entry
+        # for threading.get_ident(), else default, which the adapter's C
+        # path reads without calling current_stream(); else None.
+        self.stream_reader = stream_reader
         # The stream handle of the torch.Stream that aten::record_stream
         # gets; None where a registry reports record_stream instead.
         self.stream_handle = stream_handle
@@ -159,7 +165,7 @@ def cpu() -> Backend:
 
     return Backend("cpu", dict(emulate.REGISTRIES), "is_cpu",
                    emulate.current_stream_id, None, emulate.start,
-                   lambda: [emulate.Graph])
+                   lambda: [emulate.Graph], emulate.STREAM_READER)
 
 
 def select(device: str) -> Backend:

@@ -190,15 +190,25 @@ class Event:
 _DEFAULT = Stream(0)
 
 
-class _Current(threading.local):
-    # Each thread starts on the default stream. An attribute always there:
-    # a thread-local's missing attribute costs a formatted AttributeError
-    # on every look, and the adapter looks on every operator.
-    def __init__(self):
-        self.stream = _DEFAULT
+# Each thread's current stream, where it is not the default stream, by
+# thread id (threading.get_ident()), and its id likewise: a dictionary,
+# not a threading.local, so that the adapter's C path reads the id with
+# one lookup (STREAM_READER), as a framework's current stream is one
+# thread-local read in C++. A thread has an entry only inside a
+# ``with stream(s)`` block, whose end takes it out again, so that an id
+# reused by a later thread finds none.
+_current: Dict[int, "Stream"] = {}
+_current_ids: Dict[int, int] = {}
 
 
-_local = _Current()
+def _set_current(s: "Stream") -> None:
+    tid = threading.get_ident()
+    if s is _DEFAULT:
+        _current.pop(tid, None)
+        _current_ids.pop(tid, None)
+    else:
+        _current[tid] = s
+        _current_ids[tid] = s.id
 
 
 def default_stream() -> Stream:
@@ -207,13 +217,18 @@ def default_stream() -> Stream:
 
 def current_stream() -> Stream:
     """This thread's current stream (the default stream at first)."""
-    return _local.stream
+    return _current.get(threading.get_ident(), _DEFAULT)
 
 
 def current_stream_id(device: int = -1) -> int:
     """The current stream's id; `device` is there for the adapter, which
     asks a real backend for the current stream of a device."""
-    return _local.stream.id
+    return _current_ids.get(threading.get_ident(), _DEFAULT.id)
+
+
+# current_stream_id() as (table, default): the id is table's entry for
+# this thread's id, else default (Backend.stream_reader).
+STREAM_READER = (_current_ids, _DEFAULT.id)
 
 
 class stream:
@@ -228,12 +243,12 @@ class stream:
     def __enter__(self) -> Optional[Stream]:
         if self._stream is not None:
             self._saved = current_stream()
-            _local.stream = self._stream
+            _set_current(self._stream)
         return self._stream
 
     def __exit__(self, *exc) -> None:
         if self._stream is not None:
-            _local.stream = self._saved
+            _set_current(self._saved)
 
 
 def synchronize() -> None:
