@@ -353,14 +353,16 @@ _Static_assert(POOL_CHUNK / sizeof(void *) <= UINT16_MAX, "chunk counts");
 /* An operator, a stack, the operator's argument (0: none) and, for an
  * access a capture recorded or a replay made, the graph: what an access
  * reports besides where and when. The argument lives here, not in struct
- * access, so that naming it costs nothing per access. */
+ * access, so that naming it costs nothing per access. 16 bytes: the graph
+ * id, which few sites have, is e->site_graphs[graph - 1] (0: none). */
 struct site {
 	uint32_t op;
 	uint32_t stack;
 	uint32_t arg;
-	bool has_graph;
-	uint64_t graph;
+	uint32_t graph;
 };
+
+_Static_assert(sizeof(struct site) == 16, "sites stay small");
 
 /* One element of a launch's read or write list. */
 struct elem {
@@ -455,6 +457,9 @@ struct engine {
 	struct site *sites; /* site id -> operator and stack */
 	size_t nsites;
 	size_t sites_cap;
+	uint64_t *site_graphs; /* the graphs of sites that have one */
+	size_t nsite_graphs;
+	size_t site_graphs_cap;
 	uint32_t *site_tab; /* open hash of site id + 1, at most half full */
 	size_t site_mask;
 	uint64_t last_site_key;
@@ -589,6 +594,8 @@ int finding__site_with_arg(struct engine *e, uint32_t site, uint32_t arg,
 			   uint32_t *out);
 void finding__fill_site(const struct engine *e, uint32_t site,
 			struct finding_access *out);
+bool finding__site_graph(const struct engine *e, uint32_t site,
+			 uint64_t *graph);
 void finding__fill_alloc(const struct engine *e, const struct alloc *a,
 			 struct finding *f);
 void finding__fill_access(const struct engine *e, const struct access *a,

@@ -1,12 +1,14 @@
 /*
  * finding.c - what the engine reports: the names of finding kinds, the
  * sites (an operator, a stack and an argument, interned so that an access
- * names them in 32 bits), the deduplication key of findings.md and the dedup table that
- * merges occurrences, and finding__emit(), the one way out to the caller's
- * callback.
+ * names them in 32 bits), the deduplication key of findings.md and the
+ * dedup table that merges occurrences, and finding__emit(), the one way
+ * out to the caller's callback.
  *
- * Owns e->sites, e->site_tab and e->dedup, freed by finding__fini(). A
- * finding handed to the callback lives on the caller's stack.
+ * Owns e->sites, e->site_graphs, e->site_tab and e->dedup, freed by
+ * finding__fini(). A finding handed to the callback lives on the caller's
+ * stack. Each table starts small and doubles: a process has a few hundred
+ * sites and a few findings, and every byte held counts per allocation.
  */
 #include "engine_int.h"
 
@@ -44,20 +46,53 @@ const char *detected_at_name(enum detected_at at)
 
 /* ---- sites ------------------------------------------------------------- */
 
-static uint64_t finding_site_hash(const struct site *s)
+/* A site to look up: its operator, stack and argument, and its graph, which
+ * a stored site names in e->site_graphs instead. */
+struct site_want {
+	struct site s; /* s.graph unused */
+	bool has_graph;
+	uint64_t graph;
+};
+
+static bool finding_site_has_graph(const struct engine *e,
+				   const struct site *s, uint64_t *graph)
+{
+	if (s->graph == 0)
+		return false;
+	assert(s->graph <= e->nsite_graphs);
+	*graph = e->site_graphs[s->graph - 1];
+	return true;
+}
+
+static uint64_t finding_site_hash(const struct site *s, bool has_graph,
+				  uint64_t graph)
 {
 	uint64_t key = (uint64_t)s->op << 32 | s->stack;
 
 	if (s->arg != 0)
 		key ^= hash_u64((uint64_t)s->arg << 1 | 1);
-	return hash_u64(s->has_graph ? key ^ hash_u64(s->graph) : key);
+	return hash_u64(has_graph ? key ^ hash_u64(graph) : key);
 }
 
-static bool finding_site_eq(const struct site *a, const struct site *b)
+static uint64_t finding_site_hash_stored(const struct engine *e,
+					 const struct site *s)
 {
-	return a->op == b->op && a->stack == b->stack && a->arg == b->arg &&
-	       a->has_graph == b->has_graph &&
-	       (!a->has_graph || a->graph == b->graph);
+	uint64_t graph = 0;
+	bool has_graph = finding_site_has_graph(e, s, &graph);
+
+	return finding_site_hash(s, has_graph, graph);
+}
+
+static bool finding_site_eq(const struct engine *e, const struct site *a,
+			    const struct site_want *b)
+{
+	uint64_t graph;
+
+	if (a->op != b->s.op || a->stack != b->s.stack || a->arg != b->s.arg)
+		return false;
+	if (!finding_site_has_graph(e, a, &graph))
+		return !b->has_graph;
+	return b->has_graph && graph == b->graph;
 }
 
 /* Doubles the table of sites, keeping it at most half full. */
@@ -74,7 +109,8 @@ static int finding_site_tab_grow(struct engine *e)
 
 		if (e->site_tab[i] == 0)
 			continue;
-		j = finding_site_hash(&e->sites[e->site_tab[i] - 1]) & (nn - 1);
+		j = finding_site_hash_stored(e, &e->sites[e->site_tab[i] - 1]) &
+		    (nn - 1);
 		while (t[j] != 0)
 			j = (j + 1) & (nn - 1);
 		t[j] = e->site_tab[i];
@@ -85,30 +121,53 @@ static int finding_site_tab_grow(struct engine *e)
 	return 0;
 }
 
+/* Room for one more site, and for its graph when it has one. 0 or
+ * -ENOMEM. */
+static int finding_site_room(struct engine *e, bool has_graph)
+{
+	int err;
+
+	if ((err = pool__grow_array(e, (void **)&e->sites, &e->sites_cap,
+				    e->nsites + 1, sizeof(*e->sites))) < 0)
+		return err;
+	if (!has_graph)
+		return 0;
+	return pool__grow_array(e, (void **)&e->site_graphs,
+				&e->site_graphs_cap, e->nsite_graphs + 1,
+				sizeof(*e->site_graphs));
+}
+
 /* The id of site `want`, interned on first use. 0; -E2BIG or -ENOMEM with
  * *out unwritten. */
-static int finding_site_intern(struct engine *e, const struct site *want,
+static int finding_site_intern(struct engine *e, const struct site_want *want,
 			       uint32_t *out)
 {
+	struct site *s;
 	size_t i;
 	int err;
 
 	if ((e->nsites + 1) * 2 > (e->site_tab ? e->site_mask + 1 : 0) &&
 	    (err = finding_site_tab_grow(e)) < 0)
 		return err;
-	i = finding_site_hash(want) & e->site_mask;
+	i = finding_site_hash(&want->s, want->has_graph, want->graph) &
+	    e->site_mask;
 	for (; e->site_tab[i] != 0; i = (i + 1) & e->site_mask) {
-		if (finding_site_eq(&e->sites[e->site_tab[i] - 1], want)) {
+		if (finding_site_eq(e, &e->sites[e->site_tab[i] - 1], want)) {
 			*out = e->site_tab[i] - 1;
 			return 0;
 		}
 	}
 	if (e->nsites >= UINT32_MAX - 1)
 		return -E2BIG;
-	if ((err = pool__grow_array(e, (void **)&e->sites, &e->sites_cap,
-				    e->nsites + 1, sizeof(*e->sites))) < 0)
+	if ((err = finding_site_room(e, want->has_graph)) < 0)
 		return err;
-	e->sites[e->nsites] = *want;
+	s = &e->sites[e->nsites];
+	*s = want->s;
+	s->graph = 0;
+	if (want->has_graph) {
+		e->site_graphs[e->nsite_graphs++] = want->graph;
+		s->graph = (uint32_t)e->nsite_graphs;
+	}
 	e->site_tab[i] = (uint32_t)e->nsites + 1;
 	*out = (uint32_t)e->nsites++;
 	return 0;
@@ -119,7 +178,7 @@ static int finding_site_intern(struct engine *e, const struct site *want,
 int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
 			   uint32_t *out)
 {
-	struct site want = { .op = op, .stack = stack };
+	struct site_want want = { .s = { .op = op, .stack = stack } };
 	int err;
 
 	if ((err = finding_site_intern(e, &want, out)) < 0)
@@ -135,8 +194,9 @@ int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
 int finding__site_get_graph(struct engine *e, uint32_t op, uint32_t stack,
 			    uint64_t graph, uint32_t *out)
 {
-	struct site want = { .op = op, .stack = stack, .has_graph = true,
-			     .graph = graph };
+	struct site_want want = { .s = { .op = op, .stack = stack },
+				  .has_graph = true,
+				  .graph = graph };
 
 	return finding_site_intern(e, &want, out);
 }
@@ -147,16 +207,25 @@ int finding__site_get_graph(struct engine *e, uint32_t op, uint32_t stack,
 int finding__site_with_arg(struct engine *e, uint32_t site, uint32_t arg,
 			   uint32_t *out)
 {
-	struct site want;
+	struct site_want want = { .graph = 0 };
 
 	assert(site < e->nsites);
-	want = e->sites[site];
-	if (want.arg == arg) {
+	if (e->sites[site].arg == arg) {
 		*out = site;
 		return 0;
 	}
-	want.arg = arg;
+	want.s = e->sites[site];
+	want.has_graph = finding_site_has_graph(e, &want.s, &want.graph);
+	want.s.arg = arg;
 	return finding_site_intern(e, &want, out);
+}
+
+/* Whether site `site` has a graph, which is then in *graph. */
+bool finding__site_graph(const struct engine *e, uint32_t site,
+			 uint64_t *graph)
+{
+	assert(site < e->nsites);
+	return finding_site_has_graph(e, &e->sites[site], graph);
 }
 
 /* ---- findings ----------------------------------------------------------- */
@@ -174,7 +243,7 @@ static struct dent *finding_dedup_row(struct engine *e,
 	size_t i;
 
 	if ((e->dedup_count + 1) * 2 > e->dedup_mask + 1) {
-		size_t nmask = e->dedup_mask ? e->dedup_mask * 2 + 1 : 63;
+		size_t nmask = e->dedup_mask ? e->dedup_mask * 2 + 1 : 7;
 		struct dent *t =
 			pool__realloc(e, NULL, 0, (nmask + 1) * sizeof(*t));
 
@@ -326,8 +395,8 @@ void finding__fill_site(const struct engine *e, uint32_t site,
 	out->op = s->op;
 	out->stack = s->stack;
 	out->arg = s->arg;
-	out->has_graph = s->has_graph;
-	out->graph = s->has_graph ? s->graph : 0;
+	out->graph = 0;
+	out->has_graph = finding_site_has_graph(e, s, &out->graph);
 }
 
 void finding__fill_access(const struct engine *e, const struct access *a,
@@ -345,4 +414,5 @@ void finding__fini(struct engine *e)
 	free(e->site_tab);
 	free(e->dedup);
 	free(e->sites);
+	free(e->site_graphs);
 }
