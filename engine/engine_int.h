@@ -98,6 +98,11 @@
  *     others (history.c), so that the memory follows the live segments
  *     down after a step frees its activations. So nothing keeps a pointer
  *     to a segment across a call that may clear an allocation's history.
+ * 11. An access record counts its references in 4 bits: nearly every one
+ *     is held by a history or two and its launch. From ACCESS_REFS_BIG up
+ *     the count is e->big_refs[record's address], so that taking a
+ *     reference may need memory (history__access_ref() fails as any
+ *     allocation does, DESIGN 7) while dropping one never does.
  */
 #ifndef NPUSAN_ENGINE_INT_H
 #define NPUSAN_ENGINE_INT_H
@@ -134,9 +139,14 @@ _Static_assert(ENGINE_MAX_STREAMS < STREAM_NONE, "stream numbers fit u16");
 
 /*
  * One access of one launch, shared by the histories of the bytes it
- * touched. 16 bytes: the history holds a few per live allocation, so their
+ * touched. 12 bytes: the history holds a few per live allocation, so their
  * size is much of the engine's memory. Sequence numbers get 48 bits: 2^48
- * launches is centuries of a process's life.
+ * launches is centuries of a process's life. Packed to 4-byte alignment,
+ * so that a slab holds them end to end.
+ *
+ * A reference count of ACCESS_REFS_BIG or more, which takes a record held
+ * by more histories than a launch's accesses usually touch, lives in
+ * e->big_refs instead (history__access_ref(), DESIGN 11).
  *
  * Where the element started (its ptr) is read only by `free P` where no
  * allocation starts at P, and it can start there only when it is not the
@@ -148,20 +158,23 @@ _Static_assert(ENGINE_MAX_STREAMS < STREAM_NONE, "stream numbers fit u16");
  */
 struct access {
 	uint64_t seq : 48;
-	uint64_t sidx : 14;
+	uint64_t sidx : 10;
 	uint64_t write : 1;
-	uint64_t at : 1; /* a struct access_at: its ptr is kept */
-	uint32_t refs;
+	uint64_t at : 1;    /* a struct access_at: its ptr is kept */
+	uint64_t refs : 4;  /* ACCESS_REFS_BIG: in e->big_refs */
 	uint32_t site; /* operator and stack, see finding__site_get() */
-};
+} __attribute__((packed, aligned(4)));
 
 struct access_at {
 	struct access a;
 	uint64_t ptr; /* start of the element as written */
-};
+} __attribute__((packed, aligned(4)));
 
-_Static_assert(sizeof(struct access) == 16, "access records stay small");
-_Static_assert(ENGINE_MAX_STREAMS <= (1 << 14), "stream numbers fit sidx");
+#define ACCESS_REFS_BIG 15u
+
+_Static_assert(sizeof(struct access) == 12, "access records stay small");
+_Static_assert(sizeof(struct access_at) == 20, "so do those with a ptr");
+_Static_assert(ENGINE_MAX_STREAMS <= (1 << 10), "stream numbers fit sidx");
 
 /* A read list of more than one read, or one that had more (DESIGN 2):
  * access records by their 32-bit names (history__acc()). */
@@ -433,6 +446,9 @@ struct engine {
 	bool pending_all;	/* the list overflowed: flush walks them all */
 	struct pool access_pool; /* indexed: hists name its records */
 	struct pool access_at_pool; /* struct access_at, named by access_pool */
+	/* DESIGN 11: record address -> reference count, for counts of
+	 * ACCESS_REFS_BIG or more; slots == NULL until the first */
+	struct u64map big_refs;
 	/* history.c: freed read lists of capacity READS_SPARE_CAP(i) kept
 	 * for reuse, at most READS_SPARE_MAX each, linked through v[] */
 	struct reads *reads_spare[READS_SPARE_CLASSES];
@@ -627,6 +643,11 @@ void alloc__fini(struct engine *e);
 
 /* history.c: the access history and the regions it lives in. */
 void history__access_free(struct engine *e, struct access *a);
+int history__access_ref_big(struct engine *e, struct access *a);
+void history__access_put_big(struct engine *e, struct access *a);
+uint64_t history__access_refs(const struct engine *e,
+			      const struct access *a);
+size_t history__big_refs_bytes(const struct engine *e);
 void history__alloc_clear(struct engine *e, struct alloc *a);
 void history__forget(struct engine *e);
 void history__drop_dead_writes(struct engine *e);
@@ -795,12 +816,28 @@ static inline struct access *history__access_new(struct engine *e,
 	return a;
 }
 
+/* One more reference to access record `a`: 0, or -ENOMEM when its count
+ * would need e->big_refs and that cannot grow (DESIGN 11). Inline: every
+ * history an access joins takes one. */
+static inline int history__access_ref(struct engine *e, struct access *a)
+{
+	assert(a->refs > 0);
+	if (a->refs >= ACCESS_REFS_BIG - 1)
+		return history__access_ref_big(e, a);
+	a->refs++;
+	return 0;
+}
+
 /* Drops a reference to access record `a`, if any, freeing it with its
  * last. Inline: every access of every launch drops its maker's. */
 static inline void history__access_put(struct engine *e, struct access *a)
 {
 	assert(a == NULL || a->refs > 0);
-	if (a != NULL && --a->refs == 0)
+	if (a == NULL)
+		return;
+	if (a->refs == ACCESS_REFS_BIG)
+		history__access_put_big(e, a);
+	else if (--a->refs == 0)
 		history__access_free(e, a);
 }
 

@@ -29,6 +29,58 @@ void history__access_free(struct engine *e, struct access *a)
 	e->st.accesses--;
 }
 
+/* history__access_ref() from ACCESS_REFS_BIG - 1 up: the count moves to,
+ * or grows in, e->big_refs (DESIGN 11). 0 or -ENOMEM, `a` unchanged. */
+int history__access_ref_big(struct engine *e, struct access *a)
+{
+	uint64_t *n;
+
+	if (a->refs == ACCESS_REFS_BIG) {
+		n = u64map_get(&e->big_refs, (uintptr_t)a);
+		assert(n != NULL && *n >= ACCESS_REFS_BIG);
+		(*n)++;
+		return 0;
+	}
+	assert(a->refs == ACCESS_REFS_BIG - 1);
+	if (e->big_refs.slots == NULL && u64map_init(&e->big_refs) < 0)
+		return -ENOMEM;
+	if (u64map_put(&e->big_refs, (uintptr_t)a, ACCESS_REFS_BIG) < 0)
+		return -ENOMEM;
+	pool__note(e, 0); /* the map may have grown */
+	a->refs = ACCESS_REFS_BIG;
+	return 0;
+}
+
+/* history__access_put() of a count kept in e->big_refs: never frees the
+ * record, since that count is at least ACCESS_REFS_BIG. */
+void history__access_put_big(struct engine *e, struct access *a)
+{
+	uint64_t *n = u64map_get(&e->big_refs, (uintptr_t)a);
+
+	assert(a->refs == ACCESS_REFS_BIG);
+	assert(n != NULL && *n >= ACCESS_REFS_BIG);
+	if (--*n >= ACCESS_REFS_BIG)
+		return;
+	u64map_del(&e->big_refs, (uintptr_t)a);
+	a->refs = ACCESS_REFS_BIG - 1;
+}
+
+/* How many references record `a` has, for engine_check(). */
+uint64_t history__access_refs(const struct engine *e, const struct access *a)
+{
+	const uint64_t *n;
+
+	if (a->refs != ACCESS_REFS_BIG)
+		return a->refs;
+	n = u64map_get(&e->big_refs, (uintptr_t)a);
+	return n != NULL ? *n : 0;
+}
+
+size_t history__big_refs_bytes(const struct engine *e)
+{
+	return e->big_refs.slots != NULL ? u64map_bytes(&e->big_refs) : 0;
+}
+
 /* Whether the record named `i`, held by a history of allocation `in` (NULL:
  * of no allocation), starts at `p`, where no allocation starts. */
 static bool history_starts_at(const struct engine *e, uint32_t i,
@@ -170,17 +222,35 @@ static void history_hist_clear(struct engine *e, struct hist *h)
 		history_hist_clear_reads(e, h);
 }
 
-/* `acc` becomes the last write, with no reads since. */
-static void history_hist_set_write(struct engine *e, struct hist *h,
-				   struct access *acc)
+/* `acc` becomes the last write, with no reads since. 0, or -ENOMEM with
+ * `h` unchanged. */
+static int history_hist_set_write(struct engine *e, struct hist *h,
+				  struct access *acc)
 {
 	assert(acc->write && acc->refs > 0);
+	if (history__access_ref(e, acc) < 0)
+		return -ENOMEM;
 	history_hist_clear(e, h);
 	h->write = history__acc_idx(e, acc);
-	acc->refs++;
+	return 0;
 }
 
-/* A copy of `src` in *dst, sharing its access records; 0 or -ENOMEM. */
+/* history_hist_copy() that failed having copied `n` reads: *dst lets
+ * them go, holding nothing again. */
+static int history_hist_copy_undo(struct engine *e, struct hist *dst,
+				  uint32_t n)
+{
+	struct reads *m = history__many(e, dst);
+
+	assert(dst->write == 0);
+	if (m != NULL)
+		m->n = n;
+	history_hist_clear(e, dst);
+	return -ENOMEM;
+}
+
+/* A copy of `src` in *dst, sharing its access records. 0, or -ENOMEM with
+ * *dst holding nothing. */
 static int history_hist_copy(struct engine *e, struct hist *dst,
 			     struct hist *src)
 {
@@ -200,12 +270,14 @@ static int history_hist_copy(struct engine *e, struct hist *dst,
 		m->n = n;
 	}
 	for (uint32_t i = 0; i < n; i++) {
+		if (history__access_ref(e, history__acc(e, r[i])) < 0)
+			return history_hist_copy_undo(e, dst, i);
 		history__reads(e, dst)[i] = r[i];
-		history__acc(e, r[i])->refs++;
 	}
+	if (src->write != 0 &&
+	    history__access_ref(e, history__write(e, src)) < 0)
+		return history_hist_copy_undo(e, dst, n);
 	dst->write = src->write;
-	if (dst->write != 0)
-		history__write(e, dst)->refs++;
 	return 0;
 }
 
@@ -298,17 +370,20 @@ static int history_hist_add_read(struct engine *e, struct hist *h,
 	struct reads *m;
 
 	assert(!acc->write && acc->refs > 0);
+	if (history__access_ref(e, acc) < 0)
+		return -ENOMEM;
 	history_hist_drop_dead_write(e, h);
 	if (h->rd == 0) {
 		h->rd = history__acc_idx(e, acc);
 	} else {
-		if (history_reads_make_room(e, h) < 0)
+		if (history_reads_make_room(e, h) < 0) {
+			history__access_put(e, acc);
 			return -ENOMEM;
+		}
 		m = history__many(e, h);
 		assert(m->n < m->cap);
 		m->v[m->n++] = history__acc_idx(e, acc);
 	}
-	acc->refs++;
 	return 0;
 }
 
@@ -514,8 +589,7 @@ int history__segs_set_write(struct engine *e, struct rb_root *root,
 		}
 		history_seg_insert(e, root, g);
 	}
-	history_hist_set_write(e, &g->h, acc);
-	return 0;
+	return history_hist_set_write(e, &g->h, acc);
 }
 
 /* ---- the history of an allocation (DESIGN 3) ------------------------ */
@@ -688,8 +762,7 @@ static int history_region_set_write(struct engine *e, const struct region *r,
 		 * record again, however it was cut before. */
 		if (a->tree)
 			history__alloc_clear(e, a);
-		history_hist_set_write(e, &a->whole, acc);
-		return 0;
+		return history_hist_set_write(e, &a->whole, acc);
 	}
 	if (a != NULL && !a->tree && history_alloc_to_tree(e, a) < 0)
 		return -ENOMEM;
@@ -728,8 +801,7 @@ int history__record(struct engine *e, uint64_t start, uint64_t last,
 	if (whole != NULL) {
 		if (!acc->write)
 			return history_hist_add_read(e, whole, acc);
-		history_hist_set_write(e, whole, acc);
-		return 0;
+		return history_hist_set_write(e, whole, acc);
 	}
 	history__walk_init(e, &w, start, last, in);
 	while (err == 0 && history__walk_next(&w, &r)) {
@@ -781,6 +853,8 @@ void history__drop_starting_at(struct engine *e, uint64_t p)
 void history__fini(struct engine *e)
 {
 	history__segs_clear(e, &e->outside);
+	if (e->big_refs.slots != NULL)
+		u64map_fini(&e->big_refs);
 	free(e->readv);
 	for (int c = 0; c < READS_SPARE_CLASSES; c++)
 		while (e->reads_nspare[c] > 0)

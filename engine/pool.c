@@ -35,7 +35,7 @@ size_t pool__bytes(const struct engine *e)
 {
 	return e->bytes + u64map_bytes(&e->stream_ids) +
 	       u64map_bytes(&e->events) + u64map_bytes(&e->graphs) +
-	       u64map_bytes(&e->crecs);
+	       u64map_bytes(&e->crecs) + history__big_refs_bytes(e);
 }
 
 void pool__note(struct engine *e, size_t add)
