@@ -98,11 +98,14 @@
  *     others (history.c), so that the memory follows the live segments
  *     down after a step frees its activations. So nothing keeps a pointer
  *     to a segment across a call that may clear an allocation's history.
- * 11. An access record counts its references in 4 bits: nearly every one
- *     is held by a history or two and its launch. From ACCESS_REFS_BIG up
- *     the count is e->big_refs[record's address], so that taking a
- *     reference may need memory (history__access_ref() fails as any
- *     allocation does, DESIGN 7) while dropping one never does.
+ * 11. An access record counts its references in a byte, `refs`: nearly
+ *     every one is held by a history or two and its launch. A record
+ *     with `big` set has 255 more for each carry in e->big_refs[its
+ *     address]: the byte wraps to 0 at the 256th reference, which moves
+ *     255 of them into the carries, and when it falls to 0 with carries
+ *     left it takes 255 of them back. So the common paths cost what a
+ *     plain count does, taking a reference may need memory (it fails as
+ *     any allocation does, DESIGN 7), and dropping one never does.
  */
 #ifndef NPUSAN_ENGINE_INT_H
 #define NPUSAN_ENGINE_INT_H
@@ -141,12 +144,11 @@ _Static_assert(ENGINE_MAX_STREAMS < STREAM_NONE, "stream numbers fit u16");
  * One access of one launch, shared by the histories of the bytes it
  * touched. 12 bytes: the history holds a few per live allocation, so their
  * size is much of the engine's memory. Sequence numbers get 48 bits: 2^48
- * launches is centuries of a process's life. Packed to 4-byte alignment,
- * so that a slab holds them end to end.
- *
- * A reference count of ACCESS_REFS_BIG or more, which takes a record held
- * by more histories than a launch's accesses usually touch, lives in
- * e->big_refs instead (history__access_ref(), DESIGN 11).
+ * launches is centuries of a process's life; sites 24 (ENGINE_MAX_SITES).
+ * Packed to 4-byte alignment, so that a slab holds them end to end, with
+ * the reference count a byte of its own, which every history an access
+ * joins or leaves changes (the rest of a big count in e->big_refs,
+ * DESIGN 11).
  *
  * Where the element started (its ptr) is read only by `free P` where no
  * allocation starts at P, and it can start there only when it is not the
@@ -160,9 +162,11 @@ struct access {
 	uint64_t seq : 48;
 	uint64_t sidx : 10;
 	uint64_t write : 1;
-	uint64_t at : 1;    /* a struct access_at: its ptr is kept */
-	uint64_t refs : 4;  /* ACCESS_REFS_BIG: in e->big_refs */
-	uint32_t site; /* operator and stack, see finding__site_get() */
+	uint64_t at : 1;  /* a struct access_at: its ptr is kept */
+	uint64_t big : 1; /* e->big_refs holds more references */
+	uint64_t : 3;
+	uint32_t site : 24; /* operator and stack, see finding__site_get() */
+	uint8_t refs;	    /* references, less those in e->big_refs */
 } __attribute__((packed, aligned(4)));
 
 struct access_at {
@@ -170,11 +174,13 @@ struct access_at {
 	uint64_t ptr; /* start of the element as written */
 } __attribute__((packed, aligned(4)));
 
-#define ACCESS_REFS_BIG 15u
+/* The references one carry into e->big_refs stands for (DESIGN 11). */
+#define ACCESS_REFS_CARRY UINT8_MAX
 
 _Static_assert(sizeof(struct access) == 12, "access records stay small");
 _Static_assert(sizeof(struct access_at) == 20, "so do those with a ptr");
 _Static_assert(ENGINE_MAX_STREAMS <= (1 << 10), "stream numbers fit sidx");
+_Static_assert(ENGINE_MAX_SITES <= (1 << 24), "site numbers fit site");
 
 /* A read list of more than one read, or one that had more (DESIGN 2):
  * access records by their 32-bit names (history__acc()). */
@@ -367,7 +373,8 @@ _Static_assert(POOL_CHUNK / sizeof(void *) <= UINT16_MAX, "chunk counts");
  * access a capture recorded or a replay made, the graph: what an access
  * reports besides where and when. The argument lives here, not in struct
  * access, so that naming it costs nothing per access. 16 bytes: the graph
- * id, which few sites have, is e->site_graphs[graph - 1] (0: none). */
+ * id, which few sites have, is e->site_graphs[graph - 1] (0: none), so
+ * that equal sites are equal structs. */
 struct site {
 	uint32_t op;
 	uint32_t stack;
@@ -446,8 +453,8 @@ struct engine {
 	bool pending_all;	/* the list overflowed: flush walks them all */
 	struct pool access_pool; /* indexed: hists name its records */
 	struct pool access_at_pool; /* struct access_at, named by access_pool */
-	/* DESIGN 11: record address -> reference count, for counts of
-	 * ACCESS_REFS_BIG or more; slots == NULL until the first */
+	/* DESIGN 11: record address -> its carries, for the records with
+	 * `big` set; slots == NULL until the first */
 	struct u64map big_refs;
 	/* history.c: freed read lists of capacity READS_SPARE_CAP(i) kept
 	 * for reuse, at most READS_SPARE_MAX each, linked through v[] */
@@ -473,10 +480,14 @@ struct engine {
 	struct site *sites; /* site id -> operator and stack */
 	size_t nsites;
 	size_t sites_cap;
-	uint64_t *site_graphs; /* the graphs of sites that have one */
+	/* The graphs of sites that have one, named from 1 by their place
+	 * here (struct site), and graph id -> that name; slots == NULL until
+	 * the first */
+	uint64_t *site_graphs;
 	size_t nsite_graphs;
 	size_t site_graphs_cap;
-	uint32_t *site_tab; /* open hash of site id + 1, at most half full */
+	struct u64map site_graph_names;
+	uint32_t *site_tab; /* open hash of site id + 1, at most 3/4 full */
 	size_t site_mask;
 	uint64_t last_site_key;
 	uint32_t last_site;
@@ -612,6 +623,7 @@ void finding__fill_site(const struct engine *e, uint32_t site,
 			struct finding_access *out);
 bool finding__site_graph(const struct engine *e, uint32_t site,
 			 uint64_t *graph);
+size_t finding__bytes(const struct engine *e);
 void finding__fill_alloc(const struct engine *e, const struct alloc *a,
 			 struct finding *f);
 void finding__fill_access(const struct engine *e, const struct access *a,
@@ -643,8 +655,8 @@ void alloc__fini(struct engine *e);
 
 /* history.c: the access history and the regions it lives in. */
 void history__access_free(struct engine *e, struct access *a);
-int history__access_ref_big(struct engine *e, struct access *a);
-void history__access_put_big(struct engine *e, struct access *a);
+int history__access_carry(struct engine *e, struct access *a);
+void history__access_borrow(struct engine *e, struct access *a);
 uint64_t history__access_refs(const struct engine *e,
 			      const struct access *a);
 size_t history__big_refs_bytes(const struct engine *e);
@@ -817,14 +829,13 @@ static inline struct access *history__access_new(struct engine *e,
 }
 
 /* One more reference to access record `a`: 0, or -ENOMEM when its count
- * would need e->big_refs and that cannot grow (DESIGN 11). Inline: every
- * history an access joins takes one. */
+ * needs one more carry and e->big_refs cannot grow (DESIGN 11). Inline:
+ * every history an access joins takes one. */
 static inline int history__access_ref(struct engine *e, struct access *a)
 {
 	assert(a->refs > 0);
-	if (a->refs >= ACCESS_REFS_BIG - 1)
-		return history__access_ref_big(e, a);
-	a->refs++;
+	if (++a->refs == 0)
+		return history__access_carry(e, a);
 	return 0;
 }
 
@@ -833,11 +844,11 @@ static inline int history__access_ref(struct engine *e, struct access *a)
 static inline void history__access_put(struct engine *e, struct access *a)
 {
 	assert(a == NULL || a->refs > 0);
-	if (a == NULL)
+	if (a == NULL || --a->refs != 0)
 		return;
-	if (a->refs == ACCESS_REFS_BIG)
-		history__access_put_big(e, a);
-	else if (--a->refs == 0)
+	if (a->big)
+		history__access_borrow(e, a);
+	else
 		history__access_free(e, a);
 }
 

@@ -5,8 +5,8 @@
  * dedup table that merges occurrences, and finding__emit(), the one way
  * out to the caller's callback.
  *
- * Owns e->sites, e->site_graphs, e->site_tab and e->dedup, freed by
- * finding__fini(). A finding handed to the callback lives on the caller's
+ * Owns e->sites, e->site_graphs and e->site_graph_names, e->site_tab and
+ * e->dedup, freed by finding__fini(). A finding handed to the callback lives on the caller's
  * stack. Each table starts small and doubles: a process has a few hundred
  * sites and a few findings, and every byte held counts per allocation.
  */
@@ -46,14 +46,6 @@ const char *detected_at_name(enum detected_at at)
 
 /* ---- sites ------------------------------------------------------------- */
 
-/* A site to look up: its operator, stack and argument, and its graph, which
- * a stored site names in e->site_graphs instead. */
-struct site_want {
-	struct site s; /* s.graph unused */
-	bool has_graph;
-	uint64_t graph;
-};
-
 static bool finding_site_has_graph(const struct engine *e,
 				   const struct site *s, uint64_t *graph)
 {
@@ -64,38 +56,24 @@ static bool finding_site_has_graph(const struct engine *e,
 	return true;
 }
 
-static uint64_t finding_site_hash(const struct site *s, bool has_graph,
-				  uint64_t graph)
+/* The graphs' names count from 1, so a site's hash depends on its graph's
+ * name instead of its id: the same for the same site. */
+static uint64_t finding_site_hash(const struct site *s)
 {
 	uint64_t key = (uint64_t)s->op << 32 | s->stack;
 
 	if (s->arg != 0)
 		key ^= hash_u64((uint64_t)s->arg << 1 | 1);
-	return hash_u64(has_graph ? key ^ hash_u64(graph) : key);
+	return hash_u64(s->graph != 0 ? key ^ hash_u64(s->graph) : key);
 }
 
-static uint64_t finding_site_hash_stored(const struct engine *e,
-					 const struct site *s)
+static bool finding_site_eq(const struct site *a, const struct site *b)
 {
-	uint64_t graph = 0;
-	bool has_graph = finding_site_has_graph(e, s, &graph);
-
-	return finding_site_hash(s, has_graph, graph);
+	return a->op == b->op && a->stack == b->stack && a->arg == b->arg &&
+	       a->graph == b->graph;
 }
 
-static bool finding_site_eq(const struct engine *e, const struct site *a,
-			    const struct site_want *b)
-{
-	uint64_t graph;
-
-	if (a->op != b->s.op || a->stack != b->s.stack || a->arg != b->s.arg)
-		return false;
-	if (!finding_site_has_graph(e, a, &graph))
-		return !b->has_graph;
-	return b->has_graph && graph == b->graph;
-}
-
-/* Doubles the table of sites, keeping it at most half full. */
+/* Doubles the table of sites, keeping it at most three quarters full. */
 static int finding_site_tab_grow(struct engine *e)
 {
 	size_t n = e->site_tab ? e->site_mask + 1 : 0, nn = n ? 2 * n : 64;
@@ -109,8 +87,7 @@ static int finding_site_tab_grow(struct engine *e)
 
 		if (e->site_tab[i] == 0)
 			continue;
-		j = finding_site_hash_stored(e, &e->sites[e->site_tab[i] - 1]) &
-		    (nn - 1);
+		j = finding_site_hash(&e->sites[e->site_tab[i] - 1]) & (nn - 1);
 		while (t[j] != 0)
 			j = (j + 1) & (nn - 1);
 		t[j] = e->site_tab[i];
@@ -121,53 +98,69 @@ static int finding_site_tab_grow(struct engine *e)
 	return 0;
 }
 
-/* Room for one more site, and for its graph when it has one. 0 or
- * -ENOMEM. */
-static int finding_site_room(struct engine *e, bool has_graph)
+/* Names `graph` for struct site, from 1: its name when a site has it,
+ * else the one it will have (one past the last), in *out, and whether it
+ * is new. */
+static bool finding_graph_name(const struct engine *e, uint64_t graph,
+			       uint32_t *out)
+{
+	const uint64_t *v = e->site_graph_names.slots != NULL
+				    ? u64map_get(&e->site_graph_names, graph)
+				    : NULL;
+
+	*out = v != NULL ? (uint32_t)*v : (uint32_t)e->nsite_graphs + 1;
+	return v == NULL;
+}
+
+/* Names the graph of new site `s`, whose name finding_graph_name() gave:
+ * 0, or -ENOMEM with nothing changed. */
+static int finding_graph_add(struct engine *e, const struct site *s,
+			     uint64_t graph)
 {
 	int err;
 
-	if ((err = pool__grow_array(e, (void **)&e->sites, &e->sites_cap,
-				    e->nsites + 1, sizeof(*e->sites))) < 0)
+	assert(s->graph == e->nsite_graphs + 1);
+	if ((err = pool__grow_array(e, (void **)&e->site_graphs,
+				    &e->site_graphs_cap, e->nsite_graphs + 1,
+				    sizeof(*e->site_graphs))) < 0)
 		return err;
-	if (!has_graph)
-		return 0;
-	return pool__grow_array(e, (void **)&e->site_graphs,
-				&e->site_graphs_cap, e->nsite_graphs + 1,
-				sizeof(*e->site_graphs));
+	if ((e->site_graph_names.slots == NULL &&
+	     u64map_init(&e->site_graph_names) < 0) ||
+	    u64map_put(&e->site_graph_names, graph, s->graph) < 0)
+		return -ENOMEM;
+	pool__note(e, 0); /* the map may have grown */
+	e->site_graphs[e->nsite_graphs++] = graph;
+	return 0;
 }
 
-/* The id of site `want`, interned on first use. 0; -E2BIG or -ENOMEM with
- * *out unwritten. */
-static int finding_site_intern(struct engine *e, const struct site_want *want,
-			       uint32_t *out)
+/* The id of site `want`, interned on first use; `graph` is the id of
+ * want->graph when that is new (finding_graph_name()). 0; -E2BIG or
+ * -ENOMEM with *out unwritten. */
+static int finding_site_intern(struct engine *e, const struct site *want,
+			       uint64_t graph, uint32_t *out)
 {
-	struct site *s;
 	size_t i;
 	int err;
 
-	if ((e->nsites + 1) * 2 > (e->site_tab ? e->site_mask + 1 : 0) &&
+	if ((e->nsites + 1) * 4 > (e->site_tab ? e->site_mask + 1 : 0) * 3 &&
 	    (err = finding_site_tab_grow(e)) < 0)
 		return err;
-	i = finding_site_hash(&want->s, want->has_graph, want->graph) &
-	    e->site_mask;
+	i = finding_site_hash(want) & e->site_mask;
 	for (; e->site_tab[i] != 0; i = (i + 1) & e->site_mask) {
-		if (finding_site_eq(e, &e->sites[e->site_tab[i] - 1], want)) {
+		if (finding_site_eq(&e->sites[e->site_tab[i] - 1], want)) {
 			*out = e->site_tab[i] - 1;
 			return 0;
 		}
 	}
-	if (e->nsites >= UINT32_MAX - 1)
+	if (e->nsites >= ENGINE_MAX_SITES)
 		return -E2BIG;
-	if ((err = finding_site_room(e, want->has_graph)) < 0)
+	if ((err = pool__grow_array(e, (void **)&e->sites, &e->sites_cap,
+				    e->nsites + 1, sizeof(*e->sites))) < 0)
 		return err;
-	s = &e->sites[e->nsites];
-	*s = want->s;
-	s->graph = 0;
-	if (want->has_graph) {
-		e->site_graphs[e->nsite_graphs++] = want->graph;
-		s->graph = (uint32_t)e->nsite_graphs;
-	}
+	if (want->graph > e->nsite_graphs &&
+	    (err = finding_graph_add(e, want, graph)) < 0)
+		return err;
+	e->sites[e->nsites] = *want;
 	e->site_tab[i] = (uint32_t)e->nsites + 1;
 	*out = (uint32_t)e->nsites++;
 	return 0;
@@ -178,10 +171,10 @@ static int finding_site_intern(struct engine *e, const struct site_want *want,
 int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
 			   uint32_t *out)
 {
-	struct site_want want = { .s = { .op = op, .stack = stack } };
+	struct site want = { .op = op, .stack = stack };
 	int err;
 
-	if ((err = finding_site_intern(e, &want, out)) < 0)
+	if ((err = finding_site_intern(e, &want, 0, out)) < 0)
 		return err;
 	e->last_site_key = (uint64_t)op << 32 | stack;
 	e->last_site = *out;
@@ -194,11 +187,10 @@ int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
 int finding__site_get_graph(struct engine *e, uint32_t op, uint32_t stack,
 			    uint64_t graph, uint32_t *out)
 {
-	struct site_want want = { .s = { .op = op, .stack = stack },
-				  .has_graph = true,
-				  .graph = graph };
+	struct site want = { .op = op, .stack = stack };
 
-	return finding_site_intern(e, &want, out);
+	(void)finding_graph_name(e, graph, &want.graph);
+	return finding_site_intern(e, &want, graph, out);
 }
 
 /* The id of site `site` with argument `arg` instead of its own, interned
@@ -207,17 +199,16 @@ int finding__site_get_graph(struct engine *e, uint32_t op, uint32_t stack,
 int finding__site_with_arg(struct engine *e, uint32_t site, uint32_t arg,
 			   uint32_t *out)
 {
-	struct site_want want = { .graph = 0 };
+	struct site want;
 
 	assert(site < e->nsites);
-	if (e->sites[site].arg == arg) {
+	want = e->sites[site];
+	if (want.arg == arg) {
 		*out = site;
 		return 0;
 	}
-	want.s = e->sites[site];
-	want.has_graph = finding_site_has_graph(e, &want.s, &want.graph);
-	want.s.arg = arg;
-	return finding_site_intern(e, &want, out);
+	want.arg = arg;
+	return finding_site_intern(e, &want, 0, out);
 }
 
 /* Whether site `site` has a graph, which is then in *graph. */
@@ -226,6 +217,14 @@ bool finding__site_graph(const struct engine *e, uint32_t site,
 {
 	assert(site < e->nsites);
 	return finding_site_has_graph(e, &e->sites[site], graph);
+}
+
+/* The bytes of the map naming graphs, which only graphs make. */
+size_t finding__bytes(const struct engine *e)
+{
+	return e->site_graph_names.slots != NULL
+		       ? u64map_bytes(&e->site_graph_names)
+		       : 0;
 }
 
 /* ---- findings ----------------------------------------------------------- */
@@ -415,4 +414,6 @@ void finding__fini(struct engine *e)
 	free(e->dedup);
 	free(e->sites);
 	free(e->site_graphs);
+	if (e->site_graph_names.slots != NULL)
+		u64map_fini(&e->site_graph_names);
 }

@@ -21,48 +21,52 @@
 
 /* ---- access history ---------------------------------------------------- */
 
+/* history__access_ref() that wrapped the count's byte to 0: 255 of the
+ * references move into a carry (DESIGN 11). 0, or -ENOMEM with `a` as
+ * before the call. */
+int history__access_carry(struct engine *e, struct access *a)
+{
+	uint64_t *n;
+
+	assert(a->refs == 0);
+	if (a->big) {
+		n = u64map_get(&e->big_refs, (uintptr_t)a);
+		assert(n != NULL && *n > 0);
+		(*n)++;
+	} else if ((e->big_refs.slots == NULL &&
+		    u64map_init(&e->big_refs) < 0) ||
+		   u64map_put(&e->big_refs, (uintptr_t)a, 1) < 0) {
+		a->refs = ACCESS_REFS_CARRY;
+		return -ENOMEM;
+	} else {
+		a->big = 1;
+		pool__note(e, 0); /* the map may have grown */
+	}
+	a->refs = 1;
+	return 0;
+}
+
 /* history__access_put() of the last reference. */
 void history__access_free(struct engine *e, struct access *a)
 {
-	assert(a->refs == 0);
+	assert(a->refs == 0 && !a->big);
 	pool__put(e, a->at ? &e->access_at_pool : &e->access_pool, a);
 	e->st.accesses--;
 }
 
-/* history__access_ref() from ACCESS_REFS_BIG - 1 up: the count moves to,
- * or grows in, e->big_refs (DESIGN 11). 0 or -ENOMEM, `a` unchanged. */
-int history__access_ref_big(struct engine *e, struct access *a)
-{
-	uint64_t *n;
-
-	if (a->refs == ACCESS_REFS_BIG) {
-		n = u64map_get(&e->big_refs, (uintptr_t)a);
-		assert(n != NULL && *n >= ACCESS_REFS_BIG);
-		(*n)++;
-		return 0;
-	}
-	assert(a->refs == ACCESS_REFS_BIG - 1);
-	if (e->big_refs.slots == NULL && u64map_init(&e->big_refs) < 0)
-		return -ENOMEM;
-	if (u64map_put(&e->big_refs, (uintptr_t)a, ACCESS_REFS_BIG) < 0)
-		return -ENOMEM;
-	pool__note(e, 0); /* the map may have grown */
-	a->refs = ACCESS_REFS_BIG;
-	return 0;
-}
-
-/* history__access_put() of a count kept in e->big_refs: never frees the
- * record, since that count is at least ACCESS_REFS_BIG. */
-void history__access_put_big(struct engine *e, struct access *a)
+/* history__access_put() that brought the count's byte to 0 with carries
+ * left: it takes 255 references back from them (DESIGN 11). */
+void history__access_borrow(struct engine *e, struct access *a)
 {
 	uint64_t *n = u64map_get(&e->big_refs, (uintptr_t)a);
 
-	assert(a->refs == ACCESS_REFS_BIG);
-	assert(n != NULL && *n >= ACCESS_REFS_BIG);
-	if (--*n >= ACCESS_REFS_BIG)
-		return;
-	u64map_del(&e->big_refs, (uintptr_t)a);
-	a->refs = ACCESS_REFS_BIG - 1;
+	assert(a->refs == 0 && a->big);
+	assert(n != NULL && *n > 0);
+	if (--*n == 0) {
+		u64map_del(&e->big_refs, (uintptr_t)a);
+		a->big = 0;
+	}
+	a->refs = ACCESS_REFS_CARRY;
 }
 
 /* How many references record `a` has, for engine_check(). */
@@ -70,10 +74,10 @@ uint64_t history__access_refs(const struct engine *e, const struct access *a)
 {
 	const uint64_t *n;
 
-	if (a->refs != ACCESS_REFS_BIG)
+	if (!a->big)
 		return a->refs;
 	n = u64map_get(&e->big_refs, (uintptr_t)a);
-	return n != NULL ? *n : 0;
+	return a->refs + (n != NULL ? *n * ACCESS_REFS_CARRY : 0);
 }
 
 size_t history__big_refs_bytes(const struct engine *e)

@@ -35,7 +35,8 @@ size_t pool__bytes(const struct engine *e)
 {
 	return e->bytes + u64map_bytes(&e->stream_ids) +
 	       u64map_bytes(&e->events) + u64map_bytes(&e->graphs) +
-	       u64map_bytes(&e->crecs) + history__big_refs_bytes(e);
+	       u64map_bytes(&e->crecs) + history__big_refs_bytes(e) +
+	       finding__bytes(e);
 }
 
 void pool__note(struct engine *e, size_t add)
@@ -269,7 +270,7 @@ struct chunk *pool__sparse_chunk(const struct pool *p, size_t live)
 	size_t per = (POOL_CHUNK - POOL_FIRST) / p->size;
 	struct chunk *c, *best = NULL;
 
-	if ((size_t)p->nchunks * per < live + 2 * per)
+	if ((size_t)p->nchunks * per < live + per)
 		return NULL;
 	for (c = p->partial; c != NULL; c = c->pnext) {
 		if (c != p->empty && (best == NULL || c->nfree > best->nfree))

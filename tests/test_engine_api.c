@@ -429,16 +429,18 @@ START_TEST(engine_segments_move_into_fewer_slabs)
 }
 END_TEST
 
-/* DESIGN 11: a record held by more histories than its 4 bits count (a
- * write over many allocations, a read over many segments, the segments
- * then split) keeps its count apart, and every history lets it go as
- * before: engine_check() compares each record's count with the histories
- * that hold it, and each history still races. */
+/* DESIGN 11: a record held by more histories than a byte counts (a write
+ * over many allocations, a read over many segments, the segments then
+ * split) carries the rest apart, and every history lets it go as before:
+ * engine_check() compares each record's count with the histories that
+ * hold it, and each history still races. */
+#define MANY (2 * ACCESS_REFS_CARRY + 30)
+
 START_TEST(engine_access_held_by_many_histories)
 {
 	struct engine_opts o = { .finding_cb = count_cb };
-	struct op_range all = { 0x100000, 40 * 64 };
-	struct op_range out = { 0x900000, 40 * 64 };
+	struct op_range all = { 0x100000, MANY * 64 };
+	struct op_range out = { 0x900000, MANY * 64 };
 	struct op w_all = { .kind = OP_LAUNCH, .stream = 1, .writes = &all,
 			    .nwrites = 1 };
 	struct op r_out = { .kind = OP_LAUNCH, .stream = 1, .reads = &out,
@@ -449,31 +451,31 @@ START_TEST(engine_access_held_by_many_histories)
 
 	o.arg = &n;
 	ck_assert_int_eq(engine_new(&o, &e), 0);
-	for (uint64_t i = 0; i < 40; i++) {
+	for (uint64_t i = 0; i < MANY; i++) {
 		struct op a = { .kind = OP_ALLOC, .ptr = all.ptr + i * 64,
 				.size = 64 };
 
 		feed_checked(e, &a);
 	}
-	feed_checked(e, &w_all); /* one record in 40 allocations */
-	for (uint64_t i = 0; i < 20; i++) {
+	feed_checked(e, &w_all); /* one record in MANY allocations */
+	for (uint64_t i = 0; i < MANY / 2; i++) {
 		struct op_range r = { out.ptr + i * 128, 8 };
 		struct op w = { .kind = OP_LAUNCH, .stream = 1, .writes = &r,
 				.nwrites = 1 };
 
 		feed_checked(e, &w);
 	}
-	feed_checked(e, &r_out); /* one read in 39 segments */
-	for (uint64_t i = 0; i < 20; i++) {
+	feed_checked(e, &r_out); /* one read in MANY segments */
+	for (uint64_t i = 0; i < MANY / 2; i++) {
 		/* a write within each written segment splits it in three,
-		 * each piece keeping the read */
+		 * the pieces at its ends keeping the read */
 		struct op_range r = { out.ptr + i * 128 + 2, 2 };
 		struct op w = { .kind = OP_LAUNCH, .stream = 1, .writes = &r,
 				.nwrites = 1 };
 
 		feed_checked(e, &w);
 	}
-	for (uint64_t i = 0; i < 40; i += 2) {
+	for (uint64_t i = 0; i < MANY; i += 2) {
 		struct op_range r = { all.ptr + i * 64, 64 };
 		struct op_range r2 = { out.ptr + i * 64 + 8, 8 };
 		struct op rd = { .kind = OP_LAUNCH, .stream = 2, .reads = &r,
@@ -481,11 +483,11 @@ START_TEST(engine_access_held_by_many_histories)
 		struct op wr = { .kind = OP_LAUNCH, .stream = 2,
 				 .writes = &r2, .nwrites = 1 };
 
-		feed_checked(e, &rd); /* races the write of all 40 */
-		feed_checked(e, &wr); /* races the read of all 39 */
+		feed_checked(e, &rd); /* races the write of them all */
+		feed_checked(e, &wr); /* races the read of them all */
 	}
-	ck_assert_uint_eq(n, 40);
-	for (uint64_t i = 0; i < 40; i++) {
+	ck_assert_uint_eq(n, MANY);
+	for (uint64_t i = 0; i < MANY; i++) {
 		struct op f = { .kind = OP_FREE, .ptr = all.ptr + i * 64 };
 
 		feed_checked(e, &f);
