@@ -92,8 +92,8 @@
  *     capture's), which goes when the allocation stops being live: in the
  *     live history it never starts at an address where no allocation
  *     starts, the one question `free` asks of a record's start.
- * 10. Segments move in memory: when the segment slabs hold two slabs
- *     more than the segments need, clearing an allocation's history
+ * 10. Segments move in memory: when the segment slabs hold a slab more
+ *     than the segments need, clearing an allocation's history
  *     (history__alloc_clear()) moves those of the emptiest slab into the
  *     others (history.c), so that the memory follows the live segments
  *     down after a step frees its activations. So nothing keeps a pointer

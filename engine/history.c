@@ -640,7 +640,7 @@ static bool history_seg_root(struct engine *e, struct seg *g,
 }
 
 /* DESIGN 10: moves the segments of the emptiest slab into the others when
- * the slabs hold two more than the segments need, and that slab goes. */
+ * the slabs hold one more than the segments need, and that slab goes. */
 static void history_segs_compact(struct engine *e)
 {
 	struct chunk *c = pool__sparse_chunk(&e->seg_pool, e->st.segments);

@@ -261,9 +261,10 @@ void pool__put_slow(struct engine *e, struct pool *p, struct chunk *c,
 /*
  * The chunk of `p` to empty by moving its objects into the others: the
  * partial one holding the fewest, when `p`, holding `live` objects in all,
- * keeps at least two chunks more than they need (the others then have
+ * keeps at least one chunk more than they need (the others then have
  * room for them); else NULL. Walks the partial chunks only past that
- * threshold, which each move takes a chunk's worth of frees to reach again.
+ * threshold, which each move takes a chunk's worth of frees, or a new
+ * chunk, to reach again; a new chunk is the emptiest, cheap to move.
  */
 struct chunk *pool__sparse_chunk(const struct pool *p, size_t live)
 {
