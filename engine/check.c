@@ -45,7 +45,7 @@ static void check_access_ref(struct check *c, const struct access *a)
 			      "does not exist");
 	n = u64map_get(&c->refs, (uintptr_t)a);
 	if (c->compare) {
-		if (n == NULL || *n != a->refs)
+		if (n == NULL || *n != history__access_refs(c->e, a))
 			check_fail(c, "an access's reference count differs "
 				      "from the histories that hold it");
 	} else if (n != NULL) {

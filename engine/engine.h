@@ -23,6 +23,9 @@
 
 /* The most distinct streams one process may name. */
 #define ENGINE_MAX_STREAMS 1024
+/* The most distinct sites (operator, stack, argument and graph of an
+ * access) one process may name: 16 million. */
+#define ENGINE_MAX_SITES (1u << 24)
 
 /* X(enum suffix, name in findings.md) */
 #define FINDING_KINDS(X)                                  \
@@ -196,7 +199,8 @@ void engine_free(struct engine *e);
  * Analyses one operation, calling the finding callback for what it finds.
  * 0 on success. -EINVAL when the op is malformed (an unknown kind, an empty
  * range, a range past 2^64); the engine is unchanged. -E2BIG when the op
- * names a stream beyond ENGINE_MAX_STREAMS; the engine is unchanged.
+ * names a stream beyond ENGINE_MAX_STREAMS, or a site beyond
+ * ENGINE_MAX_SITES; the engine is unchanged.
  * -ENOMEM when memory ran out (or max_bytes was reached) part way; the
  * engine then forgets its access history as a `gap` would, so that it
  * never reports a false finding, and can go on being fed.
@@ -210,8 +214,8 @@ enum {
 };
 
 /*
- * engine_feed(), except that an op naming a stream beyond
- * ENGINE_MAX_STREAMS is skipped: the engine forgets its history as at a
+ * engine_feed(), except that an op naming a stream or a site beyond the
+ * limits is skipped: the engine forgets its history as at a
  * gap, so that no pair across the skipped op is reported, and the caller
  * counts the op lost (and, for ENGINE_SKIPPED_GAP, one more gap). Ops
  * skipped one after another make one gap; *skipping (false at first,

@@ -92,12 +92,20 @@
  *     capture's), which goes when the allocation stops being live: in the
  *     live history it never starts at an address where no allocation
  *     starts, the one question `free` asks of a record's start.
- * 10. Segments move in memory: when the segment slabs hold two slabs
- *     more than the segments need, clearing an allocation's history
+ * 10. Segments move in memory: when the segment slabs hold a slab more
+ *     than the segments need, clearing an allocation's history
  *     (history__alloc_clear()) moves those of the emptiest slab into the
  *     others (history.c), so that the memory follows the live segments
  *     down after a step frees its activations. So nothing keeps a pointer
  *     to a segment across a call that may clear an allocation's history.
+ * 11. An access record counts its references in a byte, `refs`: nearly
+ *     every one is held by a history or two and its launch. A record
+ *     with `big` set has 255 more for each carry in e->big_refs[its
+ *     address]: the byte wraps to 0 at the 256th reference, which moves
+ *     255 of them into the carries, and when it falls to 0 with carries
+ *     left it takes 255 of them back. So the common paths cost what a
+ *     plain count does, taking a reference may need memory (it fails as
+ *     any allocation does, DESIGN 7), and dropping one never does.
  */
 #ifndef NPUSAN_ENGINE_INT_H
 #define NPUSAN_ENGINE_INT_H
@@ -134,9 +142,13 @@ _Static_assert(ENGINE_MAX_STREAMS < STREAM_NONE, "stream numbers fit u16");
 
 /*
  * One access of one launch, shared by the histories of the bytes it
- * touched. 16 bytes: the history holds a few per live allocation, so their
+ * touched. 12 bytes: the history holds a few per live allocation, so their
  * size is much of the engine's memory. Sequence numbers get 48 bits: 2^48
- * launches is centuries of a process's life.
+ * launches is centuries of a process's life; sites 24 (ENGINE_MAX_SITES).
+ * Packed to 4-byte alignment, so that a slab holds them end to end, with
+ * the reference count a byte of its own, which every history an access
+ * joins or leaves changes (the rest of a big count in e->big_refs,
+ * DESIGN 11).
  *
  * Where the element started (its ptr) is read only by `free P` where no
  * allocation starts at P, and it can start there only when it is not the
@@ -148,20 +160,27 @@ _Static_assert(ENGINE_MAX_STREAMS < STREAM_NONE, "stream numbers fit u16");
  */
 struct access {
 	uint64_t seq : 48;
-	uint64_t sidx : 14;
+	uint64_t sidx : 10;
 	uint64_t write : 1;
-	uint64_t at : 1; /* a struct access_at: its ptr is kept */
-	uint32_t refs;
-	uint32_t site; /* operator and stack, see finding__site_get() */
-};
+	uint64_t at : 1;  /* a struct access_at: its ptr is kept */
+	uint64_t big : 1; /* e->big_refs holds more references */
+	uint64_t : 3;
+	uint32_t site : 24; /* operator and stack, see finding__site_get() */
+	uint8_t refs;	    /* references, less those in e->big_refs */
+} __attribute__((packed, aligned(4)));
 
 struct access_at {
 	struct access a;
 	uint64_t ptr; /* start of the element as written */
-};
+} __attribute__((packed, aligned(4)));
 
-_Static_assert(sizeof(struct access) == 16, "access records stay small");
-_Static_assert(ENGINE_MAX_STREAMS <= (1 << 14), "stream numbers fit sidx");
+/* The references one carry into e->big_refs stands for (DESIGN 11). */
+#define ACCESS_REFS_CARRY UINT8_MAX
+
+_Static_assert(sizeof(struct access) == 12, "access records stay small");
+_Static_assert(sizeof(struct access_at) == 20, "so do those with a ptr");
+_Static_assert(ENGINE_MAX_STREAMS <= (1 << 10), "stream numbers fit sidx");
+_Static_assert(ENGINE_MAX_SITES <= (1 << 24), "site numbers fit site");
 
 /* A read list of more than one read, or one that had more (DESIGN 2):
  * access records by their 32-bit names (history__acc()). */
@@ -354,14 +373,17 @@ _Static_assert(POOL_CHUNK / sizeof(void *) <= UINT16_MAX, "chunk counts");
 /* An operator, a stack, the operator's argument (0: none) and, for an
  * access a capture recorded or a replay made, the graph: what an access
  * reports besides where and when. The argument lives here, not in struct
- * access, so that naming it costs nothing per access. */
+ * access, so that naming it costs nothing per access. 16 bytes: the graph
+ * id, which few sites have, is e->site_graphs[graph - 1] (0: none), so
+ * that equal sites are equal structs. */
 struct site {
 	uint32_t op;
 	uint32_t stack;
 	uint32_t arg;
-	bool has_graph;
-	uint64_t graph;
+	uint32_t graph;
 };
+
+_Static_assert(sizeof(struct site) == 16, "sites stay small");
 
 /* One element of a launch's read or write list. */
 struct elem {
@@ -432,6 +454,9 @@ struct engine {
 	bool pending_all;	/* the list overflowed: flush walks them all */
 	struct pool access_pool; /* indexed: hists name its records */
 	struct pool access_at_pool; /* struct access_at, named by access_pool */
+	/* DESIGN 11: record address -> its carries, for the records with
+	 * `big` set; slots == NULL until the first */
+	struct u64map big_refs;
 	/* history.c: freed read lists of capacity READS_SPARE_CAP(i) kept
 	 * for reuse, at most READS_SPARE_MAX each, linked through v[] */
 	struct reads *reads_spare[READS_SPARE_CLASSES];
@@ -456,7 +481,14 @@ struct engine {
 	struct site *sites; /* site id -> operator and stack */
 	size_t nsites;
 	size_t sites_cap;
-	uint32_t *site_tab; /* open hash of site id + 1, at most half full */
+	/* The graphs of sites that have one, named from 1 by their place
+	 * here (struct site), and graph id -> that name; slots == NULL until
+	 * the first */
+	uint64_t *site_graphs;
+	size_t nsite_graphs;
+	size_t site_graphs_cap;
+	struct u64map site_graph_names;
+	uint32_t *site_tab; /* open hash of site id + 1, at most 3/4 full */
 	size_t site_mask;
 	uint64_t last_site_key;
 	uint32_t last_site;
@@ -590,6 +622,9 @@ int finding__site_with_arg(struct engine *e, uint32_t site, uint32_t arg,
 			   uint32_t *out);
 void finding__fill_site(const struct engine *e, uint32_t site,
 			struct finding_access *out);
+bool finding__site_graph(const struct engine *e, uint32_t site,
+			 uint64_t *graph);
+size_t finding__bytes(const struct engine *e);
 void finding__fill_alloc(const struct engine *e, const struct alloc *a,
 			 struct finding *f);
 void finding__fill_access(const struct engine *e, const struct access *a,
@@ -621,6 +656,11 @@ void alloc__fini(struct engine *e);
 
 /* history.c: the access history and the regions it lives in. */
 void history__access_free(struct engine *e, struct access *a);
+int history__access_carry(struct engine *e, struct access *a);
+void history__access_borrow(struct engine *e, struct access *a);
+uint64_t history__access_refs(const struct engine *e,
+			      const struct access *a);
+size_t history__big_refs_bytes(const struct engine *e);
 void history__alloc_clear(struct engine *e, struct alloc *a);
 void history__forget(struct engine *e);
 void history__drop_dead_writes(struct engine *e);
@@ -803,12 +843,27 @@ static inline struct access *history__access_new(struct engine *e,
 	return a;
 }
 
+/* One more reference to access record `a`: 0, or -ENOMEM when its count
+ * needs one more carry and e->big_refs cannot grow (DESIGN 11). Inline:
+ * every history an access joins takes one. */
+static inline int history__access_ref(struct engine *e, struct access *a)
+{
+	assert(a->refs > 0);
+	if (++a->refs == 0)
+		return history__access_carry(e, a);
+	return 0;
+}
+
 /* Drops a reference to access record `a`, if any, freeing it with its
  * last. Inline: every access of every launch drops its maker's. */
 static inline void history__access_put(struct engine *e, struct access *a)
 {
 	assert(a == NULL || a->refs > 0);
-	if (a != NULL && --a->refs == 0)
+	if (a == NULL || --a->refs != 0)
+		return;
+	if (a->big)
+		history__access_borrow(e, a);
+	else
 		history__access_free(e, a);
 }
 

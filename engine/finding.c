@@ -1,12 +1,14 @@
 /*
  * finding.c - what the engine reports: the names of finding kinds, the
  * sites (an operator, a stack and an argument, interned so that an access
- * names them in 32 bits), the deduplication key of findings.md and the dedup table that
- * merges occurrences, and finding__emit(), the one way out to the caller's
- * callback.
+ * names them in 32 bits), the deduplication key of findings.md and the
+ * dedup table that merges occurrences, and finding__emit(), the one way
+ * out to the caller's callback.
  *
- * Owns e->sites, e->site_tab and e->dedup, freed by finding__fini(). A
- * finding handed to the callback lives on the caller's stack.
+ * Owns e->sites, e->site_graphs and e->site_graph_names, e->site_tab and
+ * e->dedup, freed by finding__fini(). A finding handed to the callback lives on the caller's
+ * stack. Each table starts small and doubles: a process has a few hundred
+ * sites and a few findings, and every byte held counts per allocation.
  */
 #include "engine_int.h"
 
@@ -44,23 +46,34 @@ const char *detected_at_name(enum detected_at at)
 
 /* ---- sites ------------------------------------------------------------- */
 
+static bool finding_site_has_graph(const struct engine *e,
+				   const struct site *s, uint64_t *graph)
+{
+	if (s->graph == 0)
+		return false;
+	assert(s->graph <= e->nsite_graphs);
+	*graph = e->site_graphs[s->graph - 1];
+	return true;
+}
+
+/* The graphs' names count from 1, so a site's hash depends on its graph's
+ * name instead of its id: the same for the same site. */
 static uint64_t finding_site_hash(const struct site *s)
 {
 	uint64_t key = (uint64_t)s->op << 32 | s->stack;
 
 	if (s->arg != 0)
 		key ^= hash_u64((uint64_t)s->arg << 1 | 1);
-	return hash_u64(s->has_graph ? key ^ hash_u64(s->graph) : key);
+	return hash_u64(s->graph != 0 ? key ^ hash_u64(s->graph) : key);
 }
 
 static bool finding_site_eq(const struct site *a, const struct site *b)
 {
 	return a->op == b->op && a->stack == b->stack && a->arg == b->arg &&
-	       a->has_graph == b->has_graph &&
-	       (!a->has_graph || a->graph == b->graph);
+	       a->graph == b->graph;
 }
 
-/* Doubles the table of sites, keeping it at most half full. */
+/* Doubles the table of sites, keeping it at most three quarters full. */
 static int finding_site_tab_grow(struct engine *e)
 {
 	size_t n = e->site_tab ? e->site_mask + 1 : 0, nn = n ? 2 * n : 64;
@@ -85,15 +98,51 @@ static int finding_site_tab_grow(struct engine *e)
 	return 0;
 }
 
-/* The id of site `want`, interned on first use. 0; -E2BIG or -ENOMEM with
- * *out unwritten. */
-static int finding_site_intern(struct engine *e, const struct site *want,
+/* Names `graph` for struct site, from 1: its name when a site has it,
+ * else the one it will have (one past the last), in *out, and whether it
+ * is new. */
+static bool finding_graph_name(const struct engine *e, uint64_t graph,
 			       uint32_t *out)
+{
+	const uint64_t *v = e->site_graph_names.slots != NULL
+				    ? u64map_get(&e->site_graph_names, graph)
+				    : NULL;
+
+	*out = v != NULL ? (uint32_t)*v : (uint32_t)e->nsite_graphs + 1;
+	return v == NULL;
+}
+
+/* Names the graph of new site `s`, whose name finding_graph_name() gave:
+ * 0, or -ENOMEM with nothing changed. */
+static int finding_graph_add(struct engine *e, const struct site *s,
+			     uint64_t graph)
+{
+	int err;
+
+	assert(s->graph == e->nsite_graphs + 1);
+	if ((err = pool__grow_array(e, (void **)&e->site_graphs,
+				    &e->site_graphs_cap, e->nsite_graphs + 1,
+				    sizeof(*e->site_graphs))) < 0)
+		return err;
+	if ((e->site_graph_names.slots == NULL &&
+	     u64map_init(&e->site_graph_names) < 0) ||
+	    u64map_put(&e->site_graph_names, graph, s->graph) < 0)
+		return -ENOMEM;
+	pool__note(e, 0); /* the map may have grown */
+	e->site_graphs[e->nsite_graphs++] = graph;
+	return 0;
+}
+
+/* The id of site `want`, interned on first use; `graph` is the id of
+ * want->graph when that is new (finding_graph_name()). 0; -E2BIG or
+ * -ENOMEM with *out unwritten. */
+static int finding_site_intern(struct engine *e, const struct site *want,
+			       uint64_t graph, uint32_t *out)
 {
 	size_t i;
 	int err;
 
-	if ((e->nsites + 1) * 2 > (e->site_tab ? e->site_mask + 1 : 0) &&
+	if ((e->nsites + 1) * 4 > (e->site_tab ? e->site_mask + 1 : 0) * 3 &&
 	    (err = finding_site_tab_grow(e)) < 0)
 		return err;
 	i = finding_site_hash(want) & e->site_mask;
@@ -103,10 +152,13 @@ static int finding_site_intern(struct engine *e, const struct site *want,
 			return 0;
 		}
 	}
-	if (e->nsites >= UINT32_MAX - 1)
+	if (e->nsites >= ENGINE_MAX_SITES)
 		return -E2BIG;
 	if ((err = pool__grow_array(e, (void **)&e->sites, &e->sites_cap,
 				    e->nsites + 1, sizeof(*e->sites))) < 0)
+		return err;
+	if (want->graph > e->nsite_graphs &&
+	    (err = finding_graph_add(e, want, graph)) < 0)
 		return err;
 	e->sites[e->nsites] = *want;
 	e->site_tab[i] = (uint32_t)e->nsites + 1;
@@ -130,7 +182,7 @@ static bool finding_site_find_plain(const struct engine *e, uint32_t op,
 		const struct site *s = &e->sites[e->site_tab[i] - 1];
 
 		if (s->op == op && s->stack == stack && s->arg == 0 &&
-		    !s->has_graph) {
+		    s->graph == 0) {
 			*out = e->site_tab[i] - 1;
 			return true;
 		}
@@ -147,7 +199,7 @@ int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
 	int err;
 
 	if (!finding_site_find_plain(e, op, stack, out) &&
-	    (err = finding_site_intern(e, &want, out)) < 0)
+	    (err = finding_site_intern(e, &want, 0, out)) < 0)
 		return err;
 	e->last_site_key = (uint64_t)op << 32 | stack;
 	e->last_site = *out;
@@ -160,10 +212,10 @@ int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
 int finding__site_get_graph(struct engine *e, uint32_t op, uint32_t stack,
 			    uint64_t graph, uint32_t *out)
 {
-	struct site want = { .op = op, .stack = stack, .has_graph = true,
-			     .graph = graph };
+	struct site want = { .op = op, .stack = stack };
 
-	return finding_site_intern(e, &want, out);
+	(void)finding_graph_name(e, graph, &want.graph);
+	return finding_site_intern(e, &want, graph, out);
 }
 
 /* The id of site `site` with argument `arg` instead of its own, interned
@@ -181,7 +233,23 @@ int finding__site_with_arg(struct engine *e, uint32_t site, uint32_t arg,
 		return 0;
 	}
 	want.arg = arg;
-	return finding_site_intern(e, &want, out);
+	return finding_site_intern(e, &want, 0, out);
+}
+
+/* Whether site `site` has a graph, which is then in *graph. */
+bool finding__site_graph(const struct engine *e, uint32_t site,
+			 uint64_t *graph)
+{
+	assert(site < e->nsites);
+	return finding_site_has_graph(e, &e->sites[site], graph);
+}
+
+/* The bytes of the map naming graphs, which only graphs make. */
+size_t finding__bytes(const struct engine *e)
+{
+	return e->site_graph_names.slots != NULL
+		       ? u64map_bytes(&e->site_graph_names)
+		       : 0;
 }
 
 /* ---- findings ----------------------------------------------------------- */
@@ -199,7 +267,7 @@ static struct dent *finding_dedup_row(struct engine *e,
 	size_t i;
 
 	if ((e->dedup_count + 1) * 2 > e->dedup_mask + 1) {
-		size_t nmask = e->dedup_mask ? e->dedup_mask * 2 + 1 : 63;
+		size_t nmask = e->dedup_mask ? e->dedup_mask * 2 + 1 : 7;
 		struct dent *t =
 			pool__realloc(e, NULL, 0, (nmask + 1) * sizeof(*t));
 
@@ -351,8 +419,8 @@ void finding__fill_site(const struct engine *e, uint32_t site,
 	out->op = s->op;
 	out->stack = s->stack;
 	out->arg = s->arg;
-	out->has_graph = s->has_graph;
-	out->graph = s->has_graph ? s->graph : 0;
+	out->graph = 0;
+	out->has_graph = finding_site_has_graph(e, s, &out->graph);
 }
 
 void finding__fill_access(const struct engine *e, const struct access *a,
@@ -370,4 +438,7 @@ void finding__fini(struct engine *e)
 	free(e->site_tab);
 	free(e->dedup);
 	free(e->sites);
+	free(e->site_graphs);
+	if (e->site_graph_names.slots != NULL)
+		u64map_fini(&e->site_graph_names);
 }

@@ -934,10 +934,11 @@ static const char *graph_check_graph(const struct engine *e,
 
 	for (size_t i = 0; i < g->nl; i++) {
 		const struct fp_launch *l = &g->launches[i];
-		const struct site *st = &e->sites[l->site];
+		uint64_t graph;
 
-		if (l->site >= e->nsites || !st->has_graph ||
-		    st->graph != g->id || l->sidx >= e->nstreams)
+		if (l->site >= e->nsites ||
+		    !finding__site_graph(e, l->site, &graph) ||
+		    graph != g->id || l->sidx >= e->nstreams)
 			return "a footprint launch names another graph or "
 			       "a stream that does not exist";
 		if (l->first != ranges)

@@ -21,12 +21,68 @@
 
 /* ---- access history ---------------------------------------------------- */
 
+/* history__access_ref() that wrapped the count's byte to 0: 255 of the
+ * references move into a carry (DESIGN 11). 0, or -ENOMEM with `a` as
+ * before the call. */
+int history__access_carry(struct engine *e, struct access *a)
+{
+	uint64_t *n;
+
+	assert(a->refs == 0);
+	if (a->big) {
+		n = u64map_get(&e->big_refs, (uintptr_t)a);
+		assert(n != NULL && *n > 0);
+		(*n)++;
+	} else if ((e->big_refs.slots == NULL &&
+		    u64map_init(&e->big_refs) < 0) ||
+		   u64map_put(&e->big_refs, (uintptr_t)a, 1) < 0) {
+		a->refs = ACCESS_REFS_CARRY;
+		return -ENOMEM;
+	} else {
+		a->big = 1;
+		pool__note(e, 0); /* the map may have grown */
+	}
+	a->refs = 1;
+	return 0;
+}
+
 /* history__access_put() of the last reference. */
 void history__access_free(struct engine *e, struct access *a)
 {
-	assert(a->refs == 0);
+	assert(a->refs == 0 && !a->big);
 	pool__put(e, a->at ? &e->access_at_pool : &e->access_pool, a);
 	e->st.accesses--;
+}
+
+/* history__access_put() that brought the count's byte to 0 with carries
+ * left: it takes 255 references back from them (DESIGN 11). */
+void history__access_borrow(struct engine *e, struct access *a)
+{
+	uint64_t *n = u64map_get(&e->big_refs, (uintptr_t)a);
+
+	assert(a->refs == 0 && a->big);
+	assert(n != NULL && *n > 0);
+	if (--*n == 0) {
+		u64map_del(&e->big_refs, (uintptr_t)a);
+		a->big = 0;
+	}
+	a->refs = ACCESS_REFS_CARRY;
+}
+
+/* How many references record `a` has, for engine_check(). */
+uint64_t history__access_refs(const struct engine *e, const struct access *a)
+{
+	const uint64_t *n;
+
+	if (!a->big)
+		return a->refs;
+	n = u64map_get(&e->big_refs, (uintptr_t)a);
+	return a->refs + (n != NULL ? *n * ACCESS_REFS_CARRY : 0);
+}
+
+size_t history__big_refs_bytes(const struct engine *e)
+{
+	return e->big_refs.slots != NULL ? u64map_bytes(&e->big_refs) : 0;
 }
 
 /* Whether the record named `i`, held by a history of allocation `in` (NULL:
@@ -170,17 +226,35 @@ static void history_hist_clear(struct engine *e, struct hist *h)
 		history_hist_clear_reads(e, h);
 }
 
-/* `acc` becomes the last write, with no reads since. */
-static void history_hist_set_write(struct engine *e, struct hist *h,
-				   struct access *acc)
+/* `acc` becomes the last write, with no reads since. 0, or -ENOMEM with
+ * `h` unchanged. */
+static int history_hist_set_write(struct engine *e, struct hist *h,
+				  struct access *acc)
 {
 	assert(acc->write && acc->refs > 0);
+	if (history__access_ref(e, acc) < 0)
+		return -ENOMEM;
 	history_hist_clear(e, h);
 	h->write = history__acc_idx(e, acc);
-	acc->refs++;
+	return 0;
 }
 
-/* A copy of `src` in *dst, sharing its access records; 0 or -ENOMEM. */
+/* history_hist_copy() that failed having copied `n` reads: *dst lets
+ * them go, holding nothing again. */
+static int history_hist_copy_undo(struct engine *e, struct hist *dst,
+				  uint32_t n)
+{
+	struct reads *m = history__many(e, dst);
+
+	assert(dst->write == 0);
+	if (m != NULL)
+		m->n = n;
+	history_hist_clear(e, dst);
+	return -ENOMEM;
+}
+
+/* A copy of `src` in *dst, sharing its access records. 0, or -ENOMEM with
+ * *dst holding nothing. */
 static int history_hist_copy(struct engine *e, struct hist *dst,
 			     struct hist *src)
 {
@@ -200,12 +274,14 @@ static int history_hist_copy(struct engine *e, struct hist *dst,
 		m->n = n;
 	}
 	for (uint32_t i = 0; i < n; i++) {
+		if (history__access_ref(e, history__acc(e, r[i])) < 0)
+			return history_hist_copy_undo(e, dst, i);
 		history__reads(e, dst)[i] = r[i];
-		history__acc(e, r[i])->refs++;
 	}
+	if (src->write != 0 &&
+	    history__access_ref(e, history__write(e, src)) < 0)
+		return history_hist_copy_undo(e, dst, n);
 	dst->write = src->write;
-	if (dst->write != 0)
-		history__write(e, dst)->refs++;
 	return 0;
 }
 
@@ -298,17 +374,20 @@ static int history_hist_add_read(struct engine *e, struct hist *h,
 	struct reads *m;
 
 	assert(!acc->write && acc->refs > 0);
+	if (history__access_ref(e, acc) < 0)
+		return -ENOMEM;
 	history_hist_drop_dead_write(e, h);
 	if (h->rd == 0) {
 		h->rd = history__acc_idx(e, acc);
 	} else {
-		if (history_reads_make_room(e, h) < 0)
+		if (history_reads_make_room(e, h) < 0) {
+			history__access_put(e, acc);
 			return -ENOMEM;
+		}
 		m = history__many(e, h);
 		assert(m->n < m->cap);
 		m->v[m->n++] = history__acc_idx(e, acc);
 	}
-	acc->refs++;
 	return 0;
 }
 
@@ -514,8 +593,7 @@ int history__segs_set_write(struct engine *e, struct rb_root *root,
 		}
 		history_seg_insert(e, root, g);
 	}
-	history_hist_set_write(e, &g->h, acc);
-	return 0;
+	return history_hist_set_write(e, &g->h, acc);
 }
 
 /* ---- the history of an allocation (DESIGN 3) ------------------------ */
@@ -562,7 +640,7 @@ static bool history_seg_root(struct engine *e, struct seg *g,
 }
 
 /* DESIGN 10: moves the segments of the emptiest slab into the others when
- * the slabs hold two more than the segments need, and that slab goes. */
+ * the slabs hold one more than the segments need, and that slab goes. */
 static void history_segs_compact(struct engine *e)
 {
 	struct chunk *c = pool__sparse_chunk(&e->seg_pool, e->st.segments);
@@ -688,8 +766,7 @@ static int history_region_set_write(struct engine *e, const struct region *r,
 		 * record again, however it was cut before. */
 		if (a->tree)
 			history__alloc_clear(e, a);
-		history_hist_set_write(e, &a->whole, acc);
-		return 0;
+		return history_hist_set_write(e, &a->whole, acc);
 	}
 	if (a != NULL && !a->tree && history_alloc_to_tree(e, a) < 0)
 		return -ENOMEM;
@@ -728,8 +805,7 @@ int history__record(struct engine *e, uint64_t start, uint64_t last,
 	if (whole != NULL) {
 		if (!acc->write)
 			return history_hist_add_read(e, whole, acc);
-		history_hist_set_write(e, whole, acc);
-		return 0;
+		return history_hist_set_write(e, whole, acc);
 	}
 	history__walk_init(e, &w, start, last, in);
 	while (err == 0 && history__walk_next(&w, &r)) {
@@ -781,6 +857,8 @@ void history__drop_starting_at(struct engine *e, uint64_t p)
 void history__fini(struct engine *e)
 {
 	history__segs_clear(e, &e->outside);
+	if (e->big_refs.slots != NULL)
+		u64map_fini(&e->big_refs);
 	free(e->readv);
 	for (int c = 0; c < READS_SPARE_CLASSES; c++)
 		while (e->reads_nspare[c] > 0)

@@ -35,7 +35,8 @@ size_t pool__bytes(const struct engine *e)
 {
 	return e->bytes + u64map_bytes(&e->stream_ids) +
 	       u64map_bytes(&e->events) + u64map_bytes(&e->graphs) +
-	       u64map_bytes(&e->crecs);
+	       u64map_bytes(&e->crecs) + history__big_refs_bytes(e) +
+	       finding__bytes(e);
 }
 
 void pool__note(struct engine *e, size_t add)
@@ -260,16 +261,17 @@ void pool__put_slow(struct engine *e, struct pool *p, struct chunk *c,
 /*
  * The chunk of `p` to empty by moving its objects into the others: the
  * partial one holding the fewest, when `p`, holding `live` objects in all,
- * keeps at least two chunks more than they need (the others then have
+ * keeps at least one chunk more than they need (the others then have
  * room for them); else NULL. Walks the partial chunks only past that
- * threshold, which each move takes a chunk's worth of frees to reach again.
+ * threshold, which each move takes a chunk's worth of frees, or a new
+ * chunk, to reach again; a new chunk is the emptiest, cheap to move.
  */
 struct chunk *pool__sparse_chunk(const struct pool *p, size_t live)
 {
 	size_t per = (POOL_CHUNK - POOL_FIRST) / p->size;
 	struct chunk *c, *best = NULL;
 
-	if ((size_t)p->nchunks * per < live + 2 * per)
+	if ((size_t)p->nchunks * per < live + per)
 		return NULL;
 	for (c = p->partial; c != NULL; c = c->pnext) {
 		if (c != p->empty && (best == NULL || c->nfree > best->nfree))
