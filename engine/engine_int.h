@@ -681,6 +681,16 @@ size_t history__spare_bytes(const struct engine *e);
 /* launch.c */
 int launch__prepare(struct engine *e, const struct op *op);
 int launch__sites(struct engine *e, const struct op *op, uint32_t site);
+
+/* The name of element i's argument in launch `op` (writes first, then
+ * reads, as e->elems), 0 for none. */
+static inline uint32_t launch__arg(const struct op *op, size_t i)
+{
+	size_t nw = op->nwrites;
+	const uint32_t *args = i < nw ? op->write_args : op->read_args;
+
+	return args != NULL ? args[i < nw ? i : i - nw] : 0;
+}
 void launch__seen_reset(struct engine *e);
 bool launch__pair_seen(struct engine *e, const struct access *prev);
 int launch__run(struct engine *e, const struct op *op, uint32_t site);

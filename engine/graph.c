@@ -437,15 +437,6 @@ static int graph_fp_alloc(struct graph *g, const struct alloc *a,
 	return 0;
 }
 
-/* The name of element i's argument in `op`, 0 for none. */
-static uint32_t graph_arg(const struct op *op, size_t i)
-{
-	size_t nw = op->nwrites;
-	const uint32_t *args = i < nw ? op->write_args : op->read_args;
-
-	return args != NULL ? args[i < nw ? i : i - nw] : 0;
-}
-
 /* Appends the launch laid out in e->elems to g's footprint: its accesses
  * as ranges, writes then reads, each with its allocation and argument. */
 static int graph_fp_append(struct engine *e, struct graph *g, uint16_t s,
@@ -471,7 +462,7 @@ static int graph_fp_append(struct engine *e, struct graph *g, uint16_t s,
 			return err;
 		}
 		g->ranges[g->nr] = i < nw ? op->writes[i] : op->reads[i - nw];
-		g->rargs[g->nr] = graph_arg(op, i);
+		g->rargs[g->nr] = launch__arg(op, i);
 		g->rallocs[g->nr++] = ai;
 		if (i < nw)
 			l->nw++;

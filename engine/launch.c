@@ -582,12 +582,10 @@ static int launch_update(struct engine *e, uint16_t s, const struct op *op,
 static int launch_sites_args(struct engine *e, const struct op *op,
 			     uint32_t site)
 {
-	size_t nw = op->nwrites;
 	int err;
 
-	for (size_t i = 0; i < nw + op->nreads; i++) {
-		const uint32_t *args = i < nw ? op->write_args : op->read_args;
-		uint32_t arg = args != NULL ? args[i < nw ? i : i - nw] : 0;
+	for (size_t i = 0; i < op->nwrites + op->nreads; i++) {
+		uint32_t arg = launch__arg(op, i);
 
 		if (arg != 0 && (err = finding__site_with_arg(
 					 e, site, arg, &e->elems[i].site)) < 0)
