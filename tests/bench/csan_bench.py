@@ -18,13 +18,24 @@ so its cost grows with the depth of the stack it is called from. Here that
 stack is a few frames deep, the most favourable case for it; a training
 loop calls it 20 to 40 frames deep, which --stack-depth adds.
 
+With --engine CMD (run_bench.sh passes engine_bench --compare-only over
+the same trace), the two take turns for --rounds rounds: the engine's
+command, then one EventHandler run, each round giving a ratio of the two
+rates on the same operations seconds apart. The ratio reported is the
+median of the rounds' ratios, in wall-clock time and in each side's thread
+CPU time (which leaves out the time the other core's work preempts it):
+the machine's speed drifts over minutes, and a ratio of two medians taken
+minutes apart carries that drift.
+
 Usage: /usr/bin/python3 tests/bench/csan_bench.py TRACE [--max-ops N]
-       [--runs R] [--stack-depth N]
+       [--runs R] [--stack-depth N] [--engine CMD --rounds N]
 """
 
 import argparse
 import re
+import shlex
 import statistics
+import subprocess
 import sys
 import time
 
@@ -34,6 +45,10 @@ FIELD = re.compile(r'([a-z]+)=("(?:[^"\\]|\\.)*"|[^ \t"]*)')
 LAUNCH, ALLOC, FREE, STREAM_CREATE, EVENT_CREATE, EVENT_DESTROY, \
     EVENT_RECORD, EVENT_WAIT, EVENT_SYNC, STREAM_WAIT, STREAM_SYNC, \
     DEVICE_SYNC = range(12)
+
+# engine_bench --compare-only's line: its wall-clock and CPU-time rates.
+ENGINE_LINE = re.compile(r"^engine, first (\d+) ops: (\S+) ops/s .*"
+                         r"thread CPU time (\S+) ops/s$", re.M)
 
 # Operations EventHandler has no counterpart for: counted, not fed.
 SKIPPED = ("record_stream", "flush", "gap")
@@ -141,8 +156,8 @@ def to_call(p, word, f):
 
 
 def run(calls, EventHandler):
-    """Seconds one fresh EventHandler takes over the calls, and the errors
-    it reported."""
+    """Seconds one fresh EventHandler takes over the calls, in wall-clock
+    and in the thread's CPU time, and the errors it reported."""
     h = EventHandler()
 
     # A.wait_stream(B) is B.record_event() then A.wait_event() on a new
@@ -167,12 +182,12 @@ def run(calls, EventHandler):
     table[STREAM_SYNC] = h._handle_stream_synchronization
     table[DEVICE_SYNC] = h._handle_device_synchronization
     errors = 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     for kind, args in calls:
         found = table[kind](*args)
         if found:
             errors += len(found)
-    return time.perf_counter() - t0, errors
+    return (time.perf_counter() - t0, time.thread_time() - c0), errors
 
 
 def nested(depth, fn):
@@ -194,6 +209,38 @@ def sci(v):
     return f"{m}e{int(e)}"
 
 
+def engine_rates(cmd, ops):
+    """(wall, cpu) ops/s of one engine_bench --compare-only run."""
+    out = subprocess.run(shlex.split(cmd), check=True, capture_output=True,
+                         text=True).stdout
+    m = ENGINE_LINE.search(out)
+    if m is None:
+        sys.exit(f"csan_bench: no 'engine, first N ops' line from {cmd}")
+    if int(m.group(1)) != ops:
+        sys.exit(f"csan_bench: the engine timed {m.group(1)} ops, "
+                 f"EventHandler {ops}")
+    return float(m.group(2)), float(m.group(3))
+
+
+def rounds(a, p, EventHandler):
+    """The engine and EventHandler in turns; prints each round's ratios and
+    their medians."""
+    wall, cpu = [], []
+    for r in range(a.rounds):
+        e_wall, e_cpu = engine_rates(a.engine, p.ops)
+        (t, c), _ = nested(a.stack_depth, lambda: run(p.calls, EventHandler))
+        wall.append(e_wall * t / p.ops)
+        cpu.append(e_cpu * c / p.ops)
+        print(f"round {r + 1}: engine {sci(e_wall)} ops/s, EventHandler "
+              f"{sci(p.ops / t)} ops/s: {wall[-1]:.0f} times; thread CPU "
+              f"time {sci(e_cpu)} and {sci(p.ops / c)}: {cpu[-1]:.0f} times")
+    print(f"target, against EventHandler: {statistics.median(wall):.0f} "
+          f"times its ops/s, median of {a.rounds} side-by-side rounds "
+          f"({min(wall):.0f} to {max(wall):.0f}); in thread CPU time "
+          f"{statistics.median(cpu):.0f} times ({min(cpu):.0f} to "
+          f"{max(cpu):.0f}); target at least 100")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("trace")
@@ -204,23 +251,30 @@ def main():
     ap.add_argument("--stack-depth", type=int, default=0,
                     help="call EventHandler this many Python frames deeper "
                     "(default 0)")
+    ap.add_argument("--engine", metavar="CMD",
+                    help="engine_bench --compare-only command to take turns "
+                    "with, over the same operations")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="turns with --engine (default 5)")
     a = ap.parse_args()
-    if a.max_ops < 1 or a.runs < 1 or not 0 <= a.stack_depth <= 500:
-        ap.error("--max-ops and --runs must be at least 1, --stack-depth "
-                 "0 to 500")
+    if a.max_ops < 1 or a.runs < 1 or a.rounds < 1 or \
+            not 0 <= a.stack_depth <= 500:
+        ap.error("--max-ops, --runs and --rounds must be at least 1, "
+                 "--stack-depth 0 to 500")
 
     import torch
     from torch.cuda._sanitizer import EventHandler
 
     p = parse(a.trace, a.max_ops)
-    times, errors = [], 0
+    times, cpu_times, errors = [], [], 0
     for _ in range(a.runs):
-        t, errors = nested(a.stack_depth,
-                           lambda: run(p.calls, EventHandler))
+        (t, c), errors = nested(a.stack_depth,
+                                lambda: run(p.calls, EventHandler))
         times.append(t)
+        cpu_times.append(c)
     # run() and the handler method add two frames to the caller's.
     depth = nested(a.stack_depth, stack_depth) + 2
-    t = statistics.median(times)
+    t, c = statistics.median(times), statistics.median(cpu_times)
     skipped = ", ".join(f"{k} {v}" for k, v in sorted(p.skipped.items()))
     print(f"torch {torch.__version__} on Python {sys.version.split()[0]}, "
           "torch.cuda._sanitizer.EventHandler, single-threaded")
@@ -231,9 +285,12 @@ def main():
     print(f"Python stack at EventHandler's methods: {depth} frames "
           f"({a.stack_depth} added by --stack-depth)")
     print(f"EventHandler, first {p.ops} ops: {sci(p.ops / t)} ops/s "
-          f"({t / p.ops * 1e9:.0f} ns/op), median of {a.runs} runs")
+          f"({t / p.ops * 1e9:.0f} ns/op), median of {a.runs} runs; "
+          f"thread CPU time {sci(p.ops / c)} ops/s")
     print(f"errors reported by EventHandler: {errors} (not deduplicated; "
           "interior pointers are separate tensors to it)")
+    if a.engine:
+        rounds(a, p, EventHandler)
 
 
 if __name__ == "__main__":

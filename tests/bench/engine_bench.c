@@ -328,6 +328,8 @@ static const char usage[] =
 	"  --trace FILE        time the engine over a recorded trace instead\n"
 	"                      (parsed into memory first; - is stdin)\n"
 	"  --write-trace PATH  write the workload as a v1 trace to PATH\n"
+	"  --compare-only      time the engine over the first --compare-ops\n"
+	"                      ops only (run_bench.sh's rounds)\n"
 	"  -h, --help          show this help\n";
 
 struct bench_opts {
@@ -338,6 +340,7 @@ struct bench_opts {
 	const char *trace_path;
 	const char *shape;	/* "training" or "flush" */
 	const char *input;	/* --trace */
+	bool compare_only;
 };
 
 static uint64_t parse_u64(const char *opt, const char *s, uint64_t min,
@@ -369,6 +372,7 @@ static void parse_args(int argc, char **argv, struct bench_opts *o)
 		{ "write-trace", required_argument, NULL, 'w' },
 		{ "shape", required_argument, NULL, 'S' },
 		{ "trace", required_argument, NULL, 't' },
+		{ "compare-only", no_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -411,6 +415,9 @@ static void parse_args(int argc, char **argv, struct bench_opts *o)
 		case 't':
 			o->input = optarg;
 			break;
+		case 'C':
+			o->compare_only = true;
+			break;
 		case 'h':
 			fputs(usage, stdout);
 			exit(0);
@@ -421,6 +428,11 @@ static void parse_args(int argc, char **argv, struct bench_opts *o)
 	}
 	if (optind < argc) {
 		fputs(usage, stderr);
+		exit(2);
+	}
+	if (o->compare_only && o->compare_ops == 0) {
+		fputs("engine_bench: --compare-only wants --compare-ops above "
+		      "0\n", stderr);
 		exit(2);
 	}
 }
@@ -479,13 +491,36 @@ static void print_workload(const struct workload *w,
 	printf("interned: %u operator names, %u stacks\n", names, stacks);
 }
 
+/* The engine over the csan_bench prefix, in wall-clock and in the thread's
+ * CPU time: run_bench.sh divides each by EventHandler's over the same ops. */
+static void report_prefix(const struct workload *w,
+			  const struct bench_opts *o, double *secs)
+{
+	size_t prefix = o->compare_ops < w->nops ? o->compare_ops : w->nops;
+	double *cpu, p, pc;
+	struct tally t;
+	char a[32], b[32];
+
+	if (prefix == 0)
+		return;
+	cpu = xrealloc(NULL, o->runs * sizeof(*cpu));
+	for (unsigned r = 0; r < o->runs; r++)
+		secs[r] = time_engine(w, prefix, &t, &cpu[r]);
+	p = (double)prefix / median(secs, o->runs);
+	pc = (double)prefix / median(cpu, o->runs);
+	printf("engine, first %zu ops: %s ops/s (%.0f ns/op), median of %u "
+	       "runs; thread CPU time %s ops/s\n",
+	       prefix, sci(a, sizeof(a), p), 1e9 / p, o->runs,
+	       sci(b, sizeof(b), pc));
+	free(cpu);
+}
+
 /* The engine over the whole workload, then over the csan_bench prefix. */
 static double report_engine(const struct workload *w,
 			    const struct bench_opts *o, double *secs)
 {
 	struct tally t;
 	double ops_s, cpu_s, *cpu = xrealloc(NULL, o->runs * sizeof(*cpu));
-	size_t prefix = o->compare_ops < w->nops ? o->compare_ops : w->nops;
 	char a[32], b[32], c[32];
 
 	for (unsigned r = 0; r < o->runs; r++)
@@ -508,17 +543,8 @@ static double report_engine(const struct workload *w,
 	       t.distinct[FINDING_DATA_RACE],
 	       t.distinct[FINDING_MISSING_RECORD_STREAM], t.occurrences,
 	       100.0 * (double)t.occurrences / (double)w->nops);
-	if (prefix > 0) {
-		double p;
-
-		for (unsigned r = 0; r < o->runs; r++)
-			secs[r] = time_engine(w, prefix, &t, &cpu[r]);
-		p = (double)prefix / median(secs, o->runs);
-		printf("engine, first %zu ops: %s ops/s (%.0f ns/op), median "
-		       "of %u runs\n",
-		       prefix, sci(a, sizeof(a), p), 1e9 / p, o->runs);
-	}
 	free(cpu);
+	report_prefix(w, o, secs);
 	return ops_s;
 }
 
@@ -697,6 +723,12 @@ int main(int argc, char **argv)
 	else
 		generate(&w, o.launches, o.seed);
 	secs = xrealloc(NULL, o.runs * sizeof(*secs));
+	if (o.compare_only) {
+		report_prefix(&w, &o, secs);
+		free(secs);
+		workload_free(&w);
+		return 0;
+	}
 
 	printf("npusan engine benchmark: single-threaded, nothing pinned\n");
 	print_workload(&w, &o);

@@ -5,7 +5,11 @@
 # Builds engine_bench in Release (in $BUILD, default ./build-bench), runs
 # it, and when /usr/bin/python3 (or $PYTHON) can import torch, times
 # torch.cuda._sanitizer.EventHandler over the first $CSAN_OPS operations
-# (default 200000) of the same workload and prints the ratio of the two.
+# (default 200000) of the same workload. Then the two take turns for
+# $ROUNDS rounds (default 5), the engine alone over those operations
+# (engine_bench --compare-only) and EventHandler over them, and it prints
+# the median of the rounds' ratios: on a machine whose speed drifts from
+# one minute to the next, only rates taken seconds apart divide fairly.
 # EventHandler is called from a shallow Python stack, its best case;
 # $CSAN_DEPTH adds frames (see csan_bench.py). Arguments go to
 # engine_bench (--launches, --seed, --runs, --shape flush, --trace FILE:
@@ -18,6 +22,7 @@ build=${BUILD:-./build-bench}
 python=${PYTHON:-/usr/bin/python3}
 csan_ops=${CSAN_OPS:-200000}
 csan_depth=${CSAN_DEPTH:-0}
+rounds=${ROUNDS:-5}
 
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DNPUSAN_TESTS=OFF \
 	>/dev/null
@@ -43,27 +48,6 @@ if ! "$python" -c 'import torch.cuda._sanitizer' 2>/dev/null; then
 fi
 echo
 "$python" "$src/tests/bench/csan_bench.py" "$tmp/workload.trace" \
-	--max-ops "$csan_ops" --stack-depth "$csan_depth" >"$tmp/csan.out"
-cat "$tmp/csan.out"
-
-# The figure before "ops/s" on each side's line for the same prefix.
-rate() {
-	awk -v re="$1" '$0 ~ re {
-		for (i = 2; i <= NF; i++) if ($i == "ops/s") { print $(i - 1); exit }
-	}' "$2"
-}
-npusan=$(rate '^engine, first ' "$tmp/engine.out")
-csan=$(rate '^EventHandler, first ' "$tmp/csan.out")
-# Both sides stop at the end of a shorter workload: take its count.
-ops=$(awk '/^engine, first / { print $3; exit }' "$tmp/engine.out")
-if [ -z "$npusan" ] || [ -z "$csan" ]; then
-	echo "run_bench.sh: no figure to compare (--compare-ops 0?)" >&2
-	exit 1
-fi
-echo
-awk -v n="$npusan" -v c="$csan" -v ops="$ops" 'BEGIN {
-	printf "side by side, first %s ops: npusan %s ops/s, " \
-	       "EventHandler %s ops/s\n", ops, n, c
-	printf "target, against EventHandler: %.0f times its ops/s; " \
-	       "target at least 100\n", n / c
-}'
+	--max-ops "$csan_ops" --stack-depth "$csan_depth" --rounds "$rounds" \
+	--engine "'$build/engine_bench' --trace '$tmp/workload.trace' \
+--compare-only --compare-ops $csan_ops --runs 3"
