@@ -269,6 +269,93 @@ static bool symbolize_is_function(Dwarf_Die *d)
 	return tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine;
 }
 
+/* The most scopes nested at one address that are kept: past them, the
+ * outermost are what shows. */
+#define SYMBOLIZE_SCOPES_MAX 64
+/* The deepest DIE looked into: a module's DWARF may come from another user
+ * (DESIGN 4), and nesting must not run the stack out. */
+#define SYMBOLIZE_NEST_MAX 256
+
+/* Whether DIE `d` holds no code itself but may hold DIEs that do: C++
+ * puts a namespace's functions inside it. */
+static bool symbolize_is_container(Dwarf_Die *d)
+{
+	switch (dwarf_tag(d)) {
+	case DW_TAG_namespace:
+	case DW_TAG_class_type:
+	case DW_TAG_structure_type:
+	case DW_TAG_union_type:
+	case DW_TAG_module:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* Whether DIE `d` is a scope of code: a function, a function inlined, or
+ * a block inside one. */
+static bool symbolize_is_code(Dwarf_Die *d)
+{
+	switch (dwarf_tag(d)) {
+	case DW_TAG_subprogram:
+	case DW_TAG_inlined_subroutine:
+	case DW_TAG_lexical_block:
+	case DW_TAG_try_block:
+	case DW_TAG_catch_block:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/*
+ * The scopes of code under `parent`, `nest` DIEs deep, that hold `pc`,
+ * outermost first, into chain[depth...]; returns the depth reached (depth
+ * itself for none). Not dwarf_getscopes(), which finds none in the units
+ * GCC's link-time optimisation writes (elfutils 0.188), where addr2line
+ * finds them all. Units that dwz imports hold no code (code has addresses
+ * of its own, so it is never shared), and are not looked into.
+ */
+static int symbolize_descend(Dwarf_Die *parent, Dwarf_Addr pc,
+			     Dwarf_Die *chain, int depth, int nest)
+{
+	Dwarf_Die child;
+	int reached;
+
+	if (nest == SYMBOLIZE_NEST_MAX || dwarf_child(parent, &child) != 0)
+		return depth;
+	do {
+		if (symbolize_is_code(&child) && dwarf_haspc(&child, pc) > 0) {
+			if (depth == SYMBOLIZE_SCOPES_MAX)
+				return depth;
+			chain[depth] = child;
+			return symbolize_descend(&child, pc, chain, depth + 1,
+						 nest + 1);
+		}
+		if (!symbolize_is_container(&child))
+			continue;
+		reached = symbolize_descend(&child, pc, chain, depth, nest + 1);
+		if (reached > depth)
+			return reached;
+	} while (dwarf_siblingof(&child, &child) == 0);
+	return depth;
+}
+
+/* The scopes of code in `cu` holding `pc`, innermost first, as
+ * dwarf_getscopes() orders them; returns how many. */
+static int symbolize_scopes(Dwarf_Die *cu, Dwarf_Addr pc, Dwarf_Die *scopes)
+{
+	int n = symbolize_descend(cu, pc, scopes, 0, 0);
+
+	for (int i = 0; i < n / 2; i++) {
+		Dwarf_Die t = scopes[i];
+
+		scopes[i] = scopes[n - 1 - i];
+		scopes[n - 1 - i] = t;
+	}
+	return n;
+}
+
 /* The name of the first function among scopes[from...], else of the
  * symbol at `addr`; NULL when neither names one. *at: its index, or n. */
 static const char *symbolize_function(Dwfl_Module *mod, Dwarf_Addr addr,
@@ -348,8 +435,8 @@ static int symbolize_lines(const struct symbolize_module *m,
 	const char *base = strrchr(m->path, '/') + 1; /* absolute path */
 	Dwarf_Addr bias;
 	Dwarf_Die *cu = dwfl_module_addrdie(m->mod, addr, &bias);
-	Dwarf_Die *scopes = NULL;
-	int n = cu != NULL ? dwarf_getscopes(cu, addr - bias, &scopes) : -1;
+	Dwarf_Die scopes[SYMBOLIZE_SCOPES_MAX];
+	int n = cu != NULL ? symbolize_scopes(cu, addr - bias, scopes) : 0;
 	char src[SYMBOLIZE_PATH_MAX];
 	const char *fn;
 	size_t o = 0;
@@ -367,8 +454,6 @@ static int symbolize_lines(const struct symbolize_module *m,
 		err = symbolize_put_line(buf, len, &o, file, line, fn, base,
 					 off);
 	}
-	if (n > 0)
-		free(scopes);
 	return err < 0 ? err : (int)o;
 }
 

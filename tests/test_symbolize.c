@@ -401,21 +401,27 @@ END_TEST
 
 /* Code inlined into another function shows both, as addr2line -i does:
  * the inlined function at its line, then the one it was inlined into at
- * the line of the call, at the same address. */
+ * the line of the call, at the same address; in a program optimised at
+ * link time too (agent_prog_lto). */
+static const char *const tsym_inline_progs[] = { "agent_prog",
+						 "agent_prog_lto" };
+
 START_TEST(symbolize_inlined_code_shows_where_it_was_inlined)
 {
-	char *dir = tu_tmpdir(), *trace, *text, inner[128], outer[128];
+	const char *name = tsym_inline_progs[_i];
+	char *dir = tu_tmpdir(), *trace, *text, path[64], inner[160],
+	     outer[160];
 	const char *p, *next;
 
-	trace = tsym_record_mode(tu_bin("tests/agent_prog"),
-				 "native_inline_race", dir);
+	snprintf(path, sizeof(path), "tests/%s", name);
+	trace = tsym_record_mode(tu_bin(path), "native_inline_race", dir);
 	text = tsym_analyze(trace, NULL, false);
 	snprintf(inner, sizeof(inner), "agent_prog.c:%d in native_inlined "
-		 "(agent_prog+0x",
-		 tsym_line_after("NATIVE_INLINED_LINE is the next"));
+		 "(%s+0x",
+		 tsym_line_after("NATIVE_INLINED_LINE is the next"), name);
 	snprintf(outer, sizeof(outer), "agent_prog.c:%d in native_inliner "
-		 "(agent_prog+0x",
-		 tsym_line_after("NATIVE_INLINE_CALL_LINE is the next"));
+		 "(%s+0x",
+		 tsym_line_after("NATIVE_INLINE_CALL_LINE is the next"), name);
 	ck_assert_msg(tu_count_lines(text, inner) == 2, "%s", text);
 	ck_assert_msg(tu_count_lines(text, outer) == 2, "%s", text);
 	/* The line right after the inlined function's is its caller's. */
@@ -502,7 +508,9 @@ static Suite *symbolize_suite(void)
 	tcase_add_test(e2e, symbolize_analyze_shows_source_lines);
 	tcase_add_test(e2e, symbolize_later_only_from_the_same_build);
 	tcase_add_test(e2e, symbolize_never_asks_a_debuginfod_server);
-	tcase_add_test(e2e, symbolize_inlined_code_shows_where_it_was_inlined);
+	tcase_add_loop_test(e2e, symbolize_inlined_code_shows_where_it_was_inlined,
+			    0, (int)(sizeof(tsym_inline_progs) /
+				     sizeof(tsym_inline_progs[0])));
 	tcase_add_test(e2e, symbolize_daemon_findings_show_source_lines);
 	tcase_add_test(e2e, symbolize_fixed_address_executable);
 	suite_add_tcase(s, e2e);
