@@ -228,7 +228,8 @@ static void history_hist_clear(struct engine *e, struct hist *h)
 
 /* `acc` becomes the last write, with no reads since. 0, or -ENOMEM with
  * `h` unchanged. */
-static int history_hist_set_write(struct engine *e, struct hist *h,
+static __attribute__((noinline)) int
+history_hist_set_write(struct engine *e, struct hist *h,
 				  struct access *acc)
 {
 	assert(acc->write && acc->refs > 0);
@@ -788,25 +789,17 @@ static int history_region_add_read(struct engine *e, const struct region *r,
 				     r->last, acc);
 }
 
-/*
- * Records `acc` in the history of [start, last]: as the last write of those
- * bytes, or as one more read of them. `in` is the allocation containing
- * start, or NULL when none does. 0, or -ENOMEM part way (DESIGN 7).
- */
-int history__record(struct engine *e, uint64_t start, uint64_t last,
+/* history__record() of bytes that are not one whole-allocation record:
+ * region by region. Out of line, so that the usual whole-allocation
+ * access does not pay for this walk's frame. */
+static __attribute__((noinline)) int
+history_record_walk(struct engine *e, uint64_t start, uint64_t last,
 		    struct alloc *in, struct access *acc)
 {
 	struct region_walk w;
 	struct region r;
-	struct hist *whole = history__whole_of(in, start, last);
 	int err = 0;
 
-	/* The walk would find that one region: skip it. */
-	if (whole != NULL) {
-		if (!acc->write)
-			return history_hist_add_read(e, whole, acc);
-		return history_hist_set_write(e, whole, acc);
-	}
 	history__walk_init(e, &w, start, last, in);
 	while (err == 0 && history__walk_next(&w, &r)) {
 		if (acc->write)
@@ -815,6 +808,24 @@ int history__record(struct engine *e, uint64_t start, uint64_t last,
 			err = history_region_add_read(e, &r, acc);
 	}
 	return err;
+}
+
+/*
+ * Records `acc` in the history of [start, last]: as the last write of those
+ * bytes, or as one more read of them. `in` is the allocation containing
+ * start, or NULL when none does. 0, or -ENOMEM part way (DESIGN 7).
+ */
+int history__record(struct engine *e, uint64_t start, uint64_t last,
+		    struct alloc *in, struct access *acc)
+{
+	struct hist *whole = history__whole_of(in, start, last);
+
+	/* The walk would find that one region: skip it. */
+	if (whole == NULL)
+		return history_record_walk(e, start, last, in, acc);
+	if (!acc->write)
+		return history_hist_add_read(e, whole, acc);
+	return history_hist_set_write(e, whole, acc);
 }
 
 /*
