@@ -203,7 +203,10 @@ static int history_readv_take(struct engine *e, struct reads *m,
 	return 0;
 }
 
-static void history_hist_clear_reads(struct engine *e, struct hist *h)
+/* Out of line: most last writes have no reads since, and their
+ * history_hist_clear() then needs no frame for this loop. */
+static __attribute__((noinline)) void
+history_hist_clear_reads(struct engine *e, struct hist *h)
 {
 	struct reads *m = history__many(e, h);
 	uint32_t *r = history__reads(e, h);
@@ -222,7 +225,7 @@ static void history_hist_clear(struct engine *e, struct hist *h)
 {
 	history_put(e, h->write);
 	h->write = 0;
-	if (h->rd != 0) /* most last writes have no reads since */
+	if (h->rd != 0)
 		history_hist_clear_reads(e, h);
 }
 
