@@ -334,12 +334,20 @@ static void history_reads_prune(struct engine *e, struct reads *m)
  * it, so a hist gaining a read lets it go. Not in a capture's history,
  * whose numbers are capture-local. The host's clock bounds the floor and
  * moves only at host syncs: checked first, it spares recomputing a floor
- * that every event op makes stale. */
+ * that every event op makes stale. Whether last write `w` may be dead by
+ * that first check: */
+static bool history_write_may_be_dead(const struct engine *e,
+				      const struct access *w)
+{
+	return w != NULL && !e->hist_local &&
+	       (int64_t)w->seq <= e->host[w->sidx];
+}
+
 static void history_hist_drop_dead_write(struct engine *e, struct hist *h)
 {
 	struct access *w = history__write(e, h);
 
-	if (w == NULL || e->hist_local || (int64_t)w->seq > e->host[w->sidx])
+	if (!history_write_may_be_dead(e, w))
 		return;
 	if ((int64_t)w->seq <= sync__floor(e)[w->sidx]) {
 		history__access_put(e, w);
@@ -372,26 +380,43 @@ static int history_reads_make_room(struct engine *e, struct hist *h)
 	return 0;
 }
 
-static int history_hist_add_read(struct engine *e, struct hist *h,
-				 struct access *acc)
+/* history_hist_add_read() past its usual case: 0, or -ENOMEM with `h`
+ * unchanged. Out of line, so that the usual case needs no frame. */
+static __attribute__((noinline)) int
+history_hist_add_read_slow(struct engine *e, struct hist *h,
+			   struct access *acc)
 {
 	struct reads *m;
 
-	assert(!acc->write && acc->refs > 0);
 	if (history__access_ref(e, acc) < 0)
 		return -ENOMEM;
 	history_hist_drop_dead_write(e, h);
 	if (h->rd == 0) {
 		h->rd = history__acc_idx(e, acc);
-	} else {
-		if (history_reads_make_room(e, h) < 0) {
-			history__access_put(e, acc);
-			return -ENOMEM;
-		}
-		m = history__many(e, h);
-		assert(m->n < m->cap);
-		m->v[m->n++] = history__acc_idx(e, acc);
+		return 0;
 	}
+	if (history_reads_make_room(e, h) < 0) {
+		history__access_put(e, acc);
+		return -ENOMEM;
+	}
+	m = history__many(e, h);
+	assert(m->n < m->cap);
+	m->v[m->n++] = history__acc_idx(e, acc);
+	return 0;
+}
+
+/* `acc` becomes one more read of `h`. The usual case is the first read
+ * since a last write that cannot be dead yet, of a record whose count
+ * needs no carry: it only takes the reference and names the read. */
+static int history_hist_add_read(struct engine *e, struct hist *h,
+				 struct access *acc)
+{
+	assert(!acc->write && acc->refs > 0);
+	if (h->rd != 0 || acc->refs == ACCESS_REFS_CARRY ||
+	    history_write_may_be_dead(e, history__write(e, h)))
+		return history_hist_add_read_slow(e, h, acc);
+	acc->refs++;
+	h->rd = history__acc_idx(e, acc);
 	return 0;
 }
 
