@@ -772,15 +772,12 @@ static inline uint32_t alloc__idx(const struct engine *e,
 /*
  * Which of mask + 1 buckets of the exact-start hash an allocation starting
  * at `start` goes in. Starts are addresses, aligned and spread over a few
- * dozen bits: the two halves folded together and multiplied by an odd
- * constant spread them as well as hash_u64() does, at half its cost, and
- * every free and nearly every access hashes one.
+ * dozen bits: hash_fold_u64() spreads them as well as hash_u64() does, at
+ * half its cost, and every free and nearly every access hashes one.
  */
 static inline size_t alloc__hash(uint64_t start, size_t mask)
 {
-	uint64_t x = start ^ (start >> 32);
-
-	return (size_t)((x * UINT64_C(0x9e3779b97f4a7c15)) >> 32) & mask;
+	return hash_fold_u64(start) & mask;
 }
 
 /* The exact-start hash's bucket for an allocation starting at `start`. */
