@@ -41,9 +41,12 @@ size_t pool__bytes(const struct engine *e)
 
 void pool__note(struct engine *e, size_t add)
 {
+	size_t bytes;
+
 	e->bytes += add;
-	if (pool__bytes(e) > e->st.peak_bytes)
-		e->st.peak_bytes = pool__bytes(e);
+	bytes = pool__bytes(e);
+	if (bytes > e->st.peak_bytes)
+		e->st.peak_bytes = bytes;
 }
 
 static bool pool_over_limit(const struct engine *e, size_t add)
