@@ -392,9 +392,10 @@ struct elem {
 	struct alloc *alloc; /* the allocation containing start, if any */
 	struct access *acc;
 	uint32_t site;	 /* the launch's site, with this element's argument */
-	uint32_t piece0; /* reads: first of its pieces in e->pieces */
+	uint32_t piece0; /* reads a write cuts: first piece in e->pieces */
 	uint32_t npieces;
 	uint8_t dup;
+	uint8_t uncut; /* reads: no write cuts it, its one piece is itself */
 };
 
 struct span {
@@ -690,6 +691,17 @@ static inline uint32_t launch__arg(const struct op *op, size_t i)
 	const uint32_t *args = i < nw ? op->write_args : op->read_args;
 
 	return args != NULL ? args[i < nw ? i : i - nw] : 0;
+}
+/* Piece j of read `el`, the bytes it keeps that no write of its launch
+ * covers: the element itself when no write cuts it (the usual read, which
+ * then takes no room in e->pieces), else e->pieces[el->piece0 + j]. */
+static inline struct span launch__piece(const struct engine *e,
+					const struct elem *el, uint32_t j)
+{
+	assert(j < el->npieces);
+	if (el->uncut)
+		return (struct span){ el->start, el->last, 0 };
+	return e->pieces[el->piece0 + j];
 }
 void launch__seen_reset(struct engine *e);
 bool launch__pair_seen(struct engine *e, const struct access *prev);

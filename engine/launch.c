@@ -183,9 +183,9 @@ static void launch_check_read(struct engine *e, const int64_t *state,
 {
 	launch__seen_reset(e);
 	for (uint32_t i = 0; i < el->npieces; i++) {
-		const struct span *p = &e->pieces[el->piece0 + i];
-		struct alloc *in = launch_alloc_for(e, el, p->start);
-		struct hist *h = history__whole_of(in, p->start, p->last);
+		struct span p = launch__piece(e, el, i);
+		struct alloc *in = launch_alloc_for(e, el, p.start);
+		struct hist *h = history__whole_of(in, p.start, p.last);
 		struct region_walk w;
 		struct region r;
 		struct seg *cursor = NULL;
@@ -194,7 +194,7 @@ static void launch_check_read(struct engine *e, const int64_t *state,
 			launch_check_read_hist(e, state, el, h, s);
 			continue;
 		}
-		history__walk_init(e, &w, p->start, p->last, in);
+		history__walk_init(e, &w, p.start, p.last, in);
 		while (history__walk_next(&w, &r)) {
 			history__for_each_hist (e, &r, h, cursor)
 				launch_check_read_hist(e, state, el, h, s);
@@ -336,8 +336,7 @@ static int launch_read_pieces(struct engine *e, struct elem *r, size_t nunion,
 	r->piece0 = (uint32_t)*npieces;
 	if (nunion == 0 || r->last < e->spans[0].start ||
 	    r->start > e->spans[nunion - 1].last) { /* the usual read */
-		if (launch_add_piece(e, npieces, r->start, r->last) < 0)
-			return -ENOMEM;
+		r->uncut = 1;
 		r->npieces = 1;
 		return 0;
 	}
@@ -526,10 +525,10 @@ static int launch_record_read(struct engine *e, const struct elem *el)
 	int err = 0;
 
 	for (uint32_t j = 0; j < el->npieces && err == 0; j++) {
-		const struct span *p = &e->pieces[el->piece0 + j];
-		struct alloc *in = launch_alloc_for(e, el, p->start);
+		struct span p = launch__piece(e, el, j);
+		struct alloc *in = launch_alloc_for(e, el, p.start);
 
-		err = history__record(e, p->start, p->last, in, el->acc);
+		err = history__record(e, p.start, p.last, in, el->acc);
 	}
 	return err;
 }
