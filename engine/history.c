@@ -229,16 +229,29 @@ static void history_hist_clear(struct engine *e, struct hist *h)
 		history_hist_clear_reads(e, h);
 }
 
-/* `acc` becomes the last write, with no reads since. 0, or -ENOMEM with
- * `h` unchanged. */
+/* history_hist_set_write() past its usual case: 0, or -ENOMEM with `h`
+ * unchanged. Out of line, so that the usual case needs no frame. */
 static __attribute__((noinline)) int
-history_hist_set_write(struct engine *e, struct hist *h,
-				  struct access *acc)
+history_hist_set_write_slow(struct engine *e, struct hist *h,
+			    struct access *acc)
 {
-	assert(acc->write && acc->refs > 0);
 	if (history__access_ref(e, acc) < 0)
 		return -ENOMEM;
 	history_hist_clear(e, h);
+	h->write = history__acc_idx(e, acc);
+	return 0;
+}
+
+/* `acc` becomes the last write, with no reads since. 0, or -ENOMEM with
+ * `h` unchanged. The usual case, the first write of bytes with no
+ * history, lets nothing go and takes no carry: it only names `acc`. */
+static int history_hist_set_write(struct engine *e, struct hist *h,
+				  struct access *acc)
+{
+	assert(acc->write && acc->refs > 0);
+	if (h->write != 0 || h->rd != 0 || acc->refs == ACCESS_REFS_CARRY)
+		return history_hist_set_write_slow(e, h, acc);
+	acc->refs++;
 	h->write = history__acc_idx(e, acc);
 	return 0;
 }
