@@ -615,8 +615,8 @@ int sync__on_op(struct engine *e, const struct op *op);
 void sync__fini(struct engine *e);
 
 /* finding.c: sites and findings. */
-int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
-			   uint32_t *out);
+int64_t finding__site_get_slow(struct engine *e, uint32_t op,
+			       uint32_t stack);
 int finding__site_get_graph(struct engine *e, uint32_t op, uint32_t stack,
 			    uint64_t graph, uint32_t *out);
 int finding__site_with_arg(struct engine *e, uint32_t site, uint32_t arg,
@@ -743,16 +743,16 @@ static inline int sync__stream_get(struct engine *e, uint64_t id, uint16_t *out)
 	return sync__stream_get_slow(e, id, out);
 }
 
-/* The id of the (operator, stack) pair, interned on first use; inline for
- * its one-entry cache, as sync__stream_get(). */
-static inline int finding__site_get(struct engine *e, uint32_t op,
-				    uint32_t stack, uint32_t *out)
+/* The id of the (operator, stack) pair, interned on first use; -E2BIG or
+ * -ENOMEM. Inline for its one-entry cache, as sync__stream_get(). It
+ * returns the id rather than store it, so that the launch after it can be
+ * a tail call: the address of a local would keep the caller's frame. */
+static inline int64_t finding__site_get(struct engine *e, uint32_t op,
+					uint32_t stack)
 {
-	if (e->nsites > 0 && ((uint64_t)op << 32 | stack) == e->last_site_key) {
-		*out = e->last_site;
-		return 0;
-	}
-	return finding__site_get_slow(e, op, stack, out);
+	if (e->nsites > 0 && ((uint64_t)op << 32 | stack) == e->last_site_key)
+		return e->last_site;
+	return finding__site_get_slow(e, op, stack);
 }
 
 /* pool__grow() when *cap holds fewer than `need` items: most calls, from

@@ -204,28 +204,29 @@ static void finding_site_remember(struct engine *e, uint32_t op,
 
 /* finding__site_get() of a pair not interned yet. Out of line: a pair
  * is new once, and the lookup before it then needs no frame. */
-static __attribute__((noinline)) int
-finding_site_get_new(struct engine *e, uint32_t op, uint32_t stack,
-		     uint32_t *out)
+static __attribute__((noinline)) int64_t
+finding_site_get_new(struct engine *e, uint32_t op, uint32_t stack)
 {
 	struct site want = { .op = op, .stack = stack };
+	uint32_t site;
 	int err;
 
-	if ((err = finding_site_intern(e, &want, 0, out)) < 0)
+	if ((err = finding_site_intern(e, &want, 0, &site)) < 0)
 		return err;
-	finding_site_remember(e, op, stack, *out);
-	return 0;
+	finding_site_remember(e, op, stack, site);
+	return site;
 }
 
 /* finding__site_get() past its one-entry cache: looks the pair up, and
- * interns it on first use. 0; -E2BIG or -ENOMEM with *out unwritten. */
-int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
-			   uint32_t *out)
+ * interns it on first use. */
+int64_t finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack)
 {
-	if (!finding_site_find_plain(e, op, stack, out))
-		return finding_site_get_new(e, op, stack, out);
-	finding_site_remember(e, op, stack, *out);
-	return 0;
+	uint32_t site;
+
+	if (!finding_site_find_plain(e, op, stack, &site))
+		return finding_site_get_new(e, op, stack);
+	finding_site_remember(e, op, stack, site);
+	return site;
 }
 
 /* The id of the site (operator, stack, graph), interned on first use: the

@@ -651,12 +651,11 @@ int launch__run(struct engine *e, const struct op *op, uint32_t site)
 
 int launch__on_op(struct engine *e, const struct op *op)
 {
-	uint32_t site;
-	int err;
+	int64_t site = finding__site_get(e, op->name, op->stack);
 
-	if ((err = finding__site_get(e, op->name, op->stack, &site)) < 0)
-		return err;
-	return launch__run(e, op, site);
+	if (site < 0)
+		return (int)site;
+	return launch__run(e, op, (uint32_t)site);
 }
 
 void launch__fini(struct engine *e)
