@@ -461,13 +461,19 @@ static bool history_hist_drop_starting_at(struct engine *e, struct hist *h,
 
 /* ---- segments: history in byte ranges ------------------------------------ */
 
+/* Frees segment `g`, out of its tree already, with its history. */
+static void history_seg_free(struct engine *e, struct seg *g)
+{
+	history_hist_clear(e, &g->h);
+	pool__put(e, &e->seg_pool, g);
+	e->st.segments--;
+}
+
 static void history_seg_remove(struct engine *e, struct rb_root *root,
 			       struct seg *g)
 {
 	rb_erase(root, &g->node);
-	history_hist_clear(e, &g->h);
-	pool__put(e, &e->seg_pool, g);
-	e->st.segments--;
+	history_seg_free(e, g);
 }
 
 static void history_seg_insert(struct engine *e, struct rb_root *root,
@@ -572,10 +578,26 @@ int history__segs_drop(struct engine *e, struct rb_root *root, uint64_t a,
 	return 0;
 }
 
+/* Empties `root`. A tree that goes whole needs no rebalancing: each leaf
+ * in turn is cut from its parent and freed, its parent then the next. */
 void history__segs_clear(struct engine *e, struct rb_root *root)
 {
-	while (root->node != NULL)
-		history_seg_remove(e, root, history__seg_of(root->node));
+	struct rb_node *n = root->node, *p;
+
+	root->node = NULL;
+	while (n != NULL) {
+		if (n->left != NULL || n->right != NULL) {
+			n = n->left != NULL ? n->left : n->right;
+			continue;
+		}
+		p = rb_parent(n);
+		if (p != NULL && p->left == n)
+			p->left = NULL;
+		else if (p != NULL)
+			p->right = NULL;
+		history_seg_free(e, history__seg_of(n));
+		n = p;
+	}
 }
 
 /* Adds read `acc` to the history of [a, b] in `root`, splitting segments
