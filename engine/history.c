@@ -545,16 +545,18 @@ static struct seg *history_seg_split(struct engine *e, struct rb_root *root,
 }
 
 /*
- * Forgets the history of [a, b] in `root`. Only a segment that sticks out
- * on both sides needs splitting (and so memory); the others are trimmed or
- * go.
+ * Forgets the history of [a, b] in `root`, whose first segment with a byte
+ * at or after a is `g` (history__seg_first_from()). Only a segment that
+ * sticks out on both sides needs splitting (and so memory); the others are
+ * trimmed or go.
  */
-int history__segs_drop(struct engine *e, struct rb_root *root, uint64_t a,
-		       uint64_t b)
+static int history_segs_drop_from(struct engine *e, struct rb_root *root,
+				  struct seg *g, uint64_t a, uint64_t b)
 {
-	struct seg *g = history__seg_first_from(root, a), *next;
+	struct seg *next;
 
 	assert(a <= b);
+	assert(g == history__seg_first_from(root, a));
 	if (g != NULL && g->start < a && g->last > b) {
 		if (history_seg_split(e, root, g, b + 1) == NULL)
 			return -ENOMEM;
@@ -576,6 +578,15 @@ int history__segs_drop(struct engine *e, struct rb_root *root, uint64_t a,
 		g = next;
 	}
 	return 0;
+}
+
+/* Forgets the history of [a, b] in `root`: 0, or -ENOMEM when a segment
+ * to split could not be. */
+int history__segs_drop(struct engine *e, struct rb_root *root, uint64_t a,
+		       uint64_t b)
+{
+	return history_segs_drop_from(e, root, history__seg_first_from(root, a),
+				      a, b);
 }
 
 /* Empties `root`. A tree that goes whole needs no rebalancing: each leaf
@@ -645,13 +656,14 @@ int history__segs_add_read(struct engine *e, struct rb_root *root,
 int history__segs_set_write(struct engine *e, struct rb_root *root,
 			    uint64_t a, uint64_t b, struct access *acc)
 {
-	struct seg *g = history__seg_first_from(root, a);
+	struct seg *first = history__seg_first_from(root, a), *g = first;
 
 	assert(a <= b);
 	if (g == NULL || g->start != a || g->last != b) {
+		/* Making g moves no segment: `first` stays valid. */
 		if ((g = history_seg_new(e, a, b)) == NULL)
 			return -ENOMEM;
-		if (history__segs_drop(e, root, a, b) < 0) {
+		if (history_segs_drop_from(e, root, first, a, b) < 0) {
 			pool__put(e, &e->seg_pool, g);
 			return -ENOMEM;
 		}
