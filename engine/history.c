@@ -99,7 +99,7 @@ static bool history_starts_at(const struct engine *e, uint32_t i,
 }
 
 /* history__access_put() of the record named `i`, if any. */
-static void history_put(struct engine *e, uint32_t i)
+static inline void history_put(struct engine *e, uint32_t i)
 {
 	history__access_put(e, history__acc(e, i));
 }
