@@ -377,7 +377,7 @@ static int history_reads_make_room(struct engine *e, struct hist *h)
 	if (m != NULL && m->n >= 4 && m->n == m->cap)
 		history_reads_prune(e, m);
 	if (m == NULL) {
-		if ((m = history_reads_new(e, 2)) == NULL)
+		if ((m = history_reads_new(e, READS_FIRST_CAP)) == NULL)
 			return -ENOMEM;
 		m->v[0] = h->rd;
 		m->n = 1;
