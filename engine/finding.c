@@ -218,7 +218,7 @@ finding_site_get_new(struct engine *e, uint32_t op, uint32_t stack)
 }
 
 /* finding__site_get() past its one-entry cache: looks the pair up, and
- * interns it on first use. */
+ * interns it on first use. Its id; -E2BIG or -ENOMEM. */
 int64_t finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack)
 {
 	uint32_t site;
