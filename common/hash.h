@@ -24,6 +24,17 @@ static inline uint64_t hash_u64(uint64_t x)
 	return x;
 }
 
+/*
+ * 32 bits of hash at half hash_u64()'s cost, for keys whose bits spread
+ * over both halves (addresses, or two small ids side by side): the halves
+ * folded together and multiplied by an odd constant, of which the high
+ * half is kept, since every key bit reaches it.
+ */
+static inline uint32_t hash_fold_u64(uint64_t x)
+{
+	return (uint32_t)(((x ^ (x >> 32)) * 0x9e3779b97f4a7c15ULL) >> 32);
+}
+
 /* Eight bytes at a time, mixed once per word and once at the end. */
 static inline uint64_t hash_bytes(const void *p, size_t len)
 {

@@ -370,15 +370,12 @@ void alloc__settle(struct engine *e, struct alloc *a)
  * finding, once per allocation and usage stream. `free` is the free that
  * checks, whose stack the finding names; NULL at a flush.
  */
-static void alloc_check_record_stream(struct engine *e, struct alloc *a,
-				      enum detected_at at,
-				      const struct op *free)
+static __attribute__((noinline)) void
+alloc_check_usages(struct engine *e, struct alloc *a, enum detected_at at,
+		   const struct op *free)
 {
-	const int64_t *cstate;
+	const int64_t *cstate = alloc_rule_clock(e, a);
 
-	if (a->nusage == 0) /* most allocations: used on their stream only */
-		return;
-	cstate = alloc_rule_clock(e, a);
 	for (size_t i = 0; cstate != NULL && i < a->nusage; i++) {
 		struct usage *u = &a->usages->u[i];
 		struct usage_live *l = alloc__live_find(e, a, u->sidx);
@@ -399,6 +396,17 @@ static void alloc_check_record_stream(struct engine *e, struct alloc *a,
 		alloc_live_drop(e, a, u->sidx); /* reported: it settles */
 		finding__emit(e, &f);
 	}
+}
+
+/* Most allocations are used on their own stream only, with no usage to
+ * check: the check of their usages, and its finding's room on the stack,
+ * stay out of line, off the path of every free. */
+static void alloc_check_record_stream(struct engine *e, struct alloc *a,
+				      enum detected_at at,
+				      const struct op *free)
+{
+	if (a->nusage > 0)
+		alloc_check_usages(e, a, at, free);
 }
 
 /* DESIGN 6: `a` has a use the next flush must check. Past

@@ -129,11 +129,17 @@
  * slab holds, the likelier it empties and goes back to malloc. */
 #define POOL_CHUNK (4 * 1024)
 #define READS_COALESCE 64
-/* A hist's reads alternate between one and a short list: a few freed
- * lists of capacity 2 and 4 are kept to spare malloc and free (history.c),
- * a few hundred bytes at most. */
+/* A hist's reads alternate between one and a short list. The list starts
+ * with room for READS_FIRST_CAP: most that reach two reads reach a third
+ * before the next write, and growing them from 2 to 4 took 1% of the
+ * engine's instructions on engine_bench's training shape, for 1 B less
+ * per allocation. Lists are pruned when full from 4 reads on either way,
+ * so the capacity changes no finding. A few freed lists of the first
+ * capacities are kept to spare malloc and free (history.c), a few hundred
+ * bytes at most. */
+#define READS_FIRST_CAP 4u
 #define READS_SPARE_CLASSES 2
-#define READS_SPARE_CAP(i) (2u << (i))
+#define READS_SPARE_CAP(i) (READS_FIRST_CAP << (i))
 #define READS_SPARE_MAX 8
 #define SEQ_MAX ((UINT64_C(1) << 48) - 1)
 #define SEEN_LIST 16
@@ -392,9 +398,10 @@ struct elem {
 	struct alloc *alloc; /* the allocation containing start, if any */
 	struct access *acc;
 	uint32_t site;	 /* the launch's site, with this element's argument */
-	uint32_t piece0; /* reads: first of its pieces in e->pieces */
+	uint32_t piece0; /* reads a write cuts: first piece in e->pieces */
 	uint32_t npieces;
 	uint8_t dup;
+	uint8_t uncut; /* reads: no write cuts it, its one piece is itself */
 };
 
 struct span {
@@ -614,8 +621,8 @@ int sync__on_op(struct engine *e, const struct op *op);
 void sync__fini(struct engine *e);
 
 /* finding.c: sites and findings. */
-int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
-			   uint32_t *out);
+int64_t finding__site_get_slow(struct engine *e, uint32_t op,
+			       uint32_t stack);
 int finding__site_get_graph(struct engine *e, uint32_t op, uint32_t stack,
 			    uint64_t graph, uint32_t *out);
 int finding__site_with_arg(struct engine *e, uint32_t site, uint32_t arg,
@@ -691,6 +698,17 @@ static inline uint32_t launch__arg(const struct op *op, size_t i)
 
 	return args != NULL ? args[i < nw ? i : i - nw] : 0;
 }
+/* Piece j of read `el`, the bytes it keeps that no write of its launch
+ * covers: the element itself when no write cuts it (the usual read, which
+ * then takes no room in e->pieces), else e->pieces[el->piece0 + j]. */
+static inline struct span launch__piece(const struct engine *e,
+					const struct elem *el, uint32_t j)
+{
+	assert(j < el->npieces);
+	if (el->uncut)
+		return (struct span){ el->start, el->last, 0 };
+	return e->pieces[el->piece0 + j];
+}
 void launch__seen_reset(struct engine *e);
 bool launch__pair_seen(struct engine *e, const struct access *prev);
 int launch__run(struct engine *e, const struct op *op, uint32_t site);
@@ -731,16 +749,16 @@ static inline int sync__stream_get(struct engine *e, uint64_t id, uint16_t *out)
 	return sync__stream_get_slow(e, id, out);
 }
 
-/* The id of the (operator, stack) pair, interned on first use; inline for
- * its one-entry cache, as sync__stream_get(). */
-static inline int finding__site_get(struct engine *e, uint32_t op,
-				    uint32_t stack, uint32_t *out)
+/* The id of the (operator, stack) pair, interned on first use; -E2BIG or
+ * -ENOMEM. Inline for its one-entry cache, as sync__stream_get(). It
+ * returns the id rather than store it, so that the launch after it can be
+ * a tail call: the address of a local would keep the caller's frame. */
+static inline int64_t finding__site_get(struct engine *e, uint32_t op,
+					uint32_t stack)
 {
-	if (e->nsites > 0 && ((uint64_t)op << 32 | stack) == e->last_site_key) {
-		*out = e->last_site;
-		return 0;
-	}
-	return finding__site_get_slow(e, op, stack, out);
+	if (e->nsites > 0 && ((uint64_t)op << 32 | stack) == e->last_site_key)
+		return e->last_site;
+	return finding__site_get_slow(e, op, stack);
 }
 
 /* pool__grow() when *cap holds fewer than `need` items: most calls, from
@@ -772,15 +790,12 @@ static inline uint32_t alloc__idx(const struct engine *e,
 /*
  * Which of mask + 1 buckets of the exact-start hash an allocation starting
  * at `start` goes in. Starts are addresses, aligned and spread over a few
- * dozen bits: the two halves folded together and multiplied by an odd
- * constant spread them as well as hash_u64() does, at half its cost, and
- * every free and nearly every access hashes one.
+ * dozen bits: hash_fold_u64() spreads them as well as hash_u64() does, at
+ * half its cost, and every free and nearly every access hashes one.
  */
 static inline size_t alloc__hash(uint64_t start, size_t mask)
 {
-	uint64_t x = start ^ (start >> 32);
-
-	return (size_t)((x * UINT64_C(0x9e3779b97f4a7c15)) >> 32) & mask;
+	return hash_fold_u64(start) & mask;
 }
 
 /* The exact-start hash's bucket for an allocation starting at `start`. */

@@ -57,14 +57,18 @@ static bool finding_site_has_graph(const struct engine *e,
 }
 
 /* The graphs' names count from 1, so a site's hash depends on its graph's
- * name instead of its id: the same for the same site. */
-static uint64_t finding_site_hash(const struct site *s)
+ * name instead of its id: the same for the same site. Most sites are a
+ * bare pair of small ids, (operator, stack), side by side in the key
+ * that hash_fold_u64() spreads; an argument or a graph is mixed in first. */
+static uint32_t finding_site_hash(const struct site *s)
 {
 	uint64_t key = (uint64_t)s->op << 32 | s->stack;
 
 	if (s->arg != 0)
 		key ^= hash_u64((uint64_t)s->arg << 1 | 1);
-	return hash_u64(s->graph != 0 ? key ^ hash_u64(s->graph) : key);
+	if (s->graph != 0)
+		key ^= hash_u64(s->graph);
+	return hash_fold_u64(key);
 }
 
 static bool finding_site_eq(const struct site *a, const struct site *b)
@@ -168,7 +172,7 @@ static int finding_site_intern(struct engine *e, const struct site *want,
 
 /* The site of the pair (op, stack), with no argument and no graph, when
  * interned: finding_site_intern()'s probe, which finding_site_hash()
- * starts at hash_u64() of the pair for such a site, without building a
+ * starts at hash_fold_u64() of the pair for such a site, without building a
  * struct site. Most launches name an interned pair. */
 static bool finding_site_find_plain(const struct engine *e, uint32_t op,
 				    uint32_t stack, uint32_t *out)
@@ -177,7 +181,7 @@ static bool finding_site_find_plain(const struct engine *e, uint32_t op,
 
 	if (e->site_tab == NULL)
 		return false;
-	i = hash_u64((uint64_t)op << 32 | stack) & e->site_mask;
+	i = hash_fold_u64((uint64_t)op << 32 | stack) & e->site_mask;
 	for (; e->site_tab[i] != 0; i = (i + 1) & e->site_mask) {
 		const struct site *s = &e->sites[e->site_tab[i] - 1];
 
@@ -190,20 +194,39 @@ static bool finding_site_find_plain(const struct engine *e, uint32_t op,
 	return false;
 }
 
-/* finding__site_get() past its one-entry cache: looks the pair up, and
- * interns it on first use. 0; -E2BIG or -ENOMEM with *out unwritten. */
-int finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack,
-			   uint32_t *out)
+/* The one-entry cache of finding__site_get(): (op, stack) is `site`. */
+static void finding_site_remember(struct engine *e, uint32_t op,
+				  uint32_t stack, uint32_t site)
+{
+	e->last_site_key = (uint64_t)op << 32 | stack;
+	e->last_site = site;
+}
+
+/* finding__site_get() of a pair not interned yet. Out of line: a pair
+ * is new once, and the lookup before it then needs no frame. */
+static __attribute__((noinline)) int64_t
+finding_site_get_new(struct engine *e, uint32_t op, uint32_t stack)
 {
 	struct site want = { .op = op, .stack = stack };
+	uint32_t site;
 	int err;
 
-	if (!finding_site_find_plain(e, op, stack, out) &&
-	    (err = finding_site_intern(e, &want, 0, out)) < 0)
+	if ((err = finding_site_intern(e, &want, 0, &site)) < 0)
 		return err;
-	e->last_site_key = (uint64_t)op << 32 | stack;
-	e->last_site = *out;
-	return 0;
+	finding_site_remember(e, op, stack, site);
+	return site;
+}
+
+/* finding__site_get() past its one-entry cache: looks the pair up, and
+ * interns it on first use. Its id; -E2BIG or -ENOMEM. */
+int64_t finding__site_get_slow(struct engine *e, uint32_t op, uint32_t stack)
+{
+	uint32_t site;
+
+	if (!finding_site_find_plain(e, op, stack, &site))
+		return finding_site_get_new(e, op, stack);
+	finding_site_remember(e, op, stack, site);
+	return site;
 }
 
 /* The id of the site (operator, stack, graph), interned on first use: the

@@ -339,8 +339,10 @@ static void graph_check_elem(struct engine *e, const struct capture *c,
 		struct seg *g;
 
 		if (!cur->write) {
-			a = e->pieces[el->piece0 + i].start;
-			b = e->pieces[el->piece0 + i].last;
+			struct span p = launch__piece(e, el, i);
+
+			a = p.start;
+			b = p.last;
 		}
 		g = history__seg_first_from(&c->hist, a);
 
@@ -384,10 +386,10 @@ static int graph_hist_update(struct engine *e, struct capture *c,
 			err = history__segs_set_write(e, &c->hist, el->start,
 						      el->last, acc);
 		for (uint32_t j = 0; i >= nw && j < el->npieces && !err; j++) {
-			const struct span *p = &e->pieces[el->piece0 + j];
+			struct span p = launch__piece(e, el, j);
 
-			err = history__segs_add_read(e, &c->hist, p->start,
-						     p->last, acc);
+			err = history__segs_add_read(e, &c->hist, p.start,
+						     p.last, acc);
 		}
 		history__access_put(e, acc);
 	}

@@ -99,7 +99,7 @@ static bool history_starts_at(const struct engine *e, uint32_t i,
 }
 
 /* history__access_put() of the record named `i`, if any. */
-static void history_put(struct engine *e, uint32_t i)
+static inline void history_put(struct engine *e, uint32_t i)
 {
 	history__access_put(e, history__acc(e, i));
 }
@@ -203,7 +203,10 @@ static int history_readv_take(struct engine *e, struct reads *m,
 	return 0;
 }
 
-static void history_hist_clear_reads(struct engine *e, struct hist *h)
+/* Out of line: most last writes have no reads since, and their
+ * history_hist_clear() then needs no frame for this loop. */
+static __attribute__((noinline)) void
+history_hist_clear_reads(struct engine *e, struct hist *h)
 {
 	struct reads *m = history__many(e, h);
 	uint32_t *r = history__reads(e, h);
@@ -222,19 +225,33 @@ static void history_hist_clear(struct engine *e, struct hist *h)
 {
 	history_put(e, h->write);
 	h->write = 0;
-	if (h->rd != 0) /* most last writes have no reads since */
+	if (h->rd != 0)
 		history_hist_clear_reads(e, h);
 }
 
+/* history_hist_set_write() past its usual case: 0, or -ENOMEM with `h`
+ * unchanged. Out of line, so that the usual case needs no frame. */
+static __attribute__((noinline)) int
+history_hist_set_write_slow(struct engine *e, struct hist *h,
+			    struct access *acc)
+{
+	if (history__access_ref(e, acc) < 0)
+		return -ENOMEM;
+	history_hist_clear(e, h);
+	h->write = history__acc_idx(e, acc);
+	return 0;
+}
+
 /* `acc` becomes the last write, with no reads since. 0, or -ENOMEM with
- * `h` unchanged. */
+ * `h` unchanged. The usual case, the first write of bytes with no
+ * history, lets nothing go and takes no carry: it only names `acc`. */
 static int history_hist_set_write(struct engine *e, struct hist *h,
 				  struct access *acc)
 {
 	assert(acc->write && acc->refs > 0);
-	if (history__access_ref(e, acc) < 0)
-		return -ENOMEM;
-	history_hist_clear(e, h);
+	if (h->write != 0 || h->rd != 0 || acc->refs == ACCESS_REFS_CARRY)
+		return history_hist_set_write_slow(e, h, acc);
+	acc->refs++;
 	h->write = history__acc_idx(e, acc);
 	return 0;
 }
@@ -330,12 +347,20 @@ static void history_reads_prune(struct engine *e, struct reads *m)
  * it, so a hist gaining a read lets it go. Not in a capture's history,
  * whose numbers are capture-local. The host's clock bounds the floor and
  * moves only at host syncs: checked first, it spares recomputing a floor
- * that every event op makes stale. */
+ * that every event op makes stale. Whether last write `w` may be dead by
+ * that first check: */
+static bool history_write_may_be_dead(const struct engine *e,
+				      const struct access *w)
+{
+	return w != NULL && !e->hist_local &&
+	       (int64_t)w->seq <= e->host[w->sidx];
+}
+
 static void history_hist_drop_dead_write(struct engine *e, struct hist *h)
 {
 	struct access *w = history__write(e, h);
 
-	if (w == NULL || e->hist_local || (int64_t)w->seq > e->host[w->sidx])
+	if (!history_write_may_be_dead(e, w))
 		return;
 	if ((int64_t)w->seq <= sync__floor(e)[w->sidx]) {
 		history__access_put(e, w);
@@ -352,7 +377,7 @@ static int history_reads_make_room(struct engine *e, struct hist *h)
 	if (m != NULL && m->n >= 4 && m->n == m->cap)
 		history_reads_prune(e, m);
 	if (m == NULL) {
-		if ((m = history_reads_new(e, 2)) == NULL)
+		if ((m = history_reads_new(e, READS_FIRST_CAP)) == NULL)
 			return -ENOMEM;
 		m->v[0] = h->rd;
 		m->n = 1;
@@ -368,26 +393,43 @@ static int history_reads_make_room(struct engine *e, struct hist *h)
 	return 0;
 }
 
-static int history_hist_add_read(struct engine *e, struct hist *h,
-				 struct access *acc)
+/* history_hist_add_read() past its usual case: 0, or -ENOMEM with `h`
+ * unchanged. Out of line, so that the usual case needs no frame. */
+static __attribute__((noinline)) int
+history_hist_add_read_slow(struct engine *e, struct hist *h,
+			   struct access *acc)
 {
 	struct reads *m;
 
-	assert(!acc->write && acc->refs > 0);
 	if (history__access_ref(e, acc) < 0)
 		return -ENOMEM;
 	history_hist_drop_dead_write(e, h);
 	if (h->rd == 0) {
 		h->rd = history__acc_idx(e, acc);
-	} else {
-		if (history_reads_make_room(e, h) < 0) {
-			history__access_put(e, acc);
-			return -ENOMEM;
-		}
-		m = history__many(e, h);
-		assert(m->n < m->cap);
-		m->v[m->n++] = history__acc_idx(e, acc);
+		return 0;
 	}
+	if (history_reads_make_room(e, h) < 0) {
+		history__access_put(e, acc);
+		return -ENOMEM;
+	}
+	m = history__many(e, h);
+	assert(m->n < m->cap);
+	m->v[m->n++] = history__acc_idx(e, acc);
+	return 0;
+}
+
+/* `acc` becomes one more read of `h`. The usual case is the first read
+ * since a last write that cannot be dead yet, of a record whose count
+ * needs no carry: it only takes the reference and names the read. */
+static int history_hist_add_read(struct engine *e, struct hist *h,
+				 struct access *acc)
+{
+	assert(!acc->write && acc->refs > 0);
+	if (h->rd != 0 || acc->refs == ACCESS_REFS_CARRY ||
+	    history_write_may_be_dead(e, history__write(e, h)))
+		return history_hist_add_read_slow(e, h, acc);
+	acc->refs++;
+	h->rd = history__acc_idx(e, acc);
 	return 0;
 }
 
@@ -419,13 +461,19 @@ static bool history_hist_drop_starting_at(struct engine *e, struct hist *h,
 
 /* ---- segments: history in byte ranges ------------------------------------ */
 
+/* Frees segment `g`, out of its tree already, with its history. */
+static void history_seg_free(struct engine *e, struct seg *g)
+{
+	history_hist_clear(e, &g->h);
+	pool__put(e, &e->seg_pool, g);
+	e->st.segments--;
+}
+
 static void history_seg_remove(struct engine *e, struct rb_root *root,
 			       struct seg *g)
 {
 	rb_erase(root, &g->node);
-	history_hist_clear(e, &g->h);
-	pool__put(e, &e->seg_pool, g);
-	e->st.segments--;
+	history_seg_free(e, g);
 }
 
 static void history_seg_insert(struct engine *e, struct rb_root *root,
@@ -497,16 +545,18 @@ static struct seg *history_seg_split(struct engine *e, struct rb_root *root,
 }
 
 /*
- * Forgets the history of [a, b] in `root`. Only a segment that sticks out
- * on both sides needs splitting (and so memory); the others are trimmed or
- * go.
+ * Forgets the history of [a, b] in `root`, whose first segment with a byte
+ * at or after a is `g` (history__seg_first_from()). Only a segment that
+ * sticks out on both sides needs splitting (and so memory); the others are
+ * trimmed or go.
  */
-int history__segs_drop(struct engine *e, struct rb_root *root, uint64_t a,
-		       uint64_t b)
+static int history_segs_drop_from(struct engine *e, struct rb_root *root,
+				  struct seg *g, uint64_t a, uint64_t b)
 {
-	struct seg *g = history__seg_first_from(root, a), *next;
+	struct seg *next;
 
 	assert(a <= b);
+	assert(g == history__seg_first_from(root, a));
 	if (g != NULL && g->start < a && g->last > b) {
 		if (history_seg_split(e, root, g, b + 1) == NULL)
 			return -ENOMEM;
@@ -530,10 +580,35 @@ int history__segs_drop(struct engine *e, struct rb_root *root, uint64_t a,
 	return 0;
 }
 
+/* Forgets the history of [a, b] in `root`: 0, or -ENOMEM when a segment
+ * to split could not be. */
+int history__segs_drop(struct engine *e, struct rb_root *root, uint64_t a,
+		       uint64_t b)
+{
+	return history_segs_drop_from(e, root, history__seg_first_from(root, a),
+				      a, b);
+}
+
+/* Empties `root`. A tree that goes whole needs no rebalancing: each leaf
+ * in turn is cut from its parent and freed, its parent then the next. */
 void history__segs_clear(struct engine *e, struct rb_root *root)
 {
-	while (root->node != NULL)
-		history_seg_remove(e, root, history__seg_of(root->node));
+	struct rb_node *n = root->node, *p;
+
+	root->node = NULL;
+	while (n != NULL) {
+		if (n->left != NULL || n->right != NULL) {
+			n = n->left != NULL ? n->left : n->right;
+			continue;
+		}
+		p = rb_parent(n);
+		if (p != NULL && p->left == n)
+			p->left = NULL;
+		else if (p != NULL)
+			p->right = NULL;
+		history_seg_free(e, history__seg_of(n));
+		n = p;
+	}
 }
 
 /* Adds read `acc` to the history of [a, b] in `root`, splitting segments
@@ -581,13 +656,14 @@ int history__segs_add_read(struct engine *e, struct rb_root *root,
 int history__segs_set_write(struct engine *e, struct rb_root *root,
 			    uint64_t a, uint64_t b, struct access *acc)
 {
-	struct seg *g = history__seg_first_from(root, a);
+	struct seg *first = history__seg_first_from(root, a), *g = first;
 
 	assert(a <= b);
 	if (g == NULL || g->start != a || g->last != b) {
+		/* Making g moves no segment: `first` stays valid. */
 		if ((g = history_seg_new(e, a, b)) == NULL)
 			return -ENOMEM;
-		if (history__segs_drop(e, root, a, b) < 0) {
+		if (history_segs_drop_from(e, root, first, a, b) < 0) {
 			pool__put(e, &e->seg_pool, g);
 			return -ENOMEM;
 		}
@@ -788,25 +864,17 @@ static int history_region_add_read(struct engine *e, const struct region *r,
 				     r->last, acc);
 }
 
-/*
- * Records `acc` in the history of [start, last]: as the last write of those
- * bytes, or as one more read of them. `in` is the allocation containing
- * start, or NULL when none does. 0, or -ENOMEM part way (DESIGN 7).
- */
-int history__record(struct engine *e, uint64_t start, uint64_t last,
+/* history__record() of bytes that are not one whole-allocation record:
+ * region by region. Out of line, so that the usual whole-allocation
+ * access does not pay for this walk's frame. */
+static __attribute__((noinline)) int
+history_record_walk(struct engine *e, uint64_t start, uint64_t last,
 		    struct alloc *in, struct access *acc)
 {
 	struct region_walk w;
 	struct region r;
-	struct hist *whole = history__whole_of(in, start, last);
 	int err = 0;
 
-	/* The walk would find that one region: skip it. */
-	if (whole != NULL) {
-		if (!acc->write)
-			return history_hist_add_read(e, whole, acc);
-		return history_hist_set_write(e, whole, acc);
-	}
 	history__walk_init(e, &w, start, last, in);
 	while (err == 0 && history__walk_next(&w, &r)) {
 		if (acc->write)
@@ -815,6 +883,24 @@ int history__record(struct engine *e, uint64_t start, uint64_t last,
 			err = history_region_add_read(e, &r, acc);
 	}
 	return err;
+}
+
+/*
+ * Records `acc` in the history of [start, last]: as the last write of those
+ * bytes, or as one more read of them. `in` is the allocation containing
+ * start, or NULL when none does. 0, or -ENOMEM part way (DESIGN 7).
+ */
+int history__record(struct engine *e, uint64_t start, uint64_t last,
+		    struct alloc *in, struct access *acc)
+{
+	struct hist *whole = history__whole_of(in, start, last);
+
+	/* The walk would find that one region: skip it. */
+	if (whole == NULL)
+		return history_record_walk(e, start, last, in, acc);
+	if (!acc->write)
+		return history_hist_add_read(e, whole, acc);
+	return history_hist_set_write(e, whole, acc);
 }
 
 /*

@@ -124,18 +124,23 @@ bool launch__pair_seen(struct engine *e, const struct access *prev)
 	return false;
 }
 
+/* A race of element `cur` of the launch on stream `s`, a write when
+ * `write`, with access `prev`. The current access is described here, as
+ * its record will be, rather than by each check on the way. */
 static void launch_report_race(struct engine *e, const struct elem *cur,
-			       struct access *prev, const struct access *tmpl)
+			       struct access *prev, uint16_t s, bool write)
 {
 	struct finding f = { .kind = FINDING_DATA_RACE,
 			     .detected_at = e->launch_at };
+	struct access now = { .seq = e->seq, .sidx = s, .write = write,
+			      .site = cur->site };
 
 	/* Each pair is one finding however many segments it shares. */
 	if (launch__pair_seen(e, prev))
 		return;
 	f.ptr = cur->start;
 	finding__fill_alloc(e, cur->alloc, &f);
-	finding__fill_access(e, tmpl, &f.access);
+	finding__fill_access(e, &now, &f.access);
 	f.has_previous = true;
 	finding__fill_access(e, prev, &f.previous);
 	finding__emit(e, &f);
@@ -144,20 +149,19 @@ static void launch_report_race(struct engine *e, const struct elem *cur,
 /* launch_check_read() of the bytes whose history is `h`. */
 static void launch_check_read_hist(struct engine *e, const int64_t *state,
 				   const struct elem *el, struct hist *h,
-				   const struct access *tmpl)
+				   uint16_t s)
 {
 	struct access *lw = history__write(e, h);
 
 	if (lw != NULL && !launch_ordered(e, state, lw))
-		launch_report_race(e, el, lw, tmpl);
+		launch_report_race(e, el, lw, s, false);
 }
 
 /* launch_check_write() of the bytes whose history is `h`. */
 static inline void launch_check_write_hist(struct engine *e,
 					   const int64_t *state,
 					   const struct elem *el,
-					   struct hist *h,
-					   const struct access *tmpl)
+					   struct hist *h, uint16_t s)
 {
 	const uint32_t *rd = history__reads(e, h);
 	uint32_t nreads = history__nreads(e, h);
@@ -167,33 +171,33 @@ static inline void launch_check_write_hist(struct engine *e,
 		struct access *a = history__acc(e, rd[i]);
 
 		if (!launch_ordered(e, state, a))
-			launch_report_race(e, el, a, tmpl);
+			launch_report_race(e, el, a, s, true);
 	}
 	if (nreads == 0 && lw != NULL && !launch_ordered(e, state, lw))
-		launch_report_race(e, el, lw, tmpl);
+		launch_report_race(e, el, lw, s, true);
 }
 
 /* A read is checked against the last write of each of its bytes. */
 static void launch_check_read(struct engine *e, const int64_t *state,
-			      const struct elem *el, const struct access *tmpl)
+			      const struct elem *el, uint16_t s)
 {
 	launch__seen_reset(e);
 	for (uint32_t i = 0; i < el->npieces; i++) {
-		const struct span *p = &e->pieces[el->piece0 + i];
-		struct alloc *in = launch_alloc_for(e, el, p->start);
-		struct hist *h = history__whole_of(in, p->start, p->last);
+		struct span p = launch__piece(e, el, i);
+		struct alloc *in = launch_alloc_for(e, el, p.start);
+		struct hist *h = history__whole_of(in, p.start, p.last);
 		struct region_walk w;
 		struct region r;
 		struct seg *cursor = NULL;
 
 		if (h != NULL) {
-			launch_check_read_hist(e, state, el, h, tmpl);
+			launch_check_read_hist(e, state, el, h, s);
 			continue;
 		}
-		history__walk_init(e, &w, p->start, p->last, in);
+		history__walk_init(e, &w, p.start, p.last, in);
 		while (history__walk_next(&w, &r)) {
 			history__for_each_hist (e, &r, h, cursor)
-				launch_check_read_hist(e, state, el, h, tmpl);
+				launch_check_read_hist(e, state, el, h, s);
 		}
 	}
 }
@@ -201,7 +205,7 @@ static void launch_check_read(struct engine *e, const int64_t *state,
 /* A write is checked against the reads since the last write of each of
  * its bytes, or against that last write when there are none. */
 static void launch_check_write(struct engine *e, const int64_t *state,
-			       const struct elem *el, const struct access *tmpl)
+			       const struct elem *el, uint16_t s)
 {
 	struct hist *h = history__whole_of(el->alloc, el->start, el->last);
 	struct region_walk w;
@@ -210,13 +214,13 @@ static void launch_check_write(struct engine *e, const int64_t *state,
 
 	launch__seen_reset(e);
 	if (h != NULL) {
-		launch_check_write_hist(e, state, el, h, tmpl);
+		launch_check_write_hist(e, state, el, h, s);
 		return;
 	}
 	history__walk_init(e, &w, el->start, el->last, el->alloc);
 	while (history__walk_next(&w, &r)) {
 		history__for_each_hist (e, &r, h, cursor)
-			launch_check_write_hist(e, state, el, h, tmpl);
+			launch_check_write_hist(e, state, el, h, s);
 	}
 }
 
@@ -332,8 +336,7 @@ static int launch_read_pieces(struct engine *e, struct elem *r, size_t nunion,
 	r->piece0 = (uint32_t)*npieces;
 	if (nunion == 0 || r->last < e->spans[0].start ||
 	    r->start > e->spans[nunion - 1].last) { /* the usual read */
-		if (launch_add_piece(e, npieces, r->start, r->last) < 0)
-			return -ENOMEM;
+		r->uncut = 1;
 		r->npieces = 1;
 		return 0;
 	}
@@ -522,10 +525,10 @@ static int launch_record_read(struct engine *e, const struct elem *el)
 	int err = 0;
 
 	for (uint32_t j = 0; j < el->npieces && err == 0; j++) {
-		const struct span *p = &e->pieces[el->piece0 + j];
-		struct alloc *in = launch_alloc_for(e, el, p->start);
+		struct span p = launch__piece(e, el, j);
+		struct alloc *in = launch_alloc_for(e, el, p.start);
 
-		err = history__record(e, p->start, p->last, in, el->acc);
+		err = history__record(e, p.start, p.last, in, el->acc);
 	}
 	return err;
 }
@@ -613,7 +616,6 @@ int launch__sites(struct engine *e, const struct op *op, uint32_t site)
 int launch__run(struct engine *e, const struct op *op, uint32_t site)
 {
 	size_t nw = op->nwrites;
-	struct access tmpl;
 	struct launch_shape shape;
 	int64_t *state;
 	uint16_t s;
@@ -631,18 +633,14 @@ int launch__run(struct engine *e, const struct op *op, uint32_t site)
 	state = e->streams[s].state;
 	state[s] = (int64_t)e->seq;
 
-	tmpl = (struct access){ .site = site, .sidx = s, .seq = e->seq };
 	/* Reads first, then writes, as torch.cuda._sanitizer reports. */
 	for (size_t i = nw; i < nw + op->nreads; i++) {
-		tmpl.site = e->elems[i].site;
 		if (!e->elems[i].dup && e->elems[i].npieces > 0)
-			launch_check_read(e, state, &e->elems[i], &tmpl);
+			launch_check_read(e, state, &e->elems[i], s);
 	}
-	tmpl.write = 1;
 	for (size_t i = 0; i < nw; i++) {
-		tmpl.site = e->elems[i].site;
 		if (!e->elems[i].dup)
-			launch_check_write(e, state, &e->elems[i], &tmpl);
+			launch_check_write(e, state, &e->elems[i], s);
 	}
 	if (shape.longest > e->max_access_len)
 		e->max_access_len = shape.longest;
@@ -653,12 +651,11 @@ int launch__run(struct engine *e, const struct op *op, uint32_t site)
 
 int launch__on_op(struct engine *e, const struct op *op)
 {
-	uint32_t site;
-	int err;
+	int64_t site = finding__site_get(e, op->name, op->stack);
 
-	if ((err = finding__site_get(e, op->name, op->stack, &site)) < 0)
-		return err;
-	return launch__run(e, op, site);
+	if (site < 0)
+		return (int)site;
+	return launch__run(e, op, (uint32_t)site);
 }
 
 void launch__fini(struct engine *e)

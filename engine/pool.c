@@ -41,9 +41,12 @@ size_t pool__bytes(const struct engine *e)
 
 void pool__note(struct engine *e, size_t add)
 {
+	size_t bytes;
+
 	e->bytes += add;
-	if (pool__bytes(e) > e->st.peak_bytes)
-		e->st.peak_bytes = pool__bytes(e);
+	bytes = pool__bytes(e);
+	if (bytes > e->st.peak_bytes)
+		e->st.peak_bytes = bytes;
 }
 
 static bool pool_over_limit(const struct engine *e, size_t add)
@@ -217,6 +220,17 @@ static void pool_chunk_release(struct engine *e, struct pool *p,
 	free(c);
 }
 
+/* pool__get_slow() of a pool with no room: a new chunk first. Out of
+ * line, so that the rest, mostly a chunk about to fill up, needs no
+ * frame. */
+static __attribute__((noinline)) void *pool_get_new_chunk(struct engine *e,
+							  struct pool *p)
+{
+	if (pool_chunk_new(e, p) == NULL)
+		return NULL;
+	return pool__get_slow(e, p);
+}
+
 /* pool__get() when the first partial chunk is missing, kept empty, or
  * about to fill up: the bookkeeping the common case skips. */
 void *pool__get_slow(struct engine *e, struct pool *p)
@@ -224,8 +238,8 @@ void *pool__get_slow(struct engine *e, struct pool *p)
 	struct chunk *c = p->partial;
 	void *o;
 
-	if (c == NULL && (c = pool_chunk_new(e, p)) == NULL)
-		return NULL;
+	if (c == NULL)
+		return pool_get_new_chunk(e, p);
 	if (c == p->empty)
 		p->empty = NULL;
 	assert(c->nfree > 0 && c->free != NULL);
