@@ -38,6 +38,7 @@ PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)),
 LIBRARY = None  # --library
 NPUSANCTL = None  # --npusanctl
 SPEEDUPS = None  # npusan._speedups, with --speedups
+HOOK = None  # npusan._torchhook, with --torchhook
 
 _LAUNCH = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint32,
                            ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
@@ -134,6 +135,7 @@ class AdapterCase(unittest.TestCase):
     entered for each test; with `speedups`, npusan._speedups runs it."""
 
     speedups = False
+    hook = False  # with speedups: npusan._torchhook in the mode's place
     # Whether the test breaks the stream lookup (self.broken), which the C
     # path then reaches through backend.current_stream.
     breaks_stream = False
@@ -163,8 +165,10 @@ class AdapterCase(unittest.TestCase):
                      torch.utils._python_dispatch.__file__)
         self.adapter = _adapter.Adapter(
             self.agent, backend, Stacks(self.agent, 32, machinery),
-            SPEEDUPS if self.speedups else None)
+            SPEEDUPS if self.speedups else None,
+            HOOK if self.hook else None)
         self.assertEqual(self.adapter.core is not None, self.speedups)
+        self.assertEqual(self.adapter.hook is not None, self.hook)
         self.adapter.register()
         self.adapter.mode.__enter__()
         # As start() does: on PyTorch 1.13 the C path runs the mode stack.
@@ -563,6 +567,7 @@ class StartCase(unittest.TestCase):
     not started; with `speedups`, npusan._speedups runs it."""
 
     speedups = False
+    hook = False
 
     def setUp(self):
         from npusan._stack import Stacks
@@ -575,7 +580,8 @@ class StartCase(unittest.TestCase):
                      torch.utils._python_dispatch.__file__)
         self.adapter = _adapter.Adapter(
             self.agent, backend, Stacks(self.agent, 32, machinery),
-            SPEEDUPS if self.speedups else None)
+            SPEEDUPS if self.speedups else None,
+            HOOK if self.hook else None)
         self.adapter.register()
 
     def tearDown(self):
@@ -600,7 +606,11 @@ class Proof(StartCase):
 
         self.assertEqual(self.start(), (True, ""))
         self.assertIn(_PROBE, self.adapter.specs)
-        self.assertEqual(mode_stack(), [self.adapter.mode])
+        if self.hook:  # in the dispatcher: no mode on the stack
+            self.assertEqual(mode_stack(), [])
+            self.assertTrue(HOOK.entered())
+        else:
+            self.assertEqual(mode_stack(), [self.adapter.mode])
         self.assertEqual(self.agent.named("launch", "alloc", "free"), [])
         x = torch.ones(4)
         self.assertEqual(self.agent.named("alloc")[-1][1], x.data_ptr())
@@ -618,6 +628,8 @@ class Proof(StartCase):
         # What PyTorch 2 did to the C path: a __torch_dispatch__ bound to
         # another object than the mode (here its class, which 1.13
         # refuses too).
+        if self.hook:
+            self.skipTest("the dispatcher hook is no dispatch mode")
         mode = self.adapter.mode
         mode.__torch_dispatch__ = types.MethodType(
             lambda cls, *args: None, type(mode))
@@ -663,7 +675,7 @@ class OtherModes(StartCase):
         self.assertEqual(seen, [torch.ops.aten.add_.Tensor])
         self.assertEqual(self.agent.named("launch")[-1][2:5],
                          ("aten::add_.Tensor", [], [(x.data_ptr(), 16)]))
-        self.assertEqual(mode_stack(), [self.adapter.mode])
+        self.assertEqual(mode_stack(), [] if self.hook else [self.adapter.mode])
         x.mul_(2)
         self.assertEqual(self.agent.named("launch")[-1][2],
                          "aten::mul_.Tensor")
@@ -1002,10 +1014,11 @@ class StartAsRoot(unittest.TestCase):
 
 
 def main() -> None:
-    global torch, LIBRARY, NPUSANCTL, SPEEDUPS
+    global torch, LIBRARY, NPUSANCTL, SPEEDUPS, HOOK
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--library", required=True)
     ap.add_argument("--speedups")
+    ap.add_argument("--torchhook")
     ap.add_argument("--npusanctl", required=True)
     ap.add_argument("--root", action="store_true",
                     help="run only the tests that need root (StartAsRoot)")
@@ -1035,6 +1048,17 @@ def main() -> None:
         for case in (Ranges, Operators, Streams, PythonStacks, Failures,
                      Proof, Threads, OtherModes):
             twin = type(case.__name__ + "_C", (case,), {"speedups": True})
+            globals()[twin.__name__] = twin
+    if args.speedups and args.torchhook:
+        HOOK, why = _lib.load_torchhook(LIBRARY)
+        if HOOK is None or not os.path.samefile(HOOK.__file__,
+                                                 args.torchhook):
+            sys.exit(f"test_torch_adapter: {args.torchhook} did not load: "
+                     f"{why}")
+        for case in (Ranges, Operators, Streams, PythonStacks, Failures,
+                     Proof, Threads, OtherModes):
+            twin = type(case.__name__ + "_Hook", (case,),
+                        {"speedups": True, "hook": True})
             globals()[twin.__name__] = twin
     # Without --root, every case but StartAsRoot, which has an entry of its
     # own (torch_adapter_root), so that a skip shows as one.
