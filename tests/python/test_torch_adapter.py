@@ -651,6 +651,38 @@ class Proof(StartCase):
                        "npusan: off: ValueError: cannot classify\n")
 
 
+class HookFallback(StartCase):
+    """Where the dispatcher hook cannot be used (here: built for another
+    PyTorch), the adapter says so in one line and runs its C dispatch mode:
+    the job runs, and its operators are recorded."""
+
+    speedups = True
+
+    def test_hook_for_another_torch_falls_back_to_the_mode(self):
+        from npusan.torch import _adapter
+        from npusan._stack import Stacks
+
+        other = types.SimpleNamespace(TORCH_VERSION=(0, 1),
+                                      install=HOOK.install)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            self.adapter = _adapter.Adapter(
+                self.agent, self.adapter.backend,
+                Stacks(self.agent, 32, ()), SPEEDUPS, other)
+        self.assertEqual(err.getvalue(), (
+            f"npusan: the dispatcher hook is not used (built for PyTorch "
+            f"0.1, running {torch.__version__}): the dispatch mode runs "
+            f"instead\n"))
+        self.assertIsNone(self.adapter.hook)
+        self.adapter.register()
+        self.assertEqual(self.start(), (True, ""))
+        self.assertEqual(mode_stack(), [self.adapter.mode])
+        x = torch.ones(4)
+        x.add_(1)
+        self.assertEqual(self.agent.named("launch")[-1][2:5],
+                         ("aten::add_.Tensor", [], [(x.data_ptr(), 16)]))
+
+
 class OtherModes(StartCase):
     """npusan's mode among others: each mode sees the operators, npusan
     records them as it does alone, and the modes stay as they were, on PyTorch
@@ -1060,6 +1092,8 @@ def main() -> None:
             twin = type(case.__name__ + "_Hook", (case,),
                         {"speedups": True, "hook": True})
             globals()[twin.__name__] = twin
+    if HOOK is None:
+        del globals()["HookFallback"]
     # Without --root, every case but StartAsRoot, which has an entry of its
     # own (torch_adapter_root), so that a skip shows as one.
     names = ["StartAsRoot"] if args.root else [
