@@ -25,6 +25,10 @@ has been pushed. A wait that the thread running an operator reports is
 therefore held until that operator's launch is pushed, and then follows
 it, as it followed the kernel on the device.
 
+Where npusan._torchhook (the adapter's C++ hook in PyTorch's dispatcher,
+agent/python/README.md) loads, it takes the operators in the dispatch
+mode's place, on npusan._speedups' C path; the mode is the fallback.
+
 Any failure in here turns the adapter off with one line on stderr; the
 user's operators always run exactly once, and their own exceptions pass
 through untouched.
