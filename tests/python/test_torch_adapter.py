@@ -927,6 +927,37 @@ class Start(unittest.TestCase):
             "npusan: off: cannot load libnpusan: /nonexistent/libnpusan.so"),
             got.stderr)
 
+    HOOK_SCRIPT = """
+        import sys, torch
+        import npusan.torch
+        x = torch.ones(4) + 1
+        a = npusan.torch._running
+        sys.exit(3 if a.on and a.hook is {} else 4)
+    """
+
+    def test_operators_go_through_the_dispatcher_hook(self):
+        if HOOK is None:
+            self.skipTest("npusan._torchhook is not built")
+        got = run_child(self.HOOK_SCRIPT.format("not None"),
+                        NPUSAN_LIBRARY=LIBRARY)
+        self.assertEqual((got.returncode, got.stdout, got.stderr), (3, "", ""))
+
+    def test_missing_hook_is_one_line_and_the_mode_runs(self):
+        if HOOK is None:
+            self.skipTest("npusan._torchhook is not built")
+        with tempfile.TemporaryDirectory() as tmp:
+            # The library and _speedups, without _torchhook beside them.
+            for path in (LIBRARY, SPEEDUPS.__file__):
+                os.symlink(os.path.abspath(path),
+                           os.path.join(tmp, os.path.basename(path)))
+            got = run_child(self.HOOK_SCRIPT.format("None"),
+                            NPUSAN_LIBRARY=os.path.join(
+                                tmp, os.path.basename(LIBRARY)))
+        self.assertEqual((got.returncode, got.stdout), (3, ""), got.stderr)
+        self.assertEqual(got.stderr, "npusan: the dispatcher hook "
+                         "(npusan._torchhook) is not used: not built: the "
+                         "dispatch mode runs instead\n")
+
     def test_npusan_0_is_silently_off(self):
         got = run_child(self.SCRIPT, NPUSAN_LIBRARY=LIBRARY, NPUSAN="0")
         self.assertEqual((got.returncode, got.stdout, got.stderr), (4, "", ""))

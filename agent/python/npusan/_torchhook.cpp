@@ -99,6 +99,14 @@ private:
 	PyGILState_STATE state_;
 };
 
+/* What went wrong, in one line: c10::Error's what() adds a backtrace. */
+const char *why(const std::exception &e)
+{
+	const c10::Error *c = dynamic_cast<const c10::Error *>(&e);
+
+	return c != nullptr ? c->what_without_backtrace() : e.what();
+}
+
 /* Whether Python can take a thread now: not while it finalizes. */
 bool python_alive()
 {
@@ -386,7 +394,7 @@ void watch_record_stream(const c10::OperatorHandle &op, c10::DispatchKeySet ks,
 		if (device)
 			s = (*stack)[base + 1].toStream();
 	} catch (const std::exception &e) {
-		fail(e.what());
+		fail(why(e));
 	}
 	run_below(op, ks, stack);
 	if (!device || !python_alive())
@@ -411,7 +419,7 @@ void watch(const c10::OperatorHandle &op, c10::DispatchKeySet ks,
 	try {
 		collect_inputs(k, p, op, *stack);
 	} catch (const std::exception &e) {
-		fail(e.what());
+		fail(why(e));
 		ok = false;
 	}
 	t_inside = true;
@@ -428,7 +436,7 @@ void watch(const c10::OperatorHandle &op, c10::DispatchKeySet ks,
 		if (ok)
 			collect_outputs(k, p, op, *stack);
 	} catch (const std::exception &e) {
-		fail(e.what());
+		fail(why(e));
 		ok = false;
 	}
 	if (ok)
@@ -493,7 +501,7 @@ PyObject *py_install(PyObject *, PyObject *args)
 		hook.api = api;
 		hook.device = type;
 	} catch (const std::exception &e) {
-		PyErr_SetString(PyExc_RuntimeError, e.what());
+		PyErr_SetString(PyExc_RuntimeError, why(e));
 		return nullptr;
 	}
 	hook.active.store(true, std::memory_order_release);
@@ -563,13 +571,15 @@ extern "C" PyMODINIT_FUNC PyInit__torchhook(void);
 extern "C" PyMODINIT_FUNC PyInit__torchhook(void)
 {
 	PyObject *m = PyModule_Create(&module);
-
 	/* The PyTorch it was built against: the adapter uses it only with
-	 * that one (1.13 and 2.6 differ in the dispatcher's layout). */
-	if (m != nullptr &&
-	    PyModule_AddObject(m, "TORCH_VERSION",
-			       Py_BuildValue("(ii)", TORCH_VERSION_MAJOR,
-					     TORCH_VERSION_MINOR)) < 0)
+	 * that one (the dispatcher's layout is compiled in). */
+	PyObject *version = m ? Py_BuildValue("(ii)", TORCH_VERSION_MAJOR,
+					      TORCH_VERSION_MINOR)
+			      : nullptr;
+
+	if (version == nullptr ||
+	    PyModule_AddObjectRef(m, "TORCH_VERSION", version) < 0)
 		Py_CLEAR(m);
+	Py_XDECREF(version);
 	return m;
 }

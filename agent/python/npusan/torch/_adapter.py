@@ -176,7 +176,7 @@ class Adapter:
         """The dispatcher hook installed for the Core, or None (then the
         dispatch mode runs), with one line saying why where the hook is
         there but cannot be used."""
-        if hook is None:
+        if hook is None or not _device_type_known(self.backend.name):
             return None
         built = tuple(hook.TORCH_VERSION)
         running = tuple(int(v) for v in
@@ -576,6 +576,19 @@ class _LeaveAtThreadEnd:
         except Exception as err:
             say(f"leaving a thread's dispatch modes: "
                 f"{type(err).__name__}: {err}")
+
+
+def _device_type_known(name: str) -> bool:
+    """Whether `name` is a device type of this PyTorch, which the
+    dispatcher hook tells device tensors by. Where it is not (``npu``
+    without a torch_npu that names PyTorch's PrivateUse1 device so, the
+    tests' stand-in among them), the dispatch mode runs, which asks each
+    tensor's ``is_npu``."""
+    try:
+        torch.device(name)
+    except RuntimeError:
+        return False
+    return True
 
 
 def registry_files(registries) -> set:
