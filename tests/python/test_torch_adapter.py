@@ -413,6 +413,16 @@ class Operators(AdapterCase):
         self.assertIn(("alloc", t.data_ptr(), 8, 0),
                       [c[:4] for c in self.agent.named("alloc")])
 
+    def test_backward_operators_are_launched(self):
+        # Below autograd, as CSAN's mode: backward's operators too (here
+        # the mul that makes x's gradient), with the autograd engine's
+        # thread-local state.
+        x = torch.ones(4, requires_grad=True)
+        (x * 3).sum().backward()
+        muls = [c for c in self.launches() if c[2] == "aten::mul.Tensor"]
+        self.assertEqual(len(muls), 2, self.launches())
+        self.assertEqual(x.grad.tolist(), [3.0] * 4)
+
     def test_scalar_argument_is_no_tensor(self):
         x = torch.ones(4)
         self.agent.calls.clear()
