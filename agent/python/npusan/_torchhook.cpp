@@ -52,7 +52,7 @@
 
 #include <atomic>
 #include <exception>
-#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -75,19 +75,23 @@ struct Hook {
 	PyObject *core = nullptr; /* npusan._speedups.Core, owned */
 	const struct hook_api *api = nullptr;
 	c10::DeviceType device = c10::DeviceType::CPU;
-	std::unique_ptr<c10::RegistrationHandleRAII> registration;
+	c10::RegistrationHandleRAII *registration = nullptr;
 	PlanSlot plans[kPlanSlots];
 	std::vector<PyObject *> capsules; /* kept for good (DESIGN 7) */
 };
 
-Hook hook;
+/* Never destroyed: deregistering the fallback at exit would leave a
+ * thread still dispatching with the key without a kernel for it. */
+Hook &hook = *new Hook;
 
 /* Whether this thread runs an operator through the hook, and whether
  * Adapter.host_sync() held a synchronization meanwhile (hold()). */
 thread_local bool t_inside = false;
 thread_local bool t_syncs_held = false;
 
-/* The GIL, for a scope. */
+/* The GIL, for a scope, with the key excluded meanwhile: an operator
+ * that npusan's Python runs (naming a stack, reading a stream) is npusan's
+ * own, not the job's. */
 class Gil {
 public:
 	Gil() : state_(PyGILState_Ensure()) {}
@@ -96,6 +100,7 @@ public:
 	Gil &operator=(const Gil &) = delete;
 
 private:
+	c10::impl::ExcludeDispatchKeyGuard own_{kKey};
 	PyGILState_STATE state_;
 };
 
@@ -182,6 +187,9 @@ const struct plan *plan_of(const c10::OperatorHandle &op)
 
 		if (!hook.active.load(std::memory_order_relaxed))
 			return nullptr;
+		p = plan_kept(key); /* another thread's, meanwhile */
+		if (p != nullptr)
+			return p;
 		p = hook.api->plan(hook.core, schema.name().c_str(),
 				   schema.overload_name().c_str(), &capsule);
 		if (p != nullptr) {
@@ -190,7 +198,9 @@ const struct plan *plan_of(const c10::OperatorHandle &op)
 		}
 		return p;
 	} catch (...) {
-		return nullptr; /* a string copy failed: npusan stays as is */
+		/* Keeping the capsule failed (memory): the operator runs
+		 * unwatched, and its plan is asked for again next time. */
+		return nullptr;
 	}
 }
 
@@ -305,6 +315,8 @@ void collect_inputs(Call &k, const struct plan *p, const c10::OperatorHandle &op
 {
 	size_t n = op.schema().arguments().size(), base = stack.size() - n;
 
+	if (stack.size() < n)
+		throw std::length_error("fewer arguments than the schema's");
 	for (ptrdiff_t i = 0; i < p->nargs; i++) {
 		const struct arg_plan &a = p->args[i];
 		struct ranges *r = a.write ? &k.writes : &k.reads;
@@ -324,6 +336,8 @@ void collect_outputs(Call &k, const struct plan *p,
 {
 	size_t n = op.schema().returns().size(), base = stack.size() - n;
 
+	if (stack.size() < n)
+		throw std::length_error("fewer returns than the schema's");
 	for (ptrdiff_t i = 0; i < p->nrets; i++) {
 		const struct ret_plan &r = p->rets[i];
 
@@ -388,6 +402,8 @@ void watch_record_stream(const c10::OperatorHandle &op, c10::DispatchKeySet ks,
 	try {
 		size_t base = stack->size() - 2;
 
+		if (stack->size() < 2)
+			throw std::length_error("record_stream's arguments");
 		device = (*stack)[base].isTensor() && (*stack)[base + 1].isStream() &&
 			 device_tensor((*stack)[base].toTensor(), &h) &&
 			 h.data != 0;
@@ -468,7 +484,7 @@ void register_fallback()
 {
 	if (hook.registration)
 		return;
-	hook.registration = std::make_unique<c10::RegistrationHandleRAII>(
+	hook.registration = new c10::RegistrationHandleRAII(
 		c10::Dispatcher::singleton().registerFallback(
 			kKey,
 			c10::KernelFunction::makeFromBoxedFunction<&hook_fallback>(),
