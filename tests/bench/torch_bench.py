@@ -19,7 +19,8 @@ of its own per configuration:
              npusan/_speedups_mode.c, so npusan can cost less than this);
   npusan     the emulation plus npusan.torch.enable() (NPUSAN_TORCH_DEVICE=
              cpu): the adapter's hook in PyTorch's C++ dispatcher
-             (npusan._torchhook) and callbacks feeding the agent, whose ring a real npusand drains (started here on a
+             (npusan._torchhook, in the build tree) and callbacks feeding
+             the agent, whose ring a real npusand drains (started here on a
              socket in a temporary directory; --no-daemon leaves the agent
              with no consumer, its full ring dropping records);
   npusan-mode the same on the adapter's C dispatch mode
@@ -27,10 +28,12 @@ of its own per configuration:
   npusan-py  the same on the adapter's Python path (NPUSAN_PYTHON_SPEEDUPS=0),
              without npusan._speedups' C;
   *-idle     each npusan process also times every run with its adapter
-             turned off (its dispatch mode and callbacks still installed,
-             each returning at once): npusan less that is what npusan's own
-             code costs, measured within one process; npusan-idle against
-             CSAN is the least that any npusan on a dispatch mode can add;
+             turned off (adapter.on false: its hook or dispatch mode and
+             callbacks still installed, reporting nothing; the hook still
+             reads each operator's tensors): npusan less that is what
+             npusan's own code costs, measured within one process;
+             npusan-mode-idle against CSAN is the least that any npusan on
+             a dispatch mode can add;
   csan       the emulation plus torch.cuda._sanitizer's own
              CUDASanitizerDispatchMode and EventHandler, registered on the
              same trace callbacks, with two substitutions that let it see
