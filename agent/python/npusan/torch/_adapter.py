@@ -178,10 +178,10 @@ class Adapter:
         there but cannot be used."""
         if hook is None or not _device_type_known(self.backend.name):
             return None
-        built = tuple(hook.TORCH_VERSION)
-        running = tuple(int(v) for v in
-                        torch.__version__.split("+")[0].split(".")[:2])
         try:
+            built = tuple(hook.TORCH_VERSION)
+            running = tuple(int(v) for v in
+                            torch.__version__.split("+")[0].split(".")[:2])
             if built != running:
                 raise RuntimeError(
                     f"built for PyTorch {built[0]}.{built[1]}, "
@@ -231,7 +231,8 @@ class Adapter:
         return self.on
 
     def leave(self) -> None:
-        """Leaves the dispatch mode in this thread, where it is on top."""
+        """Leaves the dispatch mode in this thread, where it is on top;
+        turns the dispatcher hook off, where it runs instead."""
         if self.hook is not None:
             self.hook.off()
             return
