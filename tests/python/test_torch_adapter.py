@@ -707,7 +707,8 @@ class OtherModes(StartCase):
         self.assertEqual(seen, [torch.ops.aten.add_.Tensor])
         self.assertEqual(self.agent.named("launch")[-1][2:5],
                          ("aten::add_.Tensor", [], [(x.data_ptr(), 16)]))
-        self.assertEqual(mode_stack(), [] if self.hook else [self.adapter.mode])
+        self.assertEqual(mode_stack(),
+                         [] if self.hook else [self.adapter.mode])
         x.mul_(2)
         self.assertEqual(self.agent.named("launch")[-1][2],
                          "aten::mul_.Tensor")
