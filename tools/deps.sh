@@ -29,7 +29,10 @@ docs="go-md2man"
 # pages in their test; libdebuginfod1 is the debuginfod client libdw would
 # load, which the symbolizer's test checks is never used. Without them those
 # tests skip (77); without libdebuginfod1 that test passes but proves nothing.
-test_extra="python3-torch python3-dev prometheus systemd groff-base libdebuginfod1"
+# libtorch-dev (with g++, which it needs) builds the adapter's dispatcher hook
+# (npusan._torchhook, C++ against PyTorch's dispatcher), so that the torch
+# tests cover it beside the dispatch mode.
+test_extra="python3-torch python3-dev libtorch-dev g++ prometheus systemd groff-base libdebuginfod1"
 # The Debian packages (debian/, dpkg-buildpackage -us -uc -b) and their
 # check, tests/service/deb_install.sh: debhelper and dh-python build them,
 # python3-dev the adapter's C path, lintian checks them, debootstrap makes
@@ -46,7 +49,7 @@ test_tools="promtool:prometheus systemd-analyze:systemd systemd-socket-activate:
 # differs is built again.
 torch2_root="${NPUSAN_TORCH2_ROOT:-/var/cache/npusan/trixie-root}"
 torch2_mirror="${NPUSAN_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-torch2_pkgs="$build libc6-dev python3-torch python3-dev"
+torch2_pkgs="$build libc6-dev python3-torch python3-dev libtorch-dev g++"
 torch2_stamp="trixie $torch2_pkgs"
 
 say() { echo "npusan: $*" >&2; }

@@ -18,17 +18,22 @@ of its own per configuration:
              npusan's C path runs it in C for npusan's mode, ModeStack in
              npusan/_speedups_mode.c, so npusan can cost less than this);
   npusan     the emulation plus npusan.torch.enable() (NPUSAN_TORCH_DEVICE=
-             cpu): the adapter's dispatch mode and callbacks feeding the
-             agent, whose ring a real npusand drains (started here on a
+             cpu): the adapter's hook in PyTorch's C++ dispatcher
+             (npusan._torchhook, in the build tree) and callbacks feeding
+             the agent, whose ring a real npusand drains (started here on a
              socket in a temporary directory; --no-daemon leaves the agent
              with no consumer, its full ring dropping records);
+  npusan-mode the same on the adapter's C dispatch mode
+             (NPUSAN_TORCH_HOOK=0), as before the dispatcher hook;
   npusan-py  the same on the adapter's Python path (NPUSAN_PYTHON_SPEEDUPS=0),
              without npusan._speedups' C;
   *-idle     each npusan process also times every run with its adapter
-             turned off (its dispatch mode and callbacks still installed,
-             each returning at once): npusan less that is what npusan's own
-             code costs, measured within one process; npusan-idle against
-             CSAN is the least that any npusan on a dispatch mode can add;
+             turned off (adapter.on false: its hook or dispatch mode and
+             callbacks still installed, reporting nothing; the hook still
+             reads each operator's tensors): npusan less that is what
+             npusan's own code costs, measured within one process;
+             npusan-mode-idle against CSAN is the least that any npusan on
+             a dispatch mode can add;
   csan       the emulation plus torch.cuda._sanitizer's own
              CUDASanitizerDispatchMode and EventHandler, registered on the
              same trace callbacks, with two substitutions that let it see
@@ -69,12 +74,13 @@ import time
 
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-CONFIGS = ("baseline", "emulation", "empty-mode", "npusan", "npusan-py",
-           "csan")
+CONFIGS = ("baseline", "emulation", "empty-mode", "npusan", "npusan-mode",
+           "npusan-py", "csan")
 # The npusan processes also time each run with the adapter turned off (its
 # dispatch mode and callbacks still installed, returning at once), in the
 # same process, so that npusan less that is what its own code costs.
-IDLE = {"npusan": "npusan-idle", "npusan-py": "npusan-py-idle"}
+IDLE = {"npusan": "npusan-idle", "npusan-mode": "npusan-mode-idle",
+        "npusan-py": "npusan-py-idle"}
 
 
 def workload(torch):
@@ -197,6 +203,8 @@ def child(config: str, iters: int, depth: int) -> None:
 
         if not npusan.torch.enable():
             sys.exit("torch_bench: npusan did not turn on")
+        if (npusan.torch._running.hook is not None) != (config == "npusan"):
+            sys.exit(f"torch_bench: {config} without the path it names")
     elif config == "csan":
         setup_csan(torch)
 
@@ -273,13 +281,16 @@ def main() -> None:
     times = {c: [] for c in CONFIGS + tuple(IDLE.values())}
     # npusan-idle's too: what its dispatch mode costs when it records
     # nothing, the least that any npusan on a dispatch mode can add.
-    ratios = {c: [] for c in ("npusan", "npusan-py", "npusan-idle")}
+    ratios = {c: [] for c in ("npusan", "npusan-mode", "npusan-py",
+                              "npusan-idle", "npusan-mode-idle")}
     children = {}
     try:
         for config in CONFIGS:
             child_env = dict(env)
             if config == "npusan-py":
                 child_env["NPUSAN_PYTHON_SPEEDUPS"] = "0"
+            if config == "npusan-mode":
+                child_env["NPUSAN_TORCH_HOOK"] = "0"
             children[config] = subprocess.Popen(
                 [sys.executable, os.path.abspath(__file__),
                  "--child", config, "--iters", str(a.iters),
@@ -333,7 +344,7 @@ def main() -> None:
               f" {per_op[c] - per_op['emulation']:15.2f}  "
               f"{spread[c][0]:9.2f} {spread[c][1]:7.2f}")
     added = {c: per_op[c] - per_op["emulation"]
-             for c in ("npusan", "npusan-py", "csan")}
+             for c in ("npusan", "npusan-mode", "npusan-py", "csan")}
     ratio = {c: statistics.median(r) for c, r in ratios.items()}
     own = {c: statistics.median(a - b for a, b in zip(times[c], times[i]))
            / (a.iters * ops) * 1e6 for c, i in IDLE.items()}
@@ -342,10 +353,12 @@ def main() -> None:
           f"adds is its dispatch mode and callbacks being there")
     print(f"npusan adds {added['npusan']:.2f} us/op, CSAN {added['csan']:.2f} "
           f"us/op: npusan adds {ratio['npusan']:.3f} of what CSAN adds "
-          f"(target: at most 0.05); on its Python path "
+          f"(target: at most 0.05); on its C dispatch mode "
+          f"{ratio['npusan-mode']:.3f}, on its Python path "
           f"{ratio['npusan-py']:.3f}")
-    print(f"npusan's dispatch mode recording nothing (npusan-idle) adds "
-          f"{ratio['npusan-idle']:.3f} of what CSAN adds")
+    print(f"npusan recording nothing adds {ratio['npusan-idle']:.3f} of what "
+          f"CSAN adds ({ratio['npusan-mode-idle']:.3f} on its dispatch "
+          f"mode)")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)),
 LIBRARY = None  # --library
 NPUSANCTL = None  # --npusanctl
 SPEEDUPS = None  # npusan._speedups, with --speedups
+HOOK = None  # npusan._torchhook, with --torchhook
 
 _LAUNCH = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint32,
                            ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
@@ -134,6 +135,7 @@ class AdapterCase(unittest.TestCase):
     entered for each test; with `speedups`, npusan._speedups runs it."""
 
     speedups = False
+    hook = False  # with speedups: npusan._torchhook in the mode's place
     # Whether the test breaks the stream lookup (self.broken), which the C
     # path then reaches through backend.current_stream.
     breaks_stream = False
@@ -163,8 +165,10 @@ class AdapterCase(unittest.TestCase):
                      torch.utils._python_dispatch.__file__)
         self.adapter = _adapter.Adapter(
             self.agent, backend, Stacks(self.agent, 32, machinery),
-            SPEEDUPS if self.speedups else None)
+            SPEEDUPS if self.speedups else None,
+            HOOK if self.hook else None)
         self.assertEqual(self.adapter.core is not None, self.speedups)
+        self.assertEqual(self.adapter.hook is not None, self.hook)
         self.adapter.register()
         self.adapter.mode.__enter__()
         # As start() does: on PyTorch 1.13 the C path runs the mode stack.
@@ -563,6 +567,7 @@ class StartCase(unittest.TestCase):
     not started; with `speedups`, npusan._speedups runs it."""
 
     speedups = False
+    hook = False
 
     def setUp(self):
         from npusan._stack import Stacks
@@ -575,7 +580,8 @@ class StartCase(unittest.TestCase):
                      torch.utils._python_dispatch.__file__)
         self.adapter = _adapter.Adapter(
             self.agent, backend, Stacks(self.agent, 32, machinery),
-            SPEEDUPS if self.speedups else None)
+            SPEEDUPS if self.speedups else None,
+            HOOK if self.hook else None)
         self.adapter.register()
 
     def tearDown(self):
@@ -600,7 +606,11 @@ class Proof(StartCase):
 
         self.assertEqual(self.start(), (True, ""))
         self.assertIn(_PROBE, self.adapter.specs)
-        self.assertEqual(mode_stack(), [self.adapter.mode])
+        if self.hook:  # in the dispatcher: no mode on the stack
+            self.assertEqual(mode_stack(), [])
+            self.assertTrue(HOOK.entered())
+        else:
+            self.assertEqual(mode_stack(), [self.adapter.mode])
         self.assertEqual(self.agent.named("launch", "alloc", "free"), [])
         x = torch.ones(4)
         self.assertEqual(self.agent.named("alloc")[-1][1], x.data_ptr())
@@ -618,6 +628,8 @@ class Proof(StartCase):
         # What PyTorch 2 did to the C path: a __torch_dispatch__ bound to
         # another object than the mode (here its class, which 1.13
         # refuses too).
+        if self.hook:
+            self.skipTest("the dispatcher hook is no dispatch mode")
         mode = self.adapter.mode
         mode.__torch_dispatch__ = types.MethodType(
             lambda cls, *args: None, type(mode))
@@ -637,6 +649,38 @@ class Proof(StartCase):
         self.adapter.spec = broken
         self.assertOff(*self.start(),
                        "npusan: off: ValueError: cannot classify\n")
+
+
+class HookFallback(StartCase):
+    """Where the dispatcher hook cannot be used (here: built for another
+    PyTorch), the adapter says so in one line and runs its C dispatch mode:
+    the job runs, and its operators are recorded."""
+
+    speedups = True
+
+    def test_hook_for_another_torch_falls_back_to_the_mode(self):
+        from npusan.torch import _adapter
+        from npusan._stack import Stacks
+
+        other = types.SimpleNamespace(TORCH_VERSION=(0, 1),
+                                      install=HOOK.install)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            self.adapter = _adapter.Adapter(
+                self.agent, self.adapter.backend,
+                Stacks(self.agent, 32, ()), SPEEDUPS, other)
+        self.assertEqual(err.getvalue(), (
+            f"npusan: the dispatcher hook is not used (built for PyTorch "
+            f"0.1, running {torch.__version__}): the dispatch mode runs "
+            f"instead\n"))
+        self.assertIsNone(self.adapter.hook)
+        self.adapter.register()
+        self.assertEqual(self.start(), (True, ""))
+        self.assertEqual(mode_stack(), [self.adapter.mode])
+        x = torch.ones(4)
+        x.add_(1)
+        self.assertEqual(self.agent.named("launch")[-1][2:5],
+                         ("aten::add_.Tensor", [], [(x.data_ptr(), 16)]))
 
 
 class OtherModes(StartCase):
@@ -663,7 +707,8 @@ class OtherModes(StartCase):
         self.assertEqual(seen, [torch.ops.aten.add_.Tensor])
         self.assertEqual(self.agent.named("launch")[-1][2:5],
                          ("aten::add_.Tensor", [], [(x.data_ptr(), 16)]))
-        self.assertEqual(mode_stack(), [self.adapter.mode])
+        self.assertEqual(mode_stack(),
+                         [] if self.hook else [self.adapter.mode])
         x.mul_(2)
         self.assertEqual(self.agent.named("launch")[-1][2],
                          "aten::mul_.Tensor")
@@ -883,6 +928,68 @@ class Start(unittest.TestCase):
             "npusan: off: cannot load libnpusan: /nonexistent/libnpusan.so"),
             got.stderr)
 
+    HOOK_SCRIPT = """
+        import sys, torch
+        import npusan.torch
+        x = torch.ones(4) + 1
+        a = npusan.torch._running
+        sys.exit(3 if a.on and a.hook is {} else 4)
+    """
+
+    def test_operators_go_through_the_dispatcher_hook(self):
+        if HOOK is None:
+            self.skipTest("npusan._torchhook is not built")
+        got = run_child(self.HOOK_SCRIPT.format("not None"),
+                        NPUSAN_LIBRARY=LIBRARY)
+        self.assertEqual((got.returncode, got.stdout, got.stderr), (3, "", ""))
+
+    def test_missing_hook_is_one_line_and_the_mode_runs(self):
+        if HOOK is None:
+            self.skipTest("npusan._torchhook is not built")
+        with tempfile.TemporaryDirectory() as tmp:
+            # The library and _speedups, without _torchhook beside them.
+            for path in (LIBRARY, SPEEDUPS.__file__):
+                os.symlink(os.path.abspath(path),
+                           os.path.join(tmp, os.path.basename(path)))
+            got = run_child(self.HOOK_SCRIPT.format("None"),
+                            NPUSAN_LIBRARY=os.path.join(
+                                tmp, os.path.basename(LIBRARY)))
+        self.assertEqual((got.returncode, got.stdout), (3, ""), got.stderr)
+        self.assertEqual(got.stderr, "npusan: the dispatcher hook "
+                         "(npusan._torchhook) is not used: not built: the "
+                         "dispatch mode runs instead\n")
+
+    BACKWARD_RACE = """
+        import torch
+        import npusan.torch
+        from npusan.torch import emulate
+
+        npusan.torch.enable()
+        x = torch.ones(4, requires_grad=True)
+        y = x * 3
+        with emulate.stream(emulate.Stream()):
+            g = torch.ones(4)
+        # backward's mul reads g on the default stream, with no wait.
+        y.backward(g)
+    """
+
+    def test_race_with_a_backward_operator_is_found(self):
+        # Below autograd, as CSAN's mode: backward's operators too, with
+        # the autograd engine's thread-local state. In a child: PyTorch 2
+        # starts autograd's threads at the first backward, which the
+        # Threads cases would then count.
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = os.path.join(tmp, "run.trace")
+            got = run_child(self.BACKWARD_RACE, NPUSAN_LIBRARY=LIBRARY,
+                            NPUSAN_RECORD=trace, module=False)
+            self.assertEqual((got.returncode, got.stdout, got.stderr),
+                             (0, "", ""))
+            found = analyze(trace)
+        # (_make_grads' is_same_size reads g before, without a wait too.)
+        races = [(f["access"]["op"], f["previous"]["op"]) for f in found
+                 if f["kind"] == "data_race"]
+        self.assertIn(("aten::mul.Tensor", "aten::ones"), races, found)
+
     def test_npusan_0_is_silently_off(self):
         got = run_child(self.SCRIPT, NPUSAN_LIBRARY=LIBRARY, NPUSAN="0")
         self.assertEqual((got.returncode, got.stdout, got.stderr), (4, "", ""))
@@ -1002,10 +1109,11 @@ class StartAsRoot(unittest.TestCase):
 
 
 def main() -> None:
-    global torch, LIBRARY, NPUSANCTL, SPEEDUPS
+    global torch, LIBRARY, NPUSANCTL, SPEEDUPS, HOOK
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--library", required=True)
     ap.add_argument("--speedups")
+    ap.add_argument("--torchhook")
     ap.add_argument("--npusanctl", required=True)
     ap.add_argument("--root", action="store_true",
                     help="run only the tests that need root (StartAsRoot)")
@@ -1036,6 +1144,19 @@ def main() -> None:
                      Proof, Threads, OtherModes):
             twin = type(case.__name__ + "_C", (case,), {"speedups": True})
             globals()[twin.__name__] = twin
+    if args.speedups and args.torchhook:
+        HOOK, why = _lib.load_torchhook(LIBRARY)
+        if HOOK is None or not os.path.samefile(HOOK.__file__,
+                                                 args.torchhook):
+            sys.exit(f"test_torch_adapter: {args.torchhook} did not load: "
+                     f"{why}")
+        for case in (Ranges, Operators, Streams, PythonStacks, Failures,
+                     Proof, Threads, OtherModes):
+            twin = type(case.__name__ + "_Hook", (case,),
+                        {"speedups": True, "hook": True})
+            globals()[twin.__name__] = twin
+    if HOOK is None:
+        del globals()["HookFallback"]
     # Without --root, every case but StartAsRoot, which has an entry of its
     # own (torch_adapter_root), so that a skip shows as one.
     names = ["StartAsRoot"] if args.root else [

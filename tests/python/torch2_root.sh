@@ -45,7 +45,7 @@ exec chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root PYTHOND
 	LANG=C.UTF-8 sh -eu -c "
 if ! { cmake -S /src -B /build -DCMAKE_BUILD_TYPE=Debug &&
 	cmake --build /build -j $jobs --target npusan npusand npusanctl npusan_speedups \
-		npusan-graph-workspace
+		npusan-graph-workspace npusan_torchhook
 	} >/build/build.log 2>&1; then
 	cat /build/build.log
 	exit 1

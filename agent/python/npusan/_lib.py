@@ -175,23 +175,42 @@ def load_speedups(agent_path: str) -> Optional[ModuleType]:
     ``NPUSAN_PYTHON_SPEEDUPS=0`` keeps it out."""
     if os.environ.get("NPUSAN_PYTHON_SPEEDUPS") == "0":
         return None
+    return _load_extension("_speedups", agent_path)[0]
+
+
+def load_torchhook(agent_path: str) -> Tuple[Optional[ModuleType], str]:
+    """(npusan._torchhook, "") or (None, why not): the adapter's hook in
+    PyTorch's C++ dispatcher, found as npusan._speedups is. Where it is
+    missing, the adapter's dispatch mode runs instead.
+    ``NPUSAN_TORCH_HOOK=0`` keeps it out, with "" as the reason."""
+    if os.environ.get("NPUSAN_TORCH_HOOK") == "0":
+        return None, ""
+    return _load_extension("_torchhook", agent_path)
+
+
+def _load_extension(name: str,
+                    agent_path: str) -> Tuple[Optional[ModuleType], str]:
+    """(npusan.<name>, "") or (None, why not): installed beside this
+    package, or built beside the library `agent_path` names."""
+    errors = []
     try:
-        from . import _speedups  # installed with the package
-        return _speedups
-    except ImportError:
-        pass
+        return importlib.import_module(__package__ + "." + name), ""
+    except ImportError as err:
+        if getattr(err, "name", None) != __package__ + "." + name:
+            errors.append(str(err))  # there, but it did not load
     where = os.path.dirname(agent_path)
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = os.path.join(where, "_speedups" + suffix)
+        path = os.path.join(where, name + suffix)
         if not where or not os.path.exists(path):
             continue
         try:
             spec = importlib.util.spec_from_file_location(
-                __package__ + "._speedups", path)
+                __package__ + "." + name, path)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
-        except ImportError:
-            continue  # built for another Python
+        except ImportError as err:
+            errors.append(f"{path}: {err}")  # built for another Python
+            continue
         sys.modules[spec.name] = module
-        return module
-    return None
+        return module, ""
+    return None, "; ".join(errors) or "not built"

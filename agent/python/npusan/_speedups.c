@@ -42,8 +42,14 @@
  * 8. On PyTorch 1.13, whose mode stack runs in Python, ModeStack runs it
  *    in C while npusan's mode is on top (_speedups_mode.c).
  *
+ * 9. Where the dispatcher hook (_torchhook.cpp, the one C++ file) is
+ *    loaded, it takes the dispatch mode's place: it reads each operator's
+ *    tensors inside PyTorch's C++ dispatcher and calls the functions here
+ *    through the table of _speedups_hook.h (_speedups_hook.c).
+ *
  * FILES: _speedups.c the module and Core; _speedups_dispatch.c the
- * dispatch mode and allocation callbacks; _speedups_ranges.c the bytes a
+ * dispatch mode and allocation callbacks; _speedups_hook.c the hook's
+ * table; _speedups_ranges.c the bytes a
  * tensor touches; _speedups_stack.c stacks; _speedups_threads.c threads
  * already running; _speedups_mode.c ModeStack; _speedups.h what they
  * share.
@@ -442,7 +448,7 @@ PyMODINIT_FUNC PyInit__speedups(void);
 
 PyMODINIT_FUNC PyInit__speedups(void)
 {
-	PyObject *m;
+	PyObject *m, *api;
 
 	if (intern(&s_data_ptr, "data_ptr") < 0 ||
 	    intern(&s_is_contiguous, "is_contiguous") < 0 ||
@@ -462,13 +468,16 @@ PyMODINIT_FUNC PyInit__speedups(void)
 	if (PyType_Ready(&core_type) < 0 || PyType_Ready(&mode_stack_type) < 0)
 		return NULL;
 	m = PyModule_Create(&module);
-	if (m == NULL)
-		return NULL;
-	if (PyModule_AddObjectRef(m, "Core", (PyObject *)&core_type) < 0 ||
+	api = m ? hook_api_capsule() : NULL;
+	if (api == NULL ||
+	    PyModule_AddObjectRef(m, "hook_api", api) < 0 ||
+	    PyModule_AddObjectRef(m, "Core", (PyObject *)&core_type) < 0 ||
 	    PyModule_AddObjectRef(m, "ModeStack",
 				  (PyObject *)&mode_stack_type) < 0) {
-		Py_DECREF(m);
+		Py_XDECREF(api);
+		Py_XDECREF(m);
 		return NULL;
 	}
+	Py_DECREF(api);
 	return m;
 }

@@ -12,6 +12,8 @@
 
 #include <stdint.h>
 
+#include "_speedups_hook.h"
+
 #if PY_VERSION_HEX < 0x030B0000
 #error "npusan._speedups needs CPython 3.11 or later (PyFrame_GetLasti)"
 #endif
@@ -20,17 +22,10 @@
 #define MAX_RUNS 16
 /* Dimensions sorted on the C stack; a tensor with more is one span. */
 #define MAX_DIMS 64
-/* Range pairs kept on the C stack before the heap is used. */
-#define RANGES_INLINE 32
 /* npusan_intern_stack() takes at most this many frames. */
 #define MAX_FRAMES 256
 
 #define WRITE 2 /* _classify.WRITE */
-
-struct npusan_range {
-	uint64_t ptr;
-	uint64_t len;
-};
 
 typedef void (*launch_fn)(uint64_t, uint32_t, const struct npusan_range *,
 			  size_t, const struct npusan_range *, size_t,
@@ -42,16 +37,6 @@ typedef void (*launch_args_fn)(uint64_t, uint32_t, const struct npusan_range *,
 			       const uint32_t *, size_t,
 			       const struct npusan_range *, const uint32_t *,
 			       size_t, uint32_t);
-
-/* Growable ranges, inline first, each with its argument's name id. */
-struct ranges {
-	struct npusan_range *v;
-	uint32_t *names;
-	size_t n, cap;
-	uint32_t name; /* of the argument (or return) being collected */
-	struct npusan_range inline_v[RANGES_INLINE];
-	uint32_t inline_names[RANGES_INLINE];
-};
 
 /* Code objects whose frames are machinery or not, as Stacks._skip says,
  * direct-mapped by address (_speedups_stack.c); emptied whenever Stacks
@@ -113,7 +98,10 @@ int core_stream(Core *c, int64_t device, uint64_t *out);
 /* _speedups_ranges.c: the bytes each tensor touches. */
 void ranges_init(struct ranges *r);
 void ranges_fini(struct ranges *r);
+int ranges__push(struct ranges *r, uint64_t ptr, uint64_t len);
 int ranges_push(struct ranges *r, uint64_t ptr, uint64_t len);
+int ranges_add_dims(struct ranges *r, uint64_t ptr, uint64_t elem, int64_t n,
+		    const int64_t *sizes, const int64_t *strides);
 int ranges_add_strided(struct ranges *r, uint64_t ptr, uint64_t elem,
 		       PyObject *sizes, PyObject *strides);
 int ranges_is_device(Core *c, PyObject *v);
@@ -134,6 +122,15 @@ PyObject *dispatch_torch_dispatch(PyObject *self, PyObject *const *a,
 				  Py_ssize_t na);
 PyObject *dispatch_on_memory_allocation(PyObject *self, PyObject *ptr);
 PyObject *dispatch_on_memory_deallocation(PyObject *self, PyObject *ptr);
+PyObject *dispatch_plan(Core *c, PyObject *func, struct plan **out);
+void dispatch_release(Core *c, PyObject *tid);
+int dispatch_claim(Core *c, uint64_t start, uint64_t extent, int64_t stack,
+		   int graph_too);
+int dispatch_launch(Core *c, uint32_t op, const struct ranges *rd,
+		    const struct ranges *wr, int64_t device, int64_t stack);
+
+/* _speedups_hook.c: what the dispatcher hook calls, as a capsule. */
+PyObject *hook_api_capsule(void);
 
 /* _speedups_threads.c: threads already running. */
 PyObject *threads_watch(PyObject *self, PyObject *hook);

@@ -20,31 +20,8 @@
 
 #define PLAN_CAPSULE "npusan._speedups.plan"
 
-/* An argument that can hold tensors whose memory the operator touches. */
-struct arg_plan {
-	Py_ssize_t pos;
-	PyObject *name; /* the keyword, borrowed from the plan's entry */
-	int write, nest;
-	uint32_t name_id;
-};
-
-/* A return that is a fresh output. */
-struct ret_plan {
-	Py_ssize_t pos;
-	int nest;
-	uint32_t name_id;
-};
-
-struct plan {
-	PyObject *entry; /* Adapter.spec()'s: holds what the plan borrows */
-	PyObject *func;  /* kept: id(func) is the plan's key */
-	PyObject *run;   /* runs the operator: entry[4] where given, or func */
-	uint32_t op;
-	int record_stream, single_return;
-	Py_ssize_t nargs, nrets;
-	struct arg_plan *args;
-	struct ret_plan *rets;
-};
+/* struct plan, arg_plan, ret_plan: in _speedups_hook.h, which the
+ * dispatcher hook shares. */
 
 /* One operator going through the mode. */
 struct call {
@@ -207,29 +184,28 @@ static PyObject *plan_entry(Core *c, PyObject *func)
 	return PyObject_CallMethodOneArg(c->adapter, s_spec, func);
 }
 
-/* func's plan into k->plan, its capsule returned (a new reference) for
- * the call to hold; NULL with an exception. */
-static PyObject *plan_get(struct call *k)
+/* func's plan into *out, its capsule returned (a new reference) for the
+ * caller to hold; NULL with an exception. */
+PyObject *dispatch_plan(Core *c, PyObject *func, struct plan **out)
 {
-	PyObject *key = PyLong_FromVoidPtr(k->func), *capsule, *entry;
+	PyObject *key = PyLong_FromVoidPtr(func), *capsule, *entry;
 
 	if (key == NULL)
 		return NULL;
-	capsule = PyDict_GetItemWithError(k->c->plans, key);
+	capsule = PyDict_GetItemWithError(c->plans, key);
 	if (capsule != NULL) {
 		Py_INCREF(capsule);
 	} else if (!PyErr_Occurred()) {
-		entry = plan_entry(k->c, k->func);
-		capsule = entry ? plan_make(k->c, k->func, entry) : NULL;
+		entry = plan_entry(c, func);
+		capsule = entry ? plan_make(c, func, entry) : NULL;
 		Py_XDECREF(entry);
-		if (capsule != NULL &&
-		    PyDict_SetItem(k->c->plans, key, capsule) < 0)
+		if (capsule != NULL && PyDict_SetItem(c->plans, key, capsule) < 0)
 			Py_CLEAR(capsule);
 	}
 	Py_DECREF(key);
 	if (capsule != NULL) {
-		k->plan = PyCapsule_GetPointer(capsule, PLAN_CAPSULE);
-		if (k->plan == NULL)
+		*out = PyCapsule_GetPointer(capsule, PLAN_CAPSULE);
+		if (*out == NULL)
 			Py_CLEAR(capsule);
 	}
 	return capsule;
@@ -297,19 +273,16 @@ static int call_enter(struct call *k)
 	return PyDict_SetItem(k->c->inside, k->tid, Py_None);
 }
 
-/* Ends the operator of thread k->tid and pushes the synchronizations it
+/* Ends the operator of thread `tid` and pushes the synchronizations it
  * held, as Adapter.release() (DESIGN 4); a pending exception is kept. */
-static void call_release(struct call *k)
+void dispatch_release(Core *c, PyObject *tid)
 {
-	Core *c = k->c;
 	PyObject *type, *value, *tb, *held;
 
-	if (k->tid == NULL)
-		return;
 	PyErr_Fetch(&type, &value, &tb);
-	held = PyDict_GetItemWithError(c->inside, k->tid);
+	held = PyDict_GetItemWithError(c->inside, tid);
 	Py_XINCREF(held);
-	if (held != NULL && PyDict_DelItem(c->inside, k->tid) < 0)
+	if (held != NULL && PyDict_DelItem(c->inside, tid) < 0)
 		core_fail(c);
 	if (held != NULL && PyList_Check(held) && core_on(c)) {
 		for (Py_ssize_t i = 0; i < PyList_GET_SIZE(held); i++) {
@@ -327,49 +300,85 @@ static void call_release(struct call *k)
 	if (held == NULL && PyErr_Occurred())
 		core_fail(c);
 	Py_XDECREF(held);
-	Py_CLEAR(k->tid);
 	PyErr_Restore(type, value, tb);
 }
 
-/* The pending allocation at `ptr`, where fresh output t starts, if any,
- * goes to the agent with t's extent (`bytes` when t is contiguous) and the
- * operator's stack: the fast claim in _adapter.py. */
-static int call_claim_fresh(struct call *k, PyObject *t, uint64_t ptr,
-			    uint64_t bytes)
+static void call_release(struct call *k)
 {
-	Core *c = k->c;
-	PyObject *key = PyLong_FromUnsignedLongLong(ptr), *stream;
-	uint64_t s, extent = bytes;
-	int ret = -1;
+	if (k->tid == NULL)
+		return;
+	dispatch_release(k->c, k->tid);
+	Py_CLEAR(k->tid);
+}
+
+/* The pending allocation that starts at `start`, if any, goes to the
+ * agent with `extent` bytes and the operator's stack: the fast claim in
+ * _adapter.py. One in a graph's pool is left to adapter.claim() (1 is
+ * returned for it where `graph_too` is 0), else reported here through
+ * adapter.alloc(). 0, or -1 with an exception. */
+int dispatch_claim(Core *c, uint64_t start, uint64_t extent, int64_t stack,
+		   int graph_too)
+{
+	PyObject *key = PyLong_FromUnsignedLongLong(start), *stream, *r;
+	uint64_t s;
+	int ret = -1, in_capture = 0;
 
 	if (key == NULL)
 		return -1;
 	stream = PyDict_GetItemWithError(c->pending, key);
 	if (stream == NULL) {
 		ret = PyErr_Occurred() ? -1 : 0;
-		goto out;
+		Py_DECREF(key);
+		return ret;
 	}
+	Py_INCREF(stream); /* adapter.alloc() may change pending */
 	s = PyLong_AsUnsignedLongLong(stream);
 	if (s == (uint64_t)-1 && PyErr_Occurred())
 		goto out;
-	/* From a graph's pool: left pending for adapter.claim(). */
-	if (PyDict_GET_SIZE(c->capturing) != 0) {
-		int in_capture = PyDict_Contains(c->capturing, stream);
-
-		if (in_capture != 0) {
-			ret = in_capture < 0 ? -1 : 0;
+	if (PyDict_GET_SIZE(c->capturing) != 0)
+		in_capture = PyDict_Contains(c->capturing, stream);
+	if (in_capture != 0) {
+		if (in_capture < 0 || !graph_too) {
+			ret = in_capture < 0 ? -1 : 1;
 			goto out;
 		}
-	}
-	if (extent == 0 && ranges_extent(t, &extent) < 0)
+		r = PyObject_CallMethod(c->adapter, "alloc", "KKOL", start,
+					extent, stream, (long long)stack);
+		ret = r != NULL && PyDict_DelItem(c->pending, key) == 0 ? 0 : -1;
+		Py_XDECREF(r);
 		goto out;
+	}
 	if (PyDict_DelItem(c->pending, key) < 0)
 		goto out;
-	c->alloc(ptr, extent, s, (uint32_t)k->stack);
+	c->alloc(start, extent, s, (uint32_t)stack);
 	ret = PySet_Add(c->live, key);
 out:
+	Py_DECREF(stream);
 	Py_DECREF(key);
 	return ret;
+}
+
+/* The pending allocation at `ptr`, where fresh output t starts, if any,
+ * goes to the agent with t's extent (`bytes` when t is contiguous). */
+static int call_claim_fresh(struct call *k, PyObject *t, uint64_t ptr,
+			    uint64_t bytes)
+{
+	uint64_t extent = bytes;
+	PyObject *key;
+	int known;
+
+	if (extent == 0) {
+		key = PyLong_FromUnsignedLongLong(ptr);
+		if (key == NULL)
+			return -1;
+		known = PyDict_Contains(k->c->pending, key);
+		Py_DECREF(key);
+		if (known <= 0)
+			return known;
+		if (ranges_extent(t, &extent) < 0)
+			return -1;
+	}
+	return dispatch_claim(k->c, ptr, extent, k->stack, 0) < 0 ? -1 : 0;
 }
 
 /* Return `r` of `result`, borrowed; NULL with an exception. */
@@ -439,24 +448,30 @@ static int call_claim_rest(struct call *k, PyObject *result)
 	return 0;
 }
 
-/* The launch of an operator that touched memory. */
-static int call_launch(struct call *k)
+/* The launch of an operator that touched memory, on the current stream
+ * of `device` (-2: none known); 0, or -1 with an exception. */
+int dispatch_launch(Core *c, uint32_t op, const struct ranges *rd,
+		    const struct ranges *wr, int64_t device, int64_t stack)
 {
-	Core *c = k->c;
-	struct ranges *rd = &k->reads, *wr = &k->writes;
 	uint64_t stream;
 
 	if (rd->n == 0 && wr->n == 0)
 		return 0;
-	if (core_stream(c, k->device, &stream) < 0)
+	if (core_stream(c, device, &stream) < 0)
 		return -1;
 	if (c->launch_args != NULL) /* names every range */
-		c->launch_args(stream, k->plan->op, rd->v, rd->names, rd->n,
-			       wr->v, wr->names, wr->n, (uint32_t)k->stack);
+		c->launch_args(stream, op, rd->v, rd->names, rd->n, wr->v,
+			       wr->names, wr->n, (uint32_t)stack);
 	else
-		c->launch(stream, k->plan->op, rd->v, rd->n, wr->v, wr->n,
-			  (uint32_t)k->stack);
+		c->launch(stream, op, rd->v, rd->n, wr->v, wr->n,
+			  (uint32_t)stack);
 	return 0;
+}
+
+static int call_launch(struct call *k)
+{
+	return dispatch_launch(k->c, k->plan->op, &k->reads, &k->writes,
+			       k->device, k->stack);
 }
 
 /* aten::record_stream: Adapter.record_stream() runs it. */
@@ -542,7 +557,7 @@ PyObject *dispatch_torch_dispatch(PyObject *self, PyObject *const *a,
 		Py_DECREF(k.args);
 		return result;
 	}
-	capsule = plan_get(&k);
+	capsule = dispatch_plan(k.c, k.func, &k.plan);
 	if (capsule == NULL) {
 		core_fail(k.c);
 		result = PyObject_Call(k.func, k.args, k.kwargs);

@@ -4,10 +4,14 @@
  * _classify.strided_ranges() find them: (pointer, length) pairs, each
  * with the name id of its argument, in a struct ranges that lives on the
  * caller's C stack and owns the heap block it grows into (ranges_fini()
- * frees it).
+ * frees it). The block is malloc's, and ranges__push() and
+ * ranges_add_dims() set no exception, so that the dispatcher hook
+ * (_torchhook.cpp) collects ranges without the GIL.
  */
 #include "_speedups.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 void ranges_init(struct ranges *r)
@@ -22,21 +26,19 @@ void ranges_init(struct ranges *r)
 void ranges_fini(struct ranges *r)
 {
 	if (r->v != r->inline_v)
-		PyMem_Free(r->v); /* and the names after the ranges */
+		free(r->v); /* and the names after the ranges */
 }
 
-/* 0; -1 with MemoryError set. */
-int ranges_push(struct ranges *r, uint64_t ptr, uint64_t len)
+/* 0; -ENOMEM. Needs no GIL: the dispatcher hook calls it without. */
+int ranges__push(struct ranges *r, uint64_t ptr, uint64_t len)
 {
 	if (r->n == r->cap) {
 		size_t cap = r->cap * 2;
 		struct npusan_range *v =
-			PyMem_Malloc(cap * (sizeof(*v) + sizeof(*r->names)));
+			malloc(cap * (sizeof(*v) + sizeof(*r->names)));
 
-		if (v == NULL) {
-			PyErr_NoMemory();
-			return -1;
-		}
+		if (v == NULL)
+			return -ENOMEM;
 		memcpy(v, r->v, r->n * sizeof(*v));
 		memcpy(v + cap, r->names, r->n * sizeof(*r->names));
 		ranges_fini(r);
@@ -49,6 +51,15 @@ int ranges_push(struct ranges *r, uint64_t ptr, uint64_t len)
 	r->names[r->n] = r->name;
 	r->n++;
 	return 0;
+}
+
+/* 0; -1 with MemoryError set. */
+int ranges_push(struct ranges *r, uint64_t ptr, uint64_t len)
+{
+	if (ranges__push(r, ptr, len) == 0)
+		return 0;
+	PyErr_NoMemory();
+	return -1;
 }
 
 /* t.name() as an integer; 0, or -1 with an exception. */
@@ -104,25 +115,15 @@ struct dim {
 
 /* The dimensions of size > 1 and stride > 0 into dims, their count in
  * *nd (MAX_DIMS + 1 for more than fit) and their span in elements in
- * *span. 1 when the tensor is empty, 0, or -1 with an exception. */
-static int ranges_dims(PyObject *sizes, PyObject *strides, struct dim *dims,
-		       Py_ssize_t *nd, uint64_t *span)
+ * *span. 1 when the tensor is empty, else 0. */
+static int ranges_dims(int64_t n, const int64_t *sizes, const int64_t *strides,
+		       struct dim *dims, Py_ssize_t *nd, uint64_t *span)
 {
-	Py_ssize_t n = PyTuple_Size(sizes);
-
-	if (n < 0 || PyTuple_Size(strides) != n) {
-		if (!PyErr_Occurred())
-			PyErr_SetString(PyExc_ValueError, "sizes and strides");
-		return -1;
-	}
 	*nd = 0;
 	*span = 1;
-	for (Py_ssize_t i = 0; i < n; i++) {
-		int64_t size = PyLong_AsLongLong(PyTuple_GET_ITEM(sizes, i));
-		int64_t stride = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
+	for (int64_t i = 0; i < n; i++) {
+		int64_t size = sizes[i], stride = strides[i];
 
-		if (PyErr_Occurred())
-			return -1;
 		if (size == 0)
 			return 1;
 		if (size > 1 && stride > 0) {
@@ -186,34 +187,79 @@ static size_t ranges_offsets(const struct dim *dims, Py_ssize_t nd,
 	return noff;
 }
 
-/* Pushes the ranges of a strided tensor, as _classify.strided_ranges(). */
-int ranges_add_strided(struct ranges *r, uint64_t ptr, uint64_t elem,
-		       PyObject *sizes, PyObject *strides)
+/* Pushes the ranges of a strided tensor of n dimensions, as
+ * _classify.strided_ranges(); 0, or -ENOMEM. Needs no GIL. */
+int ranges_add_dims(struct ranges *r, uint64_t ptr, uint64_t elem, int64_t n,
+		    const int64_t *sizes, const int64_t *strides)
 {
 	struct dim dims[MAX_DIMS];
 	uint64_t run = 1, count = 1, span, offsets[MAX_RUNS];
 	Py_ssize_t nd, i;
 	size_t noff;
-	int empty = ranges_dims(sizes, strides, dims, &nd, &span);
+	int err;
 
-	if (empty != 0)
-		return empty < 0 ? -1 : 0;
+	if (ranges_dims(n, sizes, strides, dims, &nd, &span) != 0)
+		return 0;
 	/* Too many dimensions to sort here: their span. */
 	if (nd > MAX_DIMS)
-		return ranges_push(r, ptr, span * elem);
+		return ranges__push(r, ptr, span * elem);
 	ranges_sort_dims(dims, nd);
 	for (i = 0; i < nd && (uint64_t)dims[i].stride == run; i++)
 		run *= (uint64_t)dims[i].size;
 	for (Py_ssize_t k = i; k < nd && count <= MAX_RUNS; k++)
 		count *= (uint64_t)dims[k].size;
 	if (count > MAX_RUNS)
-		return ranges_push(r, ptr, span * elem);
+		return ranges__push(r, ptr, span * elem);
 	noff = ranges_offsets(dims + i, nd - i, offsets);
 	for (size_t a = 0; a < noff; a++) {
-		if (ranges_push(r, ptr + offsets[a] * elem, run * elem) < 0)
+		err = ranges__push(r, ptr + offsets[a] * elem, run * elem);
+		if (err < 0)
+			return err;
+	}
+	return 0;
+}
+
+/* The integers of tuple t into v[0..n); -1 with an exception. */
+static int ranges_tuple_i64(PyObject *t, Py_ssize_t n, int64_t *v)
+{
+	for (Py_ssize_t i = 0; i < n; i++) {
+		v[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(t, i));
+		if (v[i] == -1 && PyErr_Occurred())
 			return -1;
 	}
 	return 0;
+}
+
+/* Pushes the ranges of a strided tensor of sizes and strides given as
+ * tuples, as _classify.strided_ranges(); 0, or -1 with an exception. */
+int ranges_add_strided(struct ranges *r, uint64_t ptr, uint64_t elem,
+		       PyObject *sizes, PyObject *strides)
+{
+	int64_t inline_v[2 * MAX_DIMS], *v = inline_v;
+	Py_ssize_t n = PyTuple_Size(sizes);
+	int ret = -1;
+
+	if (n < 0 || PyTuple_Size(strides) != n) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_ValueError, "sizes and strides");
+		return -1;
+	}
+	if (n > MAX_DIMS) {
+		v = PyMem_Malloc(2 * (size_t)n * sizeof(*v));
+		if (v == NULL) {
+			PyErr_NoMemory();
+			return -1;
+		}
+	}
+	if (ranges_tuple_i64(sizes, n, v) == 0 &&
+	    ranges_tuple_i64(strides, n, v + n) == 0) {
+		ret = ranges_add_dims(r, ptr, elem, n, v, v + n);
+		if (ret < 0)
+			PyErr_NoMemory();
+	}
+	if (v != inline_v)
+		PyMem_Free(v);
+	return ret < 0 ? -1 : 0;
 }
 
 /* The bytes of contiguous tensor t: t.nbytes where tensors have it

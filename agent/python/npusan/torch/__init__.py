@@ -83,8 +83,14 @@ def _enable() -> None:
         _say("no NPU or CUDA device: CPU tensors count as device tensors "
              "(NPUSAN_TORCH_DEVICE=cpu)")
     stacks = Stacks(agent, frames_from_env(), _machinery_files())
-    adapter = adapter_mod.Adapter(agent, backend, stacks,
-                                  _lib.load_speedups(agent.path))
+    speedups = _lib.load_speedups(agent.path)
+    hook = None
+    if speedups is not None:
+        hook, why = _lib.load_torchhook(agent.path)
+        if why:
+            _say(f"the dispatcher hook (npusan._torchhook) is not used: "
+                 f"{why}: the dispatch mode runs instead")
+    adapter = adapter_mod.Adapter(agent, backend, stacks, speedups, hook)
     backend.activate()
     adapter.register()
     if not adapter.start():

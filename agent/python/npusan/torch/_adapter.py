@@ -25,6 +25,10 @@ has been pushed. A wait that the thread running an operator reports is
 therefore held until that operator's launch is pushed, and then follows
 it, as it followed the kernel on the device.
 
+Where npusan._torchhook (the adapter's C++ hook in PyTorch's dispatcher,
+agent/python/README.md) loads, it takes the operators in the dispatch
+mode's place, on npusan._speedups' C path; the mode is the fallback.
+
 Any failure in here turns the adapter off with one line on stderr; the
 user's operators always run exactly once, and their own exceptions pass
 through untouched.
@@ -40,7 +44,7 @@ import threading
 import time
 from array import array
 from threading import get_ident
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Dict, Optional, Set, Tuple
 
 import torch
@@ -114,7 +118,8 @@ class Adapter:
     """
 
     def __init__(self, agent: _lib.Agent, backend: Backend, stacks: Stacks,
-                 speedups: Optional[ModuleType] = None):
+                 speedups: Optional[ModuleType] = None,
+                 hook: Optional[ModuleType] = None):
         self.on = True
         self.agent = agent
         self.backend = backend
@@ -146,9 +151,16 @@ class Adapter:
         # With speedups on PyTorch 1.13, what runs the mode stack in C
         # while the mode is on top (run_stack_in_c()).
         self.mode_stack = None
+        # With speedups and the dispatcher hook (npusan._torchhook), the
+        # hook in PyTorch's C++ dispatcher, in the dispatch mode's place.
+        self.hook = None
         if speedups is not None:
             self.core = _c_mode_class(speedups)(self, stacks,
                                                 agent.pointers())
+            self.hook = self.install_hook(hook)
+        if self.hook is not None:
+            self.mode = _HookMode(self.hook)
+        elif speedups is not None:
             self.mode = self.core
             self.mode_stack = _c_mode_stack(speedups, self.core)
         else:
@@ -158,6 +170,37 @@ class Adapter:
         self.thread_profile = None
         self.thread_modes: list = []
         self.thread_local = threading.local()
+
+    def install_hook(self, hook: Optional[ModuleType]) -> Optional[
+            ModuleType]:
+        """The dispatcher hook installed for the Core, or None (then the
+        dispatch mode runs), with one line saying why where the hook is
+        there but cannot be used."""
+        if hook is None or not _device_type_known(self.backend.name):
+            return None
+        try:
+            built = tuple(hook.TORCH_VERSION)
+            running = tuple(int(v) for v in
+                            torch.__version__.split("+")[0].split(".")[:2])
+            if built != running:
+                raise RuntimeError(
+                    f"built for PyTorch {built[0]}.{built[1]}, "
+                    f"running {torch.__version__}")
+            hook.install(self.core, self.speedups.hook_api,
+                         self.backend.name)
+        except Exception as err:
+            say(f"the dispatcher hook is not used ({err}): the dispatch "
+                f"mode runs instead")
+            return None
+        return hook
+
+    def overload(self, name: str, overload: str):
+        """The OpOverload of operator `name` (``aten::add``) and overload
+        (``Tensor``; "" for the default), as the dispatcher hook names
+        an operator it sees for the first time."""
+        namespace, _, op = name.partition("::")
+        packet = getattr(getattr(torch.ops, namespace), op)
+        return getattr(packet, overload or "default")
 
     def start(self) -> bool:
         """Enters the dispatch mode in this thread and proves it: one
@@ -182,11 +225,17 @@ class Adapter:
         # which every thread enters.
         self.thread_modes = [m for m in mode_stack()
                              if type(m).__module__.startswith("npusan.")]
+        if self.hook is not None:
+            self.thread_modes.append(self.mode)
         self.watch_threads()
         return self.on
 
     def leave(self) -> None:
-        """Leaves the dispatch mode in this thread, where it is on top."""
+        """Leaves the dispatch mode in this thread, where it is on top;
+        turns the dispatcher hook off, where it runs instead."""
+        if self.hook is not None:
+            self.hook.off()
+            return
         try:
             stack = mode_stack()
             if stack and stack[-1] is self.mode:
@@ -211,7 +260,9 @@ class Adapter:
             present = mode_stack()
             entered = []
             for mode in self.thread_modes:
-                if all(m is not mode for m in present):
+                if mode is self.mode and self.hook is not None:
+                    self.hook.enter(True)  # not a mode: no stack to be on
+                elif all(m is not mode for m in present):
                     mode.__enter__()
                     entered.append(mode)
             if entered:
@@ -258,6 +309,8 @@ class Adapter:
     def fail(self, err: BaseException) -> None:
         if self.on:
             self.on = False
+            if self.hook is not None:
+                self.hook.off()
             say(f"off: {type(err).__name__}: {err}")
 
     def spec(self, func) -> Tuple[OpSpec, int, tuple, tuple, object]:
@@ -319,8 +372,8 @@ class Adapter:
         thread is running an operator, once that operator's launch is
         pushed (see release())."""
         tid = get_ident()
-        if tid in self.inside:
-            held = self.inside[tid]
+        if tid in self.inside or (self.hook is not None and self.hook.hold()):
+            held = self.inside.get(tid)
             if held is None:
                 held = self.inside[tid] = []
             held.append((fn, args))
@@ -456,6 +509,18 @@ class Adapter:
                 self.fail(err)
         return out
 
+    def record_stream_ids(self, start: int, stream_id: int,
+                          device_index: int, device_type: int) -> None:
+        """aten::record_stream as the dispatcher hook sees it: the
+        storage's start and the ids of its c10::Stream."""
+        handle = self.backend.stream_handle
+        if handle is not None:
+            # What stream_handle reads of a torch.Stream.
+            stream = SimpleNamespace(stream_id=stream_id,
+                                     device_index=device_index,
+                                     device_type=device_type)
+            self.agent.record_stream(start, handle(stream))
+
     def finish(self) -> None:
         """At exit: stops reporting (what the interpreter frees while it
         tears down cannot be reused) and waits for the daemon to take what
@@ -463,6 +528,8 @@ class Adapter:
         if not self.on:
             return
         self.on = False
+        if self.hook is not None:
+            self.hook.off()
         try:
             deadline = time.monotonic() + REGISTER_WAIT_S
             while (self.agent.wait_drained(DRAIN_MS) == -errno.ENOTCONN
@@ -470,6 +537,21 @@ class Adapter:
                 time.sleep(0.01)
         except Exception as err:
             say(f"at exit: {type(err).__name__}: {err}")
+
+
+class _HookMode:
+    """The dispatcher hook where the dispatch mode would be: entering it
+    has the hook watch the calling thread, leaving it not."""
+
+    def __init__(self, hook: ModuleType):
+        self.hook = hook
+
+    def __enter__(self):
+        self.hook.enter(True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.hook.enter(False)
 
 
 class _LeaveAtThreadEnd:
@@ -495,6 +577,19 @@ class _LeaveAtThreadEnd:
         except Exception as err:
             say(f"leaving a thread's dispatch modes: "
                 f"{type(err).__name__}: {err}")
+
+
+def _device_type_known(name: str) -> bool:
+    """Whether `name` is a device type of this PyTorch, which the
+    dispatcher hook tells device tensors by. Where it is not (``npu``
+    without a torch_npu that names PyTorch's PrivateUse1 device so, the
+    tests' stand-in among them), the dispatch mode runs, which asks each
+    tensor's ``is_npu``."""
+    try:
+        torch.device(name)
+    except RuntimeError:
+        return False
+    return True
 
 
 def registry_files(registries) -> set:
