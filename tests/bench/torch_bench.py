@@ -350,7 +350,8 @@ def main() -> None:
            / (a.iters * ops) * 1e6 for c, i in IDLE.items()}
     print(f"npusan's own code: {own['npusan']:.2f} us/op "
           f"({own['npusan-py']:.2f} on its Python path); the rest of what it "
-          f"adds is its dispatch mode and callbacks being there")
+          f"adds is its hook in the dispatcher (or its dispatch mode) and "
+          f"callbacks being there")
     print(f"npusan adds {added['npusan']:.2f} us/op, CSAN {added['csan']:.2f} "
           f"us/op: npusan adds {ratio['npusan']:.3f} of what CSAN adds "
           f"(target: at most 0.05); on its C dispatch mode "
