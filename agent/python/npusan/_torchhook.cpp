@@ -71,6 +71,9 @@ struct PlanSlot {
 
 /* The state of the one hook a process has. */
 struct Hook {
+	/* Stored true with release by install() once core, api and device
+	 * are set; the fallback loads it with acquire before reading them.
+	 * Under the GIL, which orders install() itself, relaxed suffices. */
 	std::atomic<bool> active{false};
 	PyObject *core = nullptr; /* npusan._speedups.Core, owned */
 	const struct hook_api *api = nullptr;
@@ -467,7 +470,7 @@ void hook_fallback(const c10::OperatorHandle &op, c10::DispatchKeySet ks,
 {
 	const struct plan *p = nullptr;
 
-	if (hook.active.load(std::memory_order_relaxed))
+	if (hook.active.load(std::memory_order_acquire))
 		p = plan_of(op);
 	if (p == nullptr)
 		run_below(op, ks, stack);
