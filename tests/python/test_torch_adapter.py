@@ -670,9 +670,9 @@ class HookFallback(StartCase):
                 self.agent, self.adapter.backend,
                 Stacks(self.agent, 32, ()), SPEEDUPS, other)
         self.assertEqual(err.getvalue(), (
-            f"npusan: the dispatcher hook is not used (built for PyTorch "
-            f"0.1, running {torch.__version__}): the dispatch mode runs "
-            f"instead\n"))
+            f"npusan: the dispatcher hook (npusan._torchhook) is not used "
+            f"(built for PyTorch 0.1, running {torch.__version__}): the "
+            f"dispatch mode runs instead\n"))
         self.assertIsNone(self.adapter.hook)
         self.adapter.register()
         self.assertEqual(self.start(), (True, ""))
@@ -956,7 +956,7 @@ class Start(unittest.TestCase):
                                 tmp, os.path.basename(LIBRARY)))
         self.assertEqual((got.returncode, got.stdout), (3, ""), got.stderr)
         self.assertEqual(got.stderr, "npusan: the dispatcher hook "
-                         "(npusan._torchhook) is not used: not built: the "
+                         "(npusan._torchhook) is not used (not built): the "
                          "dispatch mode runs instead\n")
 
     BACKWARD_RACE = """

@@ -88,8 +88,7 @@ def _enable() -> None:
     if speedups is not None:
         hook, why = _lib.load_torchhook(agent.path)
         if why:
-            _say(f"the dispatcher hook (npusan._torchhook) is not used: "
-                 f"{why}: the dispatch mode runs instead")
+            adapter_mod.say_hook_unused(why)
     adapter = adapter_mod.Adapter(agent, backend, stacks, speedups, hook)
     backend.activate()
     adapter.register()

@@ -189,8 +189,7 @@ class Adapter:
             hook.install(self.core, self.speedups.hook_api,
                          self.backend.name)
         except Exception as err:
-            say(f"the dispatcher hook is not used ({err}): the dispatch "
-                f"mode runs instead")
+            say_hook_unused(str(err))
             return None
         return hook
 
@@ -577,6 +576,13 @@ class _LeaveAtThreadEnd:
         except Exception as err:
             say(f"leaving a thread's dispatch modes: "
                 f"{type(err).__name__}: {err}")
+
+
+def say_hook_unused(why: str) -> None:
+    """The one line that says the dispatcher hook is there but not used,
+    and why: the dispatch mode runs instead."""
+    say(f"the dispatcher hook (npusan._torchhook) is not used ({why}): "
+        f"the dispatch mode runs instead")
 
 
 def _device_type_known(name: str) -> bool:
