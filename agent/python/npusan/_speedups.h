@@ -107,6 +107,8 @@ int ranges_add_strided(struct ranges *r, uint64_t ptr, uint64_t elem,
 int ranges_is_device(Core *c, PyObject *v);
 int ranges_add_tensor(Core *c, struct ranges *r, PyObject *t, uint64_t *ptr,
 		      uint64_t *bytes);
+uint64_t ranges_span_elems(int64_t n, const int64_t *sizes,
+			   const int64_t *strides);
 int ranges_extent(PyObject *t, uint64_t *out);
 int ranges_note_device(Core *c, PyObject *t, int64_t *device);
 int ranges_collect(Core *c, PyObject *v, int nest, struct ranges *r,

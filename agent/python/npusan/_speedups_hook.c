@@ -30,14 +30,9 @@ static int hook_ranges_add(struct ranges *r, const struct hook_tensor *t,
 /* As _adapter._extent(): from the storage's start to t's last byte. */
 static uint64_t hook_extent(const struct hook_tensor *t)
 {
-	uint64_t elems = (uint64_t)t->offset + 1;
-
-	for (int64_t i = 0; i < t->ndim; i++) {
-		if (t->sizes[i] == 0)
-			return (uint64_t)t->offset * t->elem;
-		elems += (uint64_t)(t->sizes[i] - 1) * (uint64_t)t->strides[i];
-	}
-	return elems * t->elem;
+	return ((uint64_t)t->offset +
+		ranges_span_elems(t->ndim, t->sizes, t->strides)) *
+	       t->elem;
 }
 
 /* The plan of operator `name`.`overload`, found as Adapter.overload()

@@ -230,33 +230,52 @@ static int ranges_tuple_i64(PyObject *t, Py_ssize_t n, int64_t *v)
 	return 0;
 }
 
+/*
+ * The sizes and the strides of a tensor, tuples of as many integers, into
+ * *v: sizes in (*v)[0..n), strides in (*v)[n..2n), in inline_v (2 *
+ * MAX_DIMS) where they fit, else in memory the caller frees with
+ * PyMem_Free() where *v is not inline_v. n, or -1 with an exception and
+ * nothing to free.
+ */
+static Py_ssize_t ranges_dims_of(PyObject *sizes, PyObject *strides,
+				 int64_t *inline_v, int64_t **v)
+{
+	Py_ssize_t n;
+
+	if (!PyTuple_Check(sizes) || !PyTuple_Check(strides) ||
+	    PyTuple_GET_SIZE(strides) != PyTuple_GET_SIZE(sizes)) {
+		PyErr_SetString(PyExc_ValueError, "sizes and strides");
+		return -1;
+	}
+	n = PyTuple_GET_SIZE(sizes);
+	*v = inline_v;
+	if (n > MAX_DIMS && (*v = PyMem_Malloc(2 * (size_t)n * sizeof(**v))) ==
+				    NULL) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	if (ranges_tuple_i64(sizes, n, *v) == 0 &&
+	    ranges_tuple_i64(strides, n, *v + n) == 0)
+		return n;
+	if (*v != inline_v)
+		PyMem_Free(*v);
+	return -1;
+}
+
 /* Pushes the ranges of a strided tensor of sizes and strides given as
  * tuples, as _classify.strided_ranges(); 0, or -1 with an exception. */
 int ranges_add_strided(struct ranges *r, uint64_t ptr, uint64_t elem,
 		       PyObject *sizes, PyObject *strides)
 {
-	int64_t inline_v[2 * MAX_DIMS], *v = inline_v;
-	Py_ssize_t n = PyTuple_Size(sizes);
-	int ret = -1;
+	int64_t inline_v[2 * MAX_DIMS], *v;
+	Py_ssize_t n = ranges_dims_of(sizes, strides, inline_v, &v);
+	int ret;
 
-	if (n < 0 || PyTuple_Size(strides) != n) {
-		if (!PyErr_Occurred())
-			PyErr_SetString(PyExc_ValueError, "sizes and strides");
+	if (n < 0)
 		return -1;
-	}
-	if (n > MAX_DIMS) {
-		v = PyMem_Malloc(2 * (size_t)n * sizeof(*v));
-		if (v == NULL) {
-			PyErr_NoMemory();
-			return -1;
-		}
-	}
-	if (ranges_tuple_i64(sizes, n, v) == 0 &&
-	    ranges_tuple_i64(strides, n, v + n) == 0) {
-		ret = ranges_add_dims(r, ptr, elem, n, v, v + n);
-		if (ret < 0)
-			PyErr_NoMemory();
-	}
+	ret = ranges_add_dims(r, ptr, elem, n, v, v + n);
+	if (ret < 0)
+		PyErr_NoMemory();
 	if (v != inline_v)
 		PyMem_Free(v);
 	return ret < 0 ? -1 : 0;
@@ -331,42 +350,46 @@ int ranges_add_tensor(Core *c, struct ranges *r, PyObject *t, uint64_t *ptr,
 	return *bytes ? ranges_push(r, p, *bytes) : 0;
 }
 
+/* The elements from a tensor's first to its last one's end, of sizes
+ * and strides of n dimensions (0 for a tensor with none): the extent of
+ * _adapter._extent(), in elements. Needs no GIL. */
+uint64_t ranges_span_elems(int64_t n, const int64_t *sizes,
+			   const int64_t *strides)
+{
+	uint64_t elems = 1;
+
+	for (int64_t i = 0; i < n; i++) {
+		if (sizes[i] == 0)
+			return 0;
+		elems += (uint64_t)(sizes[i] - 1) * (uint64_t)strides[i];
+	}
+	return elems;
+}
+
 /* As _adapter._extent(), for a tensor that starts its storage: the bytes
  * from there to its last element's end. */
 int ranges_extent(PyObject *t, uint64_t *out)
 {
 	PyObject *sizes, *strides = NULL;
-	uint64_t elems = 1, elem;
-	int ret = -1;
+	int64_t inline_v[2 * MAX_DIMS], *v;
+	Py_ssize_t n = -1;
+	uint64_t elem;
 
 	if (ranges_call_u64(t, s_element_size, &elem) < 0)
 		return -1;
 	sizes = PyObject_CallMethodNoArgs(t, s_size);
 	if (sizes != NULL)
 		strides = PyObject_CallMethodNoArgs(t, s_stride);
-	if (strides == NULL || !PyTuple_Check(sizes) ||
-	    !PyTuple_Check(strides) ||
-	    PyTuple_GET_SIZE(sizes) != PyTuple_GET_SIZE(strides)) {
-		if (!PyErr_Occurred())
-			PyErr_SetString(PyExc_ValueError, "sizes and strides");
-		goto out;
+	if (strides != NULL)
+		n = ranges_dims_of(sizes, strides, inline_v, &v);
+	if (n >= 0) {
+		*out = ranges_span_elems(n, v, v + n) * elem;
+		if (v != inline_v)
+			PyMem_Free(v);
 	}
-	for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(sizes); i++) {
-		int64_t size = PyLong_AsLongLong(PyTuple_GET_ITEM(sizes, i));
-		int64_t st = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
-
-		if (size == 0) {
-			elems = 0;
-			break;
-		}
-		elems += (uint64_t)(size - 1) * (uint64_t)st;
-	}
-	*out = elems * elem;
-	ret = PyErr_Occurred() ? -1 : 0;
-out:
 	Py_XDECREF(sizes);
 	Py_XDECREF(strides);
-	return ret;
+	return n < 0 ? -1 : 0;
 }
 
 /* The device index of the first device tensor, kept in *device where

@@ -291,6 +291,13 @@ void collect(Call &k, const c10::IValue &v, int nest, struct ranges *r)
 	}
 }
 
+/* Where the storage of tensor h starts: the pending allocation it may
+ * claim, or the one record_stream names. */
+uint64_t storage_start(const struct hook_tensor &h)
+{
+	return h.data - static_cast<uint64_t>(h.offset) * h.elem;
+}
+
 /* The (storage start, extent) of each device tensor in v, to claim. */
 void collect_claims(Call &k, const c10::IValue &v)
 {
@@ -299,8 +306,7 @@ void collect_claims(Call &k, const c10::IValue &v)
 	if (v.isTensor()) {
 		if (!device_tensor(v.toTensor(), &h) || h.data == 0)
 			return;
-		if (hook.api->ranges_push(&k.claims,
-					  h.data - static_cast<uint64_t>(h.offset) * h.elem,
+		if (hook.api->ranges_push(&k.claims, storage_start(h),
 					  hook.api->extent(&h)) < 0)
 			throw std::bad_alloc();
 		return;
@@ -316,10 +322,11 @@ void collect_claims(Call &k, const c10::IValue &v)
 void collect_inputs(Call &k, const struct plan *p, const c10::OperatorHandle &op,
 		    const torch::jit::Stack &stack)
 {
-	size_t n = op.schema().arguments().size(), base = stack.size() - n;
+	size_t n = op.schema().arguments().size(), base;
 
 	if (stack.size() < n)
 		throw std::length_error("fewer arguments than the schema's");
+	base = stack.size() - n;
 	for (ptrdiff_t i = 0; i < p->nargs; i++) {
 		const struct arg_plan &a = p->args[i];
 		struct ranges *r = a.write ? &k.writes : &k.reads;
@@ -337,10 +344,11 @@ void collect_outputs(Call &k, const struct plan *p,
 		     const c10::OperatorHandle &op,
 		     const torch::jit::Stack &stack)
 {
-	size_t n = op.schema().returns().size(), base = stack.size() - n;
+	size_t n = op.schema().returns().size(), base;
 
 	if (stack.size() < n)
 		throw std::length_error("fewer returns than the schema's");
+	base = stack.size() - n;
 	for (ptrdiff_t i = 0; i < p->nrets; i++) {
 		const struct ret_plan &r = p->rets[i];
 
@@ -403,10 +411,11 @@ void watch_record_stream(const c10::OperatorHandle &op, c10::DispatchKeySet ks,
 	c10::Stream s(c10::Stream::DEFAULT, c10::Device(c10::DeviceType::CPU));
 
 	try {
-		size_t base = stack->size() - 2;
+		size_t base;
 
 		if (stack->size() < 2)
 			throw std::length_error("record_stream's arguments");
+		base = stack->size() - 2;
 		device = (*stack)[base].isTensor() && (*stack)[base + 1].isStream() &&
 			 device_tensor((*stack)[base].toTensor(), &h) &&
 			 h.data != 0;
@@ -420,9 +429,8 @@ void watch_record_stream(const c10::OperatorHandle &op, c10::DispatchKeySet ks,
 		return;
 	Gil gil;
 
-	hook.api->record_stream(hook.core,
-				h.data - static_cast<uint64_t>(h.offset) * h.elem,
-				s.id(), s.device_index(),
+	hook.api->record_stream(hook.core, storage_start(h), s.id(),
+				s.device_index(),
 				static_cast<int64_t>(s.device_type()));
 }
 
